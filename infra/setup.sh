@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian + Python 3.11 machine for shardsmith: apt packages (when root),
+# a virtual environment, the CPU build of torch, and the package with the given extras.
+# Usage: infra/setup.sh VENV EXTRAS   (EXTRAS like "train,dask,dev")
+set -euo pipefail
+venv=${1:-.venv}
+extras=${2:-train,dask,dev}
+python=${PYTHON:-python3.11}
+apt_packages=${APT_PACKAGES:-}
+
+if ! command -v "$python" >/dev/null 2>&1; then
+    echo "setup: $python not found; install Python 3.11 (Debian: apt-get install python3.11 python3.11-venv)" >&2
+    exit 1
+fi
+if ! "$python" -c "import venv, ensurepip" >/dev/null 2>&1; then
+    apt_packages="$apt_packages python3.11-venv"
+fi
+if [ -n "${apt_packages// /}" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        missing=$(for p in $apt_packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
+        if [ -n "$missing" ]; then
+            apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
+        fi
+    else
+        echo "setup: please install these Debian packages first: $apt_packages" >&2
+    fi
+fi
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+pip="$venv/bin/python -m pip"
+$pip install -q --upgrade pip setuptools wheel
+# The CPU wheel first, so that no extra drags in the multi-GB CUDA build.
+# Where the default index serves the CUDA build, set TORCH_PIP_ARGS to a CPU wheel index.
+case ",$extras," in *,train,*|*,all,*) $pip install -q ${TORCH_PIP_ARGS:-} "torch==2.13.0" ;; esac
+$pip install -q -e ".[$extras]"
+echo "setup: $venv ready with extras [$extras]"

@@ -1,0 +1,148 @@
+"""The `shardsmith` command: list, run, validate, inspect, train.
+
+Every user mistake (unknown dataset or key, bad value, missing file) prints
+one line and exits 2; a run that fails its error budget or a dataset that
+fails validation exits 1.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+from pipelines.config import ConfigError
+
+EXIT_USAGE, EXIT_FAILED = 2, 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's default prints usage; we print one line
+        raise ConfigError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from pipelines.runners import RUNNERS
+    from pipelines.run import DEFAULT_MAX_ERROR_RATE
+    p = _Parser(prog="shardsmith", description="Produce the data of five ICLR 2025 papers as Parquet shards.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("list", help="the datasets, one line each")
+    r = sub.add_parser("run", help="run a dataset's pipeline")
+    r.add_argument("dataset")
+    r.add_argument("--out", default="out", help="output folder; the dataset goes to OUT/DATASET (default ./out)")
+    r.add_argument("--config", help="YAML file of key: value overrides")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one key; a list value like m=[100,1000] runs a grid")
+    r.add_argument("--runner", default="local", help="one of: " + "; ".join(f"{k} ({v})" for k, v in RUNNERS.items()))
+    r.add_argument("--overwrite", action="store_true", help="replace an existing OUT/DATASET")
+    r.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE,
+                   help="fail the run if any stage sends a larger share of its results to dead letters")
+    r.add_argument("--show-config", action="store_true", help="print the dataset's keys and defaults, then exit")
+    v = sub.add_parser("validate", help="check shards against their schemas and the manifest")
+    v.add_argument("path")
+    i = sub.add_parser("inspect", help="schema, counts and a few rows of a dataset")
+    i.add_argument("path")
+    i.add_argument("--rows", type=int, default=3)
+    t = sub.add_parser("train", help="train a dataset's model from its shards")
+    t.add_argument("dataset")
+    t.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
+    t.add_argument("--out", default=None, help="where metrics and checkpoints go (default DATA/_train)")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    beam_args: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, beam_args = argv[:cut], argv[cut + 1:]
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args = _parser().parse_args(argv)
+        return _COMMANDS[args.command](args, beam_args)
+    except ConfigError as exc:
+        print(f"shardsmith: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except FileNotFoundError as exc:
+        print(f"shardsmith: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("shardsmith: interrupted", file=sys.stderr)
+        return 130
+
+
+def _list(args, beam_args) -> int:
+    from pipelines.registry import datasets
+    for name, ds in sorted(datasets().items()):
+        print(f"{name:14s} {ds.summary}")
+    return 0
+
+
+def _run(args, beam_args) -> int:
+    from pipelines import registry, run
+    dataset = registry.get(args.dataset)
+    if args.show_config:
+        for k in dataset.config.keys:
+            print(f"{k.name:16s} {k.default!r:>10}  {k.doc}")
+        return 0
+    try:
+        manifest = run.run(dataset, out=args.out, config_file=args.config, sets=args.set,
+                           runner=args.runner, overwrite=args.overwrite,
+                           max_error_rate=args.max_error_rate, beam_args=beam_args)
+    except run.RunFailed as exc:
+        print(f"shardsmith: run failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(summary(manifest, os.path.join(args.out, dataset.name)))
+    return 0
+
+
+def summary(manifest: dict, path: str) -> str:
+    lines = [f"{manifest['dataset']}: {manifest['experiments']} experiment(s) -> {path} "
+             f"({manifest['runner']} runner, {manifest['wall_time_s']['total']:.1f} s)"]
+    for table, t in manifest["tables"].items():
+        splits = ", ".join(f"{k} {v}" for k, v in t["splits"].items())
+        lines.append(f"  {table:14s} {t['rows']:>10,} rows in {len(t['files'])} file(s)" + (f"  ({splits})" if splits else ""))
+    dl = manifest["dead_letters"]
+    lines.append(f"  {'dead letters':14s} {dl['count']:>10,}" + (
+        "  (" + ", ".join(f"{k} {v}" for k, v in dl["by_stage"].items()) + ")" if dl["count"] else ""))
+    lines.append("  stage            inputs    outputs   dead   busy s   wall s")
+    for name, s in manifest["stages"].items():
+        lines.append(f"  {name:14s} {s['inputs']:>8,} {s['outputs']:>10,} {s['dead']:>6,} {s['busy_s']:>8.2f} {s['span_s']:>8.2f}")
+    return "\n".join(lines)
+
+
+def _validate(args, beam_args) -> int:
+    from pipelines.validate import validate
+    problems, report = validate(args.path)
+    for line in report:
+        print(line)
+    if problems:
+        for p in problems:
+            print(f"shardsmith: invalid: {p}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{args.path}: valid")
+    return 0
+
+
+def _inspect(args, beam_args) -> int:
+    from pipelines.validate import inspect
+    print(inspect(args.path, rows=args.rows))
+    return 0
+
+
+def _train(args, beam_args) -> int:
+    from pipelines import registry
+    from pipelines.train import train
+    dataset = registry.get(args.dataset)
+    t0 = time.time()
+    out, metrics_path = train(dataset, args.data, args.out, args.set)
+    print(f"trained {dataset.name} in {time.time() - t0:.1f} s -> {out} (metrics: {metrics_path})")
+    return 0
+
+
+_COMMANDS = {"list": _list, "run": _run, "validate": _validate, "inspect": _inspect, "train": _train}
+
+if __name__ == "__main__":
+    sys.exit(main())

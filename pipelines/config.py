@@ -1,0 +1,162 @@
+"""Typed dataset configs: defaults, a YAML file, `--set key=value`, and grids.
+
+A value given as a list (`--set m=[100,1000]`) turns the run into a grid: one
+experiment per combination of the listed values. Every mistake a user can
+make here raises ConfigError with one line that names the key and the fix.
+"""
+from __future__ import annotations
+
+import difflib
+import itertools
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A user mistake in a config file or a --set; the CLI prints it and exits 2."""
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    type: type  # int, float, str, bool; `path` keys are str with must_exist
+    default: Any
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple | None = None
+    optional: bool = False  # None allowed
+    is_path: bool = False
+    gridable: bool = True
+
+    def coerce(self, value: Any) -> Any:
+        """Check and convert one value, or raise ConfigError naming the key."""
+        if value is None:
+            if self.optional:
+                return None
+            raise ConfigError(f"key {self.name!r} needs a value ({self.doc})")
+        value = self._typed(value)
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"key {self.name!r} must be one of {list(self.choices)}, got {value!r}")
+        if self.low is not None and value < self.low or self.high is not None and value > self.high:
+            raise ConfigError(f"key {self.name!r} must be in [{_fmt(self.low)}, {_fmt(self.high)}], got {value!r}")
+        if self.is_path and not os.path.exists(value):
+            raise ConfigError(f"key {self.name!r}: file {value!r} not found")
+        return value
+
+    def _typed(self, value: Any) -> Any:
+        kind = self.type.__name__
+        if self.type is bool:
+            if isinstance(value, bool):
+                return value
+        elif self.type is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            if isinstance(value, str):
+                try:
+                    return int(value)
+                except ValueError:
+                    pass
+        elif self.type is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+            if isinstance(value, str):
+                try:
+                    return float(value)
+                except ValueError:
+                    pass
+        elif self.type is str:
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+                return str(value)
+        raise ConfigError(f"key {self.name!r} expects {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {value!r}")
+
+
+def _fmt(bound):
+    return "inf" if bound is None else f"{bound:g}"
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """The keys of one dataset (or trainer) config, and a cross-key check."""
+
+    keys: tuple[Key, ...]
+    check: Callable[[dict], None] | None = None
+
+    def key(self, name: str) -> Key:
+        for k in self.keys:
+            if k.name == name:
+                return k
+        close = difflib.get_close_matches(name, [k.name for k in self.keys], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown key {name!r}{hint}; known keys: {', '.join(k.name for k in self.keys)}")
+
+    def defaults(self) -> dict:
+        return {k.name: k.default for k in self.keys}
+
+    def resolve(self, config_file: str | None = None, sets: list[str] = ()) -> "Resolved":
+        """Defaults, then the YAML file, then each --set, then checks and grid expansion."""
+        raw = self.defaults()
+        if config_file:
+            raw.update(self._from_file(config_file))
+        for item in sets:
+            name, value = parse_set(item)
+            self.key(name)
+            raw[name] = value
+        swept = [k.name for k in self.keys if isinstance(raw[k.name], list)]
+        values = {}
+        for k in self.keys:
+            if k.name in swept:
+                if not k.gridable:
+                    raise ConfigError(f"key {k.name!r} takes one value, not a list")
+                if not raw[k.name]:
+                    raise ConfigError(f"key {k.name!r}: an empty list gives no experiment")
+                values[k.name] = [k.coerce(v) for v in raw[k.name]]
+            else:
+                values[k.name] = k.coerce(raw[k.name])
+        grid = []
+        for combo in itertools.product(*(values[name] for name in swept)):
+            point = dict(values, **dict(zip(swept, combo)))
+            if self.check:
+                self.check(point)
+            grid.append(point)
+        return Resolved(values=values, swept=swept, grid=grid)
+
+    def _from_file(self, path: str) -> dict:
+        if not os.path.exists(path):
+            raise ConfigError(f"config file {path!r} not found")
+        try:
+            with open(path) as fh:
+                data = yaml.safe_load(fh) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path!r} must hold a mapping of key: value")
+        for name in data:
+            self.key(str(name))
+        return {str(k): v for k, v in data.items()}
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """`key=value` with a YAML value: numbers, booleans, lists like [1,2,3], or a string."""
+    name, sep, text = item.partition("=")
+    if not sep or not name.strip():
+        raise ConfigError(f"--set expects key=value, got {item!r}")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text
+    return name.strip(), value
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A resolved config: the values (lists for swept keys) and one dict per grid point."""
+
+    values: dict
+    swept: list[str]
+    grid: list[dict]

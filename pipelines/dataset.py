@@ -1,0 +1,29 @@
+"""What the framework needs to know about one dataset."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import apache_beam as beam
+
+from pipelines.config import ConfigSpec, Resolved
+from transforms.io.shards import TableSpec
+from transforms.io.stage import Ledger
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset: its config, its tables, how to build its pipeline, and its trainer.
+
+    build(pipeline, resolved, ledger) returns {table: PCollection of rows};
+    inputs(resolved) returns {input name: fingerprint} for the manifest;
+    trainer is "module:function" in trainers/, imported only when training.
+    """
+
+    name: str
+    summary: str
+    config: ConfigSpec
+    tables: Callable[[Resolved], dict[str, TableSpec]]
+    build: Callable[[beam.Pipeline, Resolved, Ledger], dict[str, beam.PCollection]]
+    inputs: Callable[[Resolved], dict[str, str]]
+    trainer: str

@@ -1,0 +1,100 @@
+"""pruned-synth: real and verifier-pruned synthetic Gaussian-mixture data (PAPERS.md section 3)."""
+from __future__ import annotations
+
+import hashlib
+import math
+
+from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
+from pipelines.dataset import Dataset
+from schemas import pruned_synth as schema
+from transforms.io.shards import TableSpec
+from transforms.synth.experiment import experiment_id
+from transforms.synth.features import FeaturesError, features_shape
+from transforms.synth.generate import GeneratePrunedSynth
+
+UNIT = (0.0, 1.0)
+
+
+def _check(c: dict) -> None:
+    if c["n"] + c["m"] == 0:
+        raise ConfigError("n + m = 0: the classifier needs real (n) or synthetic (m) rows")
+    if c["verifier"] == "learned" and c["n"] == 0:
+        raise ConfigError("verifier=learned trains on the real rows: set n > 0")
+    if c["features"]:
+        if c["n_hat"] == 0:
+            raise ConfigError("n_hat=0 means the exact generator N(y*mu, I), which needs the Gaussian "
+                              "model; with a features file set 0 < n_hat <= n")
+        if c["n_hat"] > c["n"]:
+            raise ConfigError(f"with a features file the generator is fitted on the real rows: "
+                              f"n_hat={c['n_hat']} must be <= n={c['n']}")
+        try:
+            shape = features_shape(c["features"])
+        except (FeaturesError, OSError, ValueError) as exc:
+            raise ConfigError(f"features file unusable: {exc}") from None
+        if shape.rows < c["n"] + c["n_test"]:
+            raise ConfigError(f"features file {c['features']!r} has {shape.rows} rows, fewer than "
+                              f"n + n_test = {c['n'] + c['n_test']}")
+
+
+CONFIG = ConfigSpec(check=_check, keys=(
+    Key("p", int, 100, "dimension of x (ignored with a features file: its width is used)", low=1),
+    Key("n", int, 200, "real training rows", low=0),
+    Key("n_hat", int, 200, "real rows the generator is estimated from; 0 = exact generator N(y*mu, I)", low=0),
+    Key("m", int, 1000, "synthetic rows drawn before pruning", low=0),
+    Key("mu_norm", float, 1.0, "||mu||, the class mean's norm (Gaussian mode)", low=0.0),
+    Key("epsilon", float, 0.2, "probability a synthetic label is flipped", *UNIT),
+    Key("rho", float, 0.3, "probability the verifier keeps a flipped row", *UNIT),
+    Key("phi", float, 0.8, "probability the verifier keeps a correct row", *UNIT),
+    Key("gamma", float, 1.0, "ridge regularisation (> 0)", low=1e-12),
+    Key("n_test", int, 2000, "held-out test rows", low=1),
+    Key("seed", int, 0, "seed of all random streams", low=0),
+    Key("verifier", str, "rates", "rates: keep with (phi, rho); learned: ridge classifier on real rows",
+        choices=("rates", "learned")),
+    Key("features", str, None, "Parquet (x list, y) or .npz (x, y) of real features and +-1 labels",
+        optional=True, is_path=True, gridable=False),
+    Key("rows_per_shard", int, 65536, "rows per Parquet part file", low=1, gridable=False),
+))
+
+_PARAM_KEYS = tuple(k.name for k in CONFIG.keys if k.name != "rows_per_shard")
+
+
+def _digest(path: str | None) -> str | None:
+    if not path:
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _experiments(resolved: Resolved) -> list[tuple[str, dict, list]]:
+    digest = _digest(resolved.values["features"])
+    out = []
+    for point in resolved.grid:
+        params = {k: point[k] for k in _PARAM_KEYS}
+        out.append((experiment_id(params, digest), params, resolved.swept))
+    return out
+
+
+def tables(resolved: Resolved) -> dict[str, TableSpec]:
+    total = sum(c["n"] + c["m"] + c["n_test"] for c in resolved.grid)
+    shards = max(1, math.ceil(total / resolved.values["rows_per_shard"]))
+    return {"rows": TableSpec(schema.ROWS, shards), "experiments": TableSpec(schema.EXPERIMENTS, 1)}
+
+
+def build(pipeline, resolved: Resolved, ledger):
+    return pipeline | "PrunedSynth" >> GeneratePrunedSynth(_experiments(resolved), ledger)
+
+
+def inputs(resolved: Resolved) -> dict[str, str]:
+    path = resolved.values["features"]
+    return {"features": f"{path} sha256:{_digest(path)}"} if path else {}
+
+
+DATASET = Dataset(
+    name=schema.DATASET,
+    summary="real + verifier-pruned synthetic Gaussian-mixture rows (RMT paper); ridge trainer vs theory",
+    config=CONFIG, tables=tables, build=build, inputs=inputs,
+    trainer="trainers.pruned_synth:train",
+)

@@ -1,0 +1,17 @@
+"""The datasets the `shardsmith` command knows."""
+from __future__ import annotations
+
+from pipelines.config import ConfigError
+from pipelines.dataset import Dataset
+
+
+def datasets() -> dict[str, Dataset]:
+    from pipelines import pruned_synth
+    return {d.name: d for d in (pruned_synth.DATASET,)}
+
+
+def get(name: str) -> Dataset:
+    known = datasets()
+    if name not in known:
+        raise ConfigError(f"unknown dataset {name!r}; known: {', '.join(sorted(known))} (see `shardsmith list`)")
+    return known[name]

@@ -1,0 +1,62 @@
+"""Runner names and the Beam options behind them.
+
+`local` is Beam's FnApiRunner in this process: the DirectRunner would first
+try to download the Prism binary. `dask` starts a dask.distributed
+LocalCluster unless --dask_client_address names a running scheduler.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.config import ConfigError
+
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+RUNNERS = {
+    "local": "FnApiRunner in this process (default)",
+    "multiprocess": "DirectRunner, multi_processing, one worker per core (--direct_num_workers=N to change)",
+    "portable": "PortableRunner with an embedded job server and LOOPBACK workers (the Flink/Dataflow contract)",
+    "dask": "DaskRunner on a dask.distributed cluster (a LocalCluster unless --dask_client_address=HOST:PORT)",
+    "dataflow": "DataflowRunner: pass --project, --region, --temp_location, ... after --",
+    "flink": "FlinkRunner: pass --flink_master=HOST:PORT, ... after --",
+}
+
+
+def _has(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+@contextlib.contextmanager
+def pipeline_options(runner: str, extra: list[str]):
+    """Yield (PipelineOptions, runner object or None) for a runner name; clean up after."""
+    extra = list(extra)
+    if runner == "local":
+        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+        yield PipelineOptions(extra), FnApiRunner()
+    elif runner == "multiprocess":
+        args = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
+        if not _has(extra, "--direct_num_workers"):
+            args.append(f"--direct_num_workers={os.cpu_count() or 2}")
+        yield PipelineOptions(args + extra), None
+    elif runner == "portable":
+        yield PipelineOptions(["--runner=PortableRunner", "--job_endpoint=embed",
+                               "--environment_type=LOOPBACK"] + extra), None
+    elif runner == "dask":
+        if _has(extra, "--dask_client_address"):
+            yield PipelineOptions([f"--runner={DASK_RUNNER}"] + extra), None
+            return
+        try:
+            from dask.distributed import LocalCluster
+        except ImportError:
+            raise ConfigError("the dask runner needs the dask extra: pip install 'shardsmith[dask]'") from None
+        with LocalCluster(n_workers=os.cpu_count() or 2, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster:
+            yield PipelineOptions([f"--runner={DASK_RUNNER}",
+                                   f"--dask_client_address={cluster.scheduler_address}"] + extra), None
+    elif runner in ("dataflow", "flink"):
+        yield PipelineOptions([f"--runner={runner.title()}Runner"] + extra), None
+    else:
+        raise ConfigError(f"unknown runner {runner!r}; known: {', '.join(RUNNERS)}")

@@ -1,0 +1,44 @@
+"""`shardsmith train`: resolve a dataset's trainer and its config, then run it."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+from pipelines.config import ConfigError, ConfigSpec, Key
+from pipelines.dataset import Dataset
+from transforms.io import layout
+
+
+def trainer_config(module) -> ConfigSpec:
+    """A trainer declares CONFIG = {key: (type, default, doc[, low, high])} (trainers cannot import
+    pipelines/, so the typed spec is built here)."""
+    keys = []
+    for name, (kind, default, doc, *bounds) in module.CONFIG.items():
+        low, high = (bounds + [None, None])[:2]
+        keys.append(Key(name, kind, default, doc, low=low, high=high, optional=default is None, gridable=False))
+    return ConfigSpec(tuple(keys))
+
+
+def train(dataset: Dataset, data: str, out: str | None, sets: list[str]) -> tuple[str, str]:
+    if not os.path.isdir(data):
+        raise ConfigError(f"--data {data!r} is not a folder (expected OUT/{dataset.name} from `shardsmith run`)")
+    manifest = layout.read_manifest(data)
+    if manifest.get("dataset") != dataset.name:
+        raise ConfigError(f"{data} holds dataset {manifest.get('dataset')!r}, not {dataset.name!r}")
+    module_name, func = dataset.trainer.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"the {dataset.name} trainer needs the train extra "
+                          f"(pip install 'shardsmith[train]'): {exc}") from None
+    resolved = trainer_config(module).resolve(None, sets)
+    out = out or os.path.join(data, "_train")
+    os.makedirs(out, exist_ok=True)
+    metrics = getattr(module, func)(data, out, resolved.values)
+    metrics_path = os.path.join(out, "metrics.json")
+    with open(metrics_path, "w") as fh:
+        json.dump(metrics, fh, indent=2, sort_keys=True)
+    if hasattr(module, "report"):
+        print(module.report(metrics))
+    return out, metrics_path

@@ -1,0 +1,384 @@
+"""Parquet shards -> PyTorch, the one way trainers read data (ARCHITECTURE.md, contract 8).
+
+`open_table` reads `_manifest.json`, refuses schema versions this code does not
+know, and checks every part file's Parquet schema, so a trainer fails at start-up
+rather than mid-run on data it would misread.
+
+`ShardDataset` streams rows by Parquet row group, never a whole file. Its
+epoch is one global sequence of rows: the work units (file, row group) in
+manifest order, or permuted by (seed, epoch) when `shuffle=True`, each unit's
+rows likewise permuted. The sequence is cut into S = world_size * num_workers
+contiguous ranges of (almost) equal length, one per *stream*; stream
+`rank * num_workers + worker_id` reads only the units its range touches. So
+every row is delivered exactly once per epoch across ranks and workers, even
+with fewer units than streams, and each unit is decoded at most by the two
+streams whose ranges meet inside it. `filter` and `split` drop rows *after* this
+cut, so with them the streams (and ranks) may receive different counts.
+
+Resuming mid-epoch: each row carries `_stream` and `_offset` (its index in the
+stream's range, counted before filtering). A `Position` fed the batches the
+training loop actually consumed records, per stream, how many rows are done;
+`ShardDataset(..., resume=state)` skips exactly those. A training loop does::
+
+    ds = ShardDataset(path, "rows", shuffle=True, seed=s, epoch=e, resume=state)  # state or None
+    loader = DataLoader(ds, batch_size=B, num_workers=W, collate_fn=collate_rows)
+    pos = ds.position(num_workers=W)          # starts from `state`, so old progress is kept
+    for batch in loader:
+        step(batch); pos.update(batch)        # after the step, so a saved row was trained on
+        if time_to_save: save({"model": ..., "data": pos.state_dict()})   # JSON-serialisable
+
+and after a restart passes the saved `epoch` and `resume=saved["data"]` with the
+same seed, shuffle, world size and num_workers (checked). In DDP, every rank
+tracks only its own streams: gather them (`dist.all_gather_object`) and save
+`Position.merge(states)`, which every rank can resume from; or save one state per
+rank. For the next epoch call `ds.set_epoch(e + 1)` (this drops the resume state)
+and build a new iterator; with `persistent_workers=True` rebuild the DataLoader.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+import schemas
+from schemas import SchemaError, TableSchema
+from schemas.table import SCHEMA_KEY, VERSION_KEY
+
+MANIFEST = "_manifest.json"
+MANIFEST_FORMAT = "shardsmith.manifest/1"
+POSITION_FORMAT = "shardsmith.position/1"
+STREAM, OFFSET = "_stream", "_offset"
+
+
+class DatasetError(ValueError):
+    """A dataset folder or its manifest is not what this reader can use."""
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str                      # absolute
+    rows: int
+    row_groups: tuple[int, ...]    # rows per row group, from the Parquet footer
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """One table of a finished dataset, checked against the schema registry."""
+
+    root: str
+    table: str
+    schema_name: str
+    version: int
+    schema: TableSchema | None     # None when read under an older `known_versions` entry
+    rows: int
+    splits: dict[str, int]
+    files: tuple[FileInfo, ...]
+    split_field: str | None        # from the registry's schema of this table
+
+    def units(self) -> list[tuple[int, int, int]]:
+        """(file index, row group, rows) in manifest order; empty row groups left out."""
+        return [(f, g, n) for f, info in enumerate(self.files)
+                for g, n in enumerate(info.row_groups) if n]
+
+
+def _check_file(pf: pq.ParquetFile, path: str, info_schema: TableSchema | None,
+                name: str, version: int) -> None:
+    """Refuse a part whose schema is not the manifest's (a stale or foreign file)."""
+    try:
+        if info_schema is not None:
+            info_schema.check_file_schema(pf.schema_arrow)
+        else:
+            meta = pf.schema_arrow.metadata or {}
+            found = meta.get(SCHEMA_KEY, b"?").decode(), meta.get(VERSION_KEY, b"?").decode()
+            if found != (name, str(version)):
+                raise SchemaError(f"shard is {found[0]} v{found[1]}, expected {name} v{version}")
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}; the file does not belong to this dataset's manifest, "
+                          f"regenerate the dataset") from None
+
+
+def open_table(path: str | os.PathLike, table: str, *,
+               known_versions: Iterable[int] | None = None) -> TableInfo:
+    """Read the manifest of dataset folder `path` and check `table` before any training.
+
+    `known_versions` (default: the registry's current version) lets a reader that
+    handles an older layout accept it; such files are checked by name and version
+    metadata only, since the registry holds just the current arrow schema.
+    """
+    root = os.path.abspath(os.fspath(path))
+    mpath = os.path.join(root, MANIFEST)
+    if not os.path.isfile(mpath):
+        raise FileNotFoundError(
+            f"{mpath} not found: {root} is not a finished shardsmith dataset "
+            f"(run `shardsmith run DATASET --out ...` first, and point at its output folder)")
+    with open(mpath) as fh:
+        manifest = json.load(fh)
+    fmt = manifest.get("format", MANIFEST_FORMAT)
+    if fmt != MANIFEST_FORMAT:
+        raise DatasetError(f"{mpath}: manifest format {fmt!r}, this shardsmith reads "
+                           f"{MANIFEST_FORMAT!r}; upgrade shardsmith")
+    tables = manifest.get("tables", {})
+    if table not in tables:
+        raise DatasetError(f"{mpath}: no table {table!r}; tables here: {sorted(tables)}")
+    entry = tables[table]
+    name, version = entry["schema"], int(entry["version"])
+    try:
+        current = schemas.get(name)
+    except SchemaError:
+        raise SchemaError(f"{mpath}: table {table!r} has schema {name!r}, unknown to this "
+                          f"shardsmith; upgrade shardsmith to read it") from None
+    known = {current.version} if known_versions is None else set(known_versions)
+    if version not in known:
+        hint = ("upgrade shardsmith to one that reads it" if version > current.version else
+                f"regenerate the data with this shardsmith (writes v{current.version})")
+        raise SchemaError(f"{mpath}: {name} is v{version}; this code reads v{sorted(known)}: {hint}")
+    schema = current if version == current.version else None
+    files = []
+    for item in entry.get("files", []):
+        fpath = os.path.join(root, item["path"])
+        if not os.path.isfile(fpath):
+            raise FileNotFoundError(f"{fpath} is listed in {mpath} but missing: the dataset is "
+                                    f"incomplete, regenerate it")
+        pf = pq.ParquetFile(fpath)
+        _check_file(pf, fpath, schema, name, version)
+        groups = tuple(pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups))
+        if "rows" in item and sum(groups) != int(item["rows"]):
+            raise DatasetError(f"{fpath}: {sum(groups)} rows, the manifest says {item['rows']}; "
+                               f"regenerate the dataset")
+        files.append(FileInfo(fpath, sum(groups), groups))
+    return TableInfo(root, table, name, version, schema, int(entry.get("rows", sum(f.rows for f in files))),
+                     dict(entry.get("splits", {})), tuple(files), current.split_field)
+
+
+def read_arrow(path: str | os.PathLike, table: str, *, columns: list[str] | None = None,
+               filter=None) -> pa.Table:
+    """A whole (small) table in memory, after the same checks as streaming.
+
+    For trainers that fit in closed form (pruned-synth's ridge); models trained
+    by gradient steps stream with ShardDataset instead.
+    """
+    info = open_table(path, table)
+    parts = [pq.read_table(f.path, columns=columns, filters=filter) for f in info.files]
+    if not parts:
+        return info.schema.arrow.empty_table().select(columns) if columns else info.schema.arrow.empty_table()
+    return pa.concat_tables(parts)
+
+
+def _default_rank() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def _rows(batch: pa.RecordBatch) -> Iterator[dict[str, Any]]:
+    """Record batch -> row dicts: numeric columns as numpy scalars, lists as numpy arrays."""
+    cols: dict[str, list] = {}
+    for name, arr in zip(batch.schema.names, batch.columns):
+        t = arr.type
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            offsets = arr.offsets.to_numpy()
+            values = np.array(arr.values.to_numpy(zero_copy_only=False))  # writable copy
+            valid = arr.is_valid().to_numpy(zero_copy_only=False)
+            cols[name] = [values[offsets[i]:offsets[i + 1]] if valid[i] else None
+                          for i in range(len(arr))]
+        elif (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)) \
+                and arr.null_count == 0:
+            cols[name] = list(arr.to_numpy(zero_copy_only=False))
+        else:
+            cols[name] = arr.to_pylist()
+    names = list(cols)
+    for values in zip(*cols.values()):
+        yield dict(zip(names, values))
+
+
+class Position:
+    """Rows consumed per stream in one epoch; fed with the batches the loop consumed."""
+
+    def __init__(self, *, epoch: int, seed: int, shuffle: bool, world_size: int, workers: int,
+                 done: Mapping[int, int] | None = None):
+        self.epoch, self.seed, self.shuffle = epoch, seed, shuffle
+        self.world_size, self.workers = world_size, workers
+        self.done: dict[int, int] = {int(k): int(v) for k, v in (done or {}).items()}
+
+    def update(self, batch: Mapping[str, Any]) -> None:
+        """Record a row or a collated batch (tensors, arrays or lists of `_stream`/`_offset`)."""
+        streams, offsets = batch[STREAM], batch[OFFSET]
+        if isinstance(streams, torch.Tensor):
+            streams, offsets = streams.tolist(), offsets.tolist()
+        streams, offsets = np.atleast_1d(streams).tolist(), np.atleast_1d(offsets).tolist()
+        for s, o in zip(streams, offsets):
+            if o + 1 > self.done.get(s, 0):
+                self.done[s] = o + 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"format": POSITION_FORMAT, "epoch": self.epoch, "seed": self.seed,
+                "shuffle": self.shuffle, "world_size": self.world_size, "workers": self.workers,
+                "done": {str(s): n for s, n in sorted(self.done.items())}}
+
+    @staticmethod
+    def merge(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+        """One state from the per-rank states of a distributed run (same epoch and layout)."""
+        states = list(states)
+        keys = ("epoch", "seed", "shuffle", "world_size", "workers")
+        if any(tuple(s[k] for k in keys) != tuple(states[0][k] for k in keys) for s in states):
+            raise ValueError(f"cannot merge positions of different runs: "
+                             f"{[{k: s[k] for k in keys} for s in states]}")
+        done: dict[str, int] = {}
+        for s in states:
+            for k, v in s["done"].items():
+                done[k] = max(done.get(k, 0), int(v))
+        return {**dict(states[0]), "done": dict(sorted(done.items(), key=lambda kv: int(kv[0])))}
+
+
+class ShardDataset(IterableDataset):
+    """Rows of one table as dicts, split across ranks and DataLoader workers, resumable.
+
+    `split` keeps rows whose `split_field` equals it; `filter` is a pyarrow compute
+    expression (it makes each row group read in full, as it may use any column).
+    Rows also carry `_stream` and `_offset` for `Position`.
+    """
+
+    def __init__(self, path: str | os.PathLike, table: str, *, columns: list[str] | None = None,
+                 filter: pc.Expression | None = None, split: str | None = None,
+                 shuffle: bool = False, seed: int = 0, epoch: int = 0,
+                 rank: int | None = None, world_size: int | None = None,
+                 resume: Mapping[str, Any] | None = None,
+                 known_versions: Iterable[int] | None = None):
+        super().__init__()
+        self.info = open_table(path, table, known_versions=known_versions)
+        arrow = self.info.schema.arrow if self.info.schema else \
+            pq.ParquetFile(self.info.files[0].path).schema_arrow if self.info.files else pa.schema([])
+        names = arrow.names
+        if columns is not None and (bad := [c for c in columns if c not in names]):
+            raise DatasetError(f"{self.info.schema_name}: no columns {bad}; columns: {names}")
+        if split is not None:
+            if self.info.split_field is None:
+                raise DatasetError(f"{self.info.schema_name} has no split field; use `filter`")
+            if self.info.splits and split not in self.info.splits:
+                raise DatasetError(f"{self.info.schema_name}: no split {split!r}; "
+                                   f"splits: {sorted(self.info.splits)}")
+        self.columns, self.filter, self.split = columns, filter, split
+        self.shuffle, self.seed, self.epoch = shuffle, seed, epoch
+        if (rank is None) != (world_size is None):
+            raise ValueError("pass both rank and world_size, or neither")
+        self.rank, self.world_size = (rank, world_size) if rank is not None else _default_rank()
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not in [0, {self.world_size})")
+        self.resume = dict(resume) if resume is not None else None
+        if self.resume is not None:
+            self._check_resume()
+
+    @property
+    def num_rows(self) -> int | None:
+        """Rows per epoch over all ranks (of `split` if given); None with a `filter`."""
+        if self.filter is not None:
+            return None
+        if self.split is None:
+            return self.info.rows
+        return self.info.splits.get(self.split) if self.info.splits else None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle for `epoch`; a resume state applies only to the epoch it was saved in."""
+        if self.resume is not None and epoch != self.resume["epoch"]:
+            self.resume = None
+        self.epoch = epoch
+
+    def position(self, num_workers: int = 0) -> Position:
+        """A tracker for this epoch, starting from the resume state if there is one."""
+        done = self.resume["done"] if self.resume is not None else None
+        return Position(epoch=self.epoch, seed=self.seed, shuffle=self.shuffle,
+                        world_size=self.world_size, workers=max(1, num_workers), done=done)
+
+    def _check_resume(self) -> None:
+        r = self.resume
+        if r.get("format") != POSITION_FORMAT:
+            raise ValueError(f"resume state is not a {POSITION_FORMAT} state_dict: {r!r:.200}")
+        ours = {"epoch": self.epoch, "seed": self.seed, "shuffle": self.shuffle,
+                "world_size": self.world_size}
+        theirs = {k: r[k] for k in ours}
+        if theirs != ours:
+            raise ValueError(f"resume state was saved with {theirs}, this dataset has {ours}: "
+                             f"construct it with the saved values")
+
+    def _stream(self) -> tuple[int, int]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if self.resume is not None and self.resume["workers"] != workers:
+            raise ValueError(f"resume state was saved with num_workers={self.resume['workers']} "
+                             f"per rank, this DataLoader has {workers if info else 0}: "
+                             f"resume with the same num_workers")
+        return self.rank * workers + worker, self.world_size * workers
+
+    def _epoch_units(self) -> list[tuple[int, int, int]]:
+        units = self.info.units()
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(units))
+            units = [units[i] for i in order]
+        return units
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        stream, streams = self._stream()
+        units = self._epoch_units()
+        total = sum(n for _, _, n in units)
+        start, end = stream * total // streams, (stream + 1) * total // streams
+        skip = int(self.resume["done"].get(str(stream), 0)) if self.resume is not None else 0
+        lo = start + skip
+        read_cols = None if self.filter is not None or self.columns is None else \
+            list(dict.fromkeys(self.columns + ([self.info.split_field] if self.split else [])))
+        expr = self.filter
+        if self.split is not None:
+            split_expr = pc.field(self.info.split_field) == self.split
+            expr = split_expr if expr is None else expr & split_expr
+        open_file, pf, u1 = -1, None, 0
+        for fidx, group, n in units:
+            u0, u1 = u1, u1 + n            # this unit's rows in the epoch sequence: [u0, u1)
+            a, b = max(lo, u0) - u0, min(end, u1) - u0
+            if a >= b:
+                if u0 >= end:
+                    break
+                continue
+            if fidx != open_file:
+                f = self.info.files[fidx]
+                pf, open_file = pq.ParquetFile(f.path), fidx
+                _check_file(pf, f.path, self.info.schema, self.info.schema_name, self.info.version)
+            table = pf.read_row_group(group, columns=read_cols)
+            if self.shuffle:
+                rng = np.random.default_rng([self.seed, self.epoch, fidx, group])
+                table = table.take(rng.permutation(n)[a:b])
+            else:
+                table = table.slice(a, b - a)
+            table = table.append_column(OFFSET, pa.array(np.arange(u0 + a - start, u0 + b - start)))
+            if expr is not None:
+                table = table.filter(expr)
+            if self.columns is not None:
+                table = table.select(self.columns + [OFFSET])
+            table = table.append_column(STREAM, pa.array(np.full(table.num_rows, stream)))
+            for batch in table.to_batches():
+                yield from _rows(batch)
+
+
+def collate_rows(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Rows -> a batch: numbers and equal-shape arrays as tensors; strings, nulls and
+    ragged lists as Python lists (default_collate fails on nulls, e.g. `kept` of test rows)."""
+    out: dict[str, Any] = {}
+    for key in rows[0]:
+        values = [r[key] for r in rows]
+        if any(v is None or isinstance(v, (str, bytes)) for v in values):
+            out[key] = values
+        elif all(isinstance(v, np.ndarray) for v in values):
+            if all(v.shape == values[0].shape for v in values):
+                out[key] = torch.from_numpy(np.stack(values))
+            else:
+                out[key] = [torch.from_numpy(v) for v in values]
+        else:
+            out[key] = torch.as_tensor(np.asarray(values))
+    return out

@@ -1,0 +1,80 @@
+"""The output layout every dataset shares (ARCHITECTURE.md, contracts 3 and 5).
+
+OUT/<dataset>/
+  part-NNNNN-of-MMMMM.parquet          one table: parts at the top
+  <table>/part-NNNNN-of-MMMMM.parquet  several tables: a folder each
+  _dead_letter/part-00000-of-00001.parquet
+  _manifest.json
+
+A run writes into a staging folder beside the target and renames it into
+place at the end, so readers never see half a dataset.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+
+MANIFEST = "_manifest.json"
+RUN_RECORD = "_run.json"
+DEAD_LETTER_DIR = "_dead_letter"
+MANIFEST_FORMAT = "shardsmith.manifest/1"
+
+
+def part_name(shard: int, num_shards: int) -> str:
+    return f"part-{shard:05d}-of-{num_shards:05d}.parquet"
+
+
+def table_folder(table: str, several_tables: bool) -> str:
+    """Folder of a table relative to the dataset folder ('' for a lone table)."""
+    if table == DEAD_LETTER_DIR:
+        return DEAD_LETTER_DIR
+    return table if several_tables else ""
+
+
+def part_path(table_folder_rel: str, shard: int, num_shards: int) -> str:
+    name = part_name(shard, num_shards)
+    return f"{table_folder_rel}/{name}" if table_folder_rel else name
+
+
+def staging_dir(target: str) -> str:
+    """A fresh hidden folder beside `target` (same filesystem, so rename is atomic)."""
+    parent, name = os.path.split(os.path.abspath(target))
+    return os.path.join(parent, f".{name}.staging-{uuid.uuid4().hex[:8]}")
+
+
+def failed_dir(target: str) -> str:
+    return os.path.abspath(target) + ".failed"
+
+
+def write_json(path: str, value) -> None:
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:6]}"
+    with open(tmp, "w") as fh:
+        json.dump(value, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def read_manifest(dataset_dir: str) -> dict:
+    path = os.path.join(dataset_dir, MANIFEST)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{path} not found: {dataset_dir} is not a finished shardsmith dataset "
+            f"(run `shardsmith run DATASET --out ...` first)")
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def commit(staging: str, target: str, overwrite: bool) -> None:
+    """Move a finished staging folder into place; replace an old dataset only if asked."""
+    target = os.path.abspath(target)
+    if not os.path.exists(target):
+        os.replace(staging, target)
+        return
+    if not overwrite:
+        raise FileExistsError(f"{target} exists: pass --overwrite to replace it")
+    trash = f"{staging}.old"
+    os.replace(target, trash)
+    os.replace(staging, target)
+    shutil.rmtree(trash, ignore_errors=True)

@@ -1,0 +1,161 @@
+"""One sink for every dataset: schema-checked, deterministic Parquet shards.
+
+Rows go to shard `hash(id) % num_shards` and are sorted by id inside it, so
+the same rows give byte-identical files on every runner and worker count.
+The sink ends in a single step that depends on every shard write: the
+DaskRunner computes only the last step of a graph, and Beam's own file sinks
+write empty shards there.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+import schemas
+from schemas import SchemaError, TableSchema
+from transforms.io import layout
+from transforms.io.stage import Ledger, StageStats
+
+ROW_GROUP_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table a pipeline writes and how many shards it gets."""
+
+    schema: TableSchema
+    num_shards: int = 1
+    row_group_rows: int = ROW_GROUP_ROWS
+
+
+def shard_of(row_id: str, num_shards: int) -> int:
+    return int(row_id[:12], 16) % num_shards
+
+
+def write_shard(dataset_dir: str, folder: str, spec: TableSpec, shard: int, parts: list) -> dict:
+    """Write one part file (atomically) and describe it for the manifest.
+
+    `parts` mixes row dicts and Arrow tables of the table's schema.
+    """
+    dicts = [p for p in parts if isinstance(p, dict)]
+    tables = [p for p in parts if not isinstance(p, dict)] + [spec.schema.to_arrow(dicts)]
+    table = pa.concat_tables(tables).sort_by("id").combine_chunks()
+    ids = table.column("id")
+    if len(pc.unique(ids)) != len(ids):
+        dup = pc.value_counts(ids).filter(pc.greater(pc.value_counts(ids).field("counts"), 1))[0]["values"]
+        raise SchemaError(
+            f"{spec.schema.name}: two rows share id {dup.as_py()!r}; ids hash a row's inputs and "
+            f"config, so the pipeline produced the same input twice (dedupe it upstream)")
+    rel = layout.part_path(folder, shard, spec.num_shards)
+    path = os.path.join(dataset_dir, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    pq.write_table(table, tmp, compression="zstd", row_group_size=spec.row_group_rows)
+    os.replace(tmp, path)
+    splits = {}
+    if spec.schema.split_field:
+        counts = pc.value_counts(table.column(spec.schema.split_field)).to_pylist()
+        splits = dict(sorted((c["values"], c["counts"]) for c in counts))
+    return {"table": spec.schema.table, "path": rel, "shard": shard, "rows": table.num_rows,
+            "bytes": os.path.getsize(path), "splits": splits}
+
+
+class _KeyByShard(beam.DoFn):
+    def __init__(self, table: str, spec: TableSpec):
+        self.table, self.spec = table, spec
+
+    def process(self, element):
+        if isinstance(element, dict):
+            self.spec.schema.check_keys(element)
+            yield (self.table, shard_of(element["id"], self.spec.num_shards)), element
+            return
+        if not element.schema.equals(self.spec.schema.arrow):
+            raise SchemaError(f"{self.spec.schema.name}: a batch's schema differs from the table's: "
+                              f"{element.schema.names} vs {self.spec.schema.arrow.names}")
+        shards = np.array([shard_of(i, self.spec.num_shards) for i in element.column("id").to_pylist()])
+        for shard in np.unique(shards):
+            yield (self.table, int(shard)), element.filter(pa.array(shards == shard))
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, dataset_dir: str, specs: dict[str, TableSpec]):
+        self.dataset_dir, self.specs = dataset_dir, specs
+
+    def process(self, keyed):
+        (table, shard), rows = keyed
+        several = sum(1 for t in self.specs if t != layout.DEAD_LETTER_DIR) > 1
+        folder = layout.table_folder(table, several)
+        yield "file", write_shard(self.dataset_dir, folder, self.specs[table], shard, list(rows))
+
+
+class _RecordRun(beam.DoFn):
+    """Write `_run.json`: every file written and every stage's statistics."""
+
+    def __init__(self, dataset_dir: str):
+        self.dataset_dir = dataset_dir
+
+    def process(self, keyed):
+        files, stages = [], {}
+        for kind, record in keyed[1]:
+            if kind == "file":
+                files.append(record)
+            else:
+                name, stats = record
+                stages[name] = vars(stats)
+        layout.write_json(os.path.join(self.dataset_dir, layout.RUN_RECORD),
+                          {"files": sorted(files, key=lambda f: f["path"]),
+                           "stages": dict(sorted(stages.items()))})
+        yield self.dataset_dir
+
+
+class WriteDataset(beam.PTransform):
+    """Write tables, dead letters and stage statistics into `dataset_dir`.
+
+    `tables` maps table name to its PCollection of row dicts or Arrow tables
+    (chunks of rows, much cheaper per row). Apply this last:
+    nothing may consume its output.
+    """
+
+    def __init__(self, dataset_dir: str, specs: dict[str, TableSpec], ledger: Ledger):
+        super().__init__()
+        self.dataset_dir, self.ledger = dataset_dir, ledger
+        self.specs = dict(specs)
+        self.specs[layout.DEAD_LETTER_DIR] = TableSpec(schemas.DEAD_LETTER, 1)
+
+    def expand(self, tables: dict[str, beam.PCollection]):
+        unknown = set(tables) - set(self.specs)
+        if unknown:
+            raise SchemaError(f"tables {sorted(unknown)} have no TableSpec")
+        pipeline = next(iter(tables.values())).pipeline
+        dead = tuple(self.ledger.dead) or (pipeline | "NoDeadLetters" >> beam.Create([]),)
+        tables = dict(tables, **{layout.DEAD_LETTER_DIR: dead | "FlattenDead" >> beam.Flatten()})
+        keyed = [pcoll | f"Key/{name}" >> beam.ParDo(_KeyByShard(name, self.specs[name]))
+                 for name, pcoll in sorted(tables.items())]
+        files = (tuple(keyed)
+                 | "AllRows" >> beam.Flatten()
+                 | "GroupShards" >> beam.GroupByKey()
+                 | "WriteShards" >> beam.ParDo(_WriteShard(self.dataset_dir, self.specs)))
+        stats = (tuple(self.ledger.stats) or (pipeline | "NoStats" >> beam.Create([]),))
+        stats = (stats
+                 | "FlattenStats" >> beam.Flatten()
+                 | "SumStats" >> beam.CombinePerKey(_merge_stats)
+                 | "TagStats" >> beam.Map(lambda kv: ("stat", kv)))
+        return ((files, stats)
+                | "AllRecords" >> beam.Flatten()
+                | "OneKey" >> beam.Map(lambda r: (None, r))
+                | "Gather" >> beam.GroupByKey()
+                | "RecordRun" >> beam.ParDo(_RecordRun(self.dataset_dir)))
+
+
+def _merge_stats(values) -> StageStats:
+    total = StageStats()
+    for v in values:
+        total = total.merge(v)
+    return total

@@ -1,0 +1,83 @@
+"""Real features from a file, replacing the Gaussian real rows of pruned-synth.
+
+Accepted: Parquet with a list column `x` and a column `y`, or .npz with arrays
+`x` (rows x p) and `y`. Labels must be +1 or -1. A bad row (wrong length,
+NaN or infinite value, other label) is rejected with its index; the rest stay.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from transforms.io.stage import Rejected
+
+
+class FeaturesError(ValueError):
+    """The features file as a whole cannot be used."""
+
+
+@dataclass(frozen=True)
+class FeaturesShape:
+    rows: int
+    p: int
+
+
+def _load(path: str) -> tuple[list, np.ndarray]:
+    """(rows of x as sequences, labels) from a Parquet or .npz file."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".npz":
+        with np.load(path, allow_pickle=False) as data:  # never unpickle an input
+            missing = {"x", "y"} - set(data.files)
+            if missing:
+                raise FeaturesError(f"{path}: .npz needs arrays x and y, missing {sorted(missing)}")
+            x, y = data["x"], data["y"]
+        if x.ndim != 2 or y.ndim != 1 or len(x) != len(y):
+            raise FeaturesError(f"{path}: expected x of shape (rows, p) and y of shape (rows,), "
+                                f"got {x.shape} and {y.shape}")
+        return list(x), y
+    if ext == ".parquet":
+        table = pq.read_table(path)
+        missing = {"x", "y"} - set(table.column_names)
+        if missing:
+            raise FeaturesError(f"{path}: Parquet needs columns x (list of numbers) and y, "
+                                f"missing {sorted(missing)}")
+        return table.column("x").to_pylist(), np.asarray(table.column("y").to_pylist(), dtype=object)
+    raise FeaturesError(f"{path}: features must be a .parquet or .npz file")
+
+
+def features_shape(path: str) -> FeaturesShape:
+    """Row count and width (the most common row length), for checking a config up front."""
+    xs, _ = _load(path)
+    lengths = [len(x) for x in xs if x is not None and np.ndim(x) == 1]
+    if not lengths:
+        raise FeaturesError(f"{path}: no usable feature rows")
+    values, counts = np.unique(lengths, return_counts=True)
+    return FeaturesShape(rows=len(xs), p=int(values[np.argmax(counts)]))
+
+
+def read_features(path: str) -> Iterator[tuple[int, np.ndarray, int] | Rejected]:
+    """(file row index, x as float64, label) per good row; Rejected per bad row."""
+    xs, ys = _load(path)
+    p = features_shape(path).p
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        where = f"{os.path.basename(path)} row {i}"
+        if x is None or np.ndim(x) != 1 or len(x) != p:
+            yield Rejected(f"{where}: x has {None if x is None else len(x)} values, expected p={p}",
+                           {"row": i, "x": x, "y": y}, "BadFeatureRow")
+            continue
+        try:
+            vec = np.asarray(x, dtype=np.float64)
+        except (TypeError, ValueError):
+            vec = np.array([np.nan])
+        if not np.all(np.isfinite(vec)):
+            yield Rejected(f"{where}: x holds NaN, infinite or non-numeric values",
+                           {"row": i, "x": x, "y": y}, "BadFeatureRow")
+            continue
+        if y is None or y not in (1, -1):
+            yield Rejected(f"{where}: label {y!r} is not +1 or -1", {"row": i, "y": y}, "BadLabel")
+            continue
+        yield i, vec, int(y)

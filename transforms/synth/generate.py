@@ -1,0 +1,56 @@
+"""Beam wiring of pruned-synth: real rows -> generator -> synthetic rows -> verifier."""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from transforms.io.stage import Ledger, payloads
+from transforms.synth import experiment as ex
+from transforms.synth import gaussian_mixture as gm
+
+
+def _merge_stats(values):
+    values = iter(values)
+    total = next(values)
+    for v in values:
+        total = gm.merge_generator_stats(total, v)
+    return total
+
+
+class GeneratePrunedSynth(beam.PTransform):
+    """All experiments of a run: {"rows": Arrow chunks, "experiments": row dicts}.
+
+    `experiments` is a list of (experiment id, resolved params, swept keys).
+    The generator is joined to its synthetic chunks with CoGroupByKey rather
+    than a side input, which the DaskRunner does not support.
+    """
+
+    def __init__(self, experiments: list[tuple[str, dict, list]], ledger: Ledger):
+        super().__init__()
+        self.experiments, self.ledger = experiments, ledger
+
+    def expand(self, pbegin):
+        real_tasks, synth_tasks, metas = [], [], []
+        for exp, params, swept in self.experiments:
+            reals, synths = ex.plan(params, exp)
+            real_tasks += reals
+            synth_tasks += [(exp, t) for t in synths]
+            metas.append((exp, {"params": params, "swept": swept}))
+        real = (pbegin
+                | "RealTasks" >> beam.Create(real_tasks)
+                | "SpreadReal" >> beam.Reshuffle()
+                | self.ledger.stage("real_rows", ex.real_rows))
+        stats = (payloads(real, ex.STATS, "RealStats")
+                 | "SumStats" >> beam.CombinePerKey(_merge_stats)
+                 | "ByExperiment" >> beam.MapTuple(lambda key, s: (key[0], (key[1], s))))
+        joined = {
+            "experiment": pbegin | "Experiments" >> beam.Create(metas),
+            "stats": stats,
+            "chunks": pbegin | "SyntheticTasks" >> beam.Create(synth_tasks),
+        } | "JoinGenerator" >> beam.CoGroupByKey()
+        fitted = joined | self.ledger.stage("generator", ex.generator)
+        synthetic = (payloads(fitted, ex.SYNTH_TASK, "Tasks")
+                     | "SpreadSynthetic" >> beam.Reshuffle()
+                     | self.ledger.stage("synthetic_rows", ex.synthetic_rows))
+        rows = ((payloads(real, ex.ROWS, "RealRows"), payloads(synthetic, ex.ROWS, "SynthRows"))
+                | "AllRows" >> beam.Flatten())
+        return {"rows": rows, "experiments": payloads(fitted, ex.EXPERIMENT, "ExperimentRows")}
