@@ -17,6 +17,13 @@ from pipelines.config import ConfigError
 EXIT_USAGE, EXIT_FAILED = 2, 1
 
 
+class _QuietBeamImports(logging.Filter):
+    """Beam warns on import that optional GCP client libraries are missing; they are not used."""
+
+    def filter(self, record):
+        return "apitools not found" not in record.getMessage()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's default prints usage; we print one line
         raise ConfigError(message)
@@ -59,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, beam_args = argv[:cut], argv[cut + 1:]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().addFilter(_QuietBeamImports())
     try:
         args = _parser().parse_args(argv)
         return _COMMANDS[args.command](args, beam_args)

@@ -63,7 +63,10 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
             ledger = Ledger()
             tables = dataset.build(pipeline, resolved, ledger)
             _ = tables | "Write" >> WriteDataset(staging, specs, ledger)
-            pipeline.run().wait_until_finish()
+            result = pipeline.run()
+            result.wait_until_finish()
+            if hasattr(result, "client"):  # the DaskRunner opens a client and leaves it open
+                result.client.close()
         pipeline_s = time.time() - t_pipe
         record_path = os.path.join(staging, layout.RUN_RECORD)
         if not os.path.exists(record_path):

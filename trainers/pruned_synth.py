@@ -89,6 +89,7 @@ def evaluate(exp: dict, rows: pa.Table, gamma: float | None = None) -> dict:
 
 
 def train(data_dir: str, out_dir: str, config: dict) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
     experiments = read_arrow(data_dir, "experiments").to_pylist()
     rows = read_arrow(data_dir, "rows", columns=["experiment", "source", "x", "y_true", "y_observed", "kept"])
     entries = []

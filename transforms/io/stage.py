@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import apache_beam as beam
+import pyarrow as pa
 
 from transforms.io.ids import stable_id
 
@@ -32,6 +33,16 @@ class Rejected:
     reason: str
     excerpt: Any
     error_type: str = "Rejected"
+
+
+def record_count(output: Any) -> int:
+    """Records in one output: an Arrow batch counts its rows, so that a stage's dead-letter share
+    compares rejected items with good items of the same size (a bad file row vs good file rows)."""
+    if isinstance(output, tuple) and len(output) == 2 and isinstance(output[0], str):
+        output = output[1]
+    if isinstance(output, (pa.Table, pa.RecordBatch)):
+        return output.num_rows
+    return 1
 
 
 def excerpt(element: Any, limit: int = EXCERPT_CHARS) -> str:
@@ -54,7 +65,7 @@ def _describe(exc: BaseException) -> str:
 
 @dataclass
 class StageStats:
-    """What one stage did: inputs, outputs, dead letters, busy seconds, first start, last end."""
+    """What one stage did: inputs, output records, dead letters, busy seconds, first start, last end."""
 
     inputs: int = 0
     outputs: int = 0
@@ -87,15 +98,16 @@ class _StageDoFn(beam.DoFn):
             outputs = list(self.fn(element) or ())
         except Exception as exc:  # a bad input must not kill the run: it becomes a dead letter
             outputs = [Rejected(_describe(exc), element, type(exc).__name__)]
-        dead = 0
+        dead = records = 0
         for out in outputs:
             if isinstance(out, Rejected):
                 dead += 1
                 yield DEAD, dead_letter(self.name, out.excerpt, out.error_type, out.reason)
             else:
+                records += record_count(out)
                 yield OK, out
         busy = time.perf_counter() - t0
-        yield STAT, (self.name, StageStats(1, len(outputs) - dead, dead, busy, start, start + busy))
+        yield STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy))
 
 
 def payloads(events: beam.PCollection, kind: str, label: str) -> beam.PCollection:

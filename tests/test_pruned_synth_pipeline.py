@@ -1,0 +1,195 @@
+"""pruned-synth end to end: run -> validate -> train, dead letters, overwrite, stable ids."""
+import glob
+import hashlib
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import registry, run
+from pipelines.config import ConfigError
+from pipelines.validate import validate
+from trainers import pruned_synth as trainer
+from trainers import rmt
+
+SMALL = ["p=40", "n=100", "n_hat=60", "m=1500", "n_test=600", "rows_per_shard=500"]
+
+
+def shard_digests(path):
+    return {os.path.relpath(f, path): hashlib.sha256(open(f, "rb").read()).hexdigest()
+            for f in sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))}
+
+
+def test_run_validate_train(run_dataset, tmp_path):
+    path, manifest = run_dataset("pruned-synth", *SMALL, "epsilon=[0.1,0.5]")
+    rows = manifest["tables"]["rows"]
+    assert rows["rows"] == 2 * (100 + 1500 + 600)
+    assert rows["splits"] == {"real": 200, "synthetic": 3000, "test": 1200}
+    assert len(rows["files"]) == 9  # ceil(4400 / 500) shards
+    assert manifest["tables"]["experiments"]["rows"] == 2
+    assert manifest["dead_letters"]["count"] == 0
+    assert set(manifest["stages"]) == {"real_rows", "generator", "synthetic_rows"}
+    assert manifest["swept"] == ["epsilon"] and manifest["experiments"] == 2
+    assert manifest["config"]["epsilon"] == [0.1, 0.5]
+    assert not glob.glob(os.path.join(tmp_path, "out", ".*staging*"))
+    problems, _ = validate(path)
+    assert problems == []
+
+    metrics = trainer.train(path, str(tmp_path / "train"), {})
+    assert [e["params"]["epsilon"] for e in metrics["experiments"]] == [0.1, 0.5]
+    for e in metrics["experiments"]:
+        assert e["rows"]["real"] == 100 and e["rows"]["synthetic"] == 1500 and e["rows"]["test"] == 600
+        assert 0.5 < e["empirical_accuracy"] < 1
+        assert abs(e["empirical_accuracy"] - e["theoretical_accuracy"]) < 0.06
+    assert (tmp_path / "train" / "accuracy.png").exists()
+
+
+def test_rows_follow_the_model(run_dataset):
+    path, _ = run_dataset("pruned-synth", *SMALL, "epsilon=0.3", "phi=0.9", "rho=0.2")
+    table = pq.read_table(os.path.join(path, "rows"))
+    synth = table.filter(pa.compute.equal(table.column("source"), "synthetic")).to_pylist()
+    flipped = np.array([r["y_true"] != r["y_observed"] for r in synth])
+    kept = np.array([r["kept"] for r in synth])
+    assert abs(flipped.mean() - 0.3) < 0.04
+    assert abs(kept[~flipped].mean() - 0.9) < 0.04 and abs(kept[flipped].mean() - 0.2) < 0.06
+    real = [r for r in table.to_pylist() if r["source"] == "real"]
+    assert all(r["kept"] and r["y_true"] == r["y_observed"] and len(r["x"]) == 40 for r in real)
+    assert all(r["kept"] is None for r in table.to_pylist() if r["source"] == "test")
+    exp = pq.read_table(os.path.join(path, "experiments")).to_pylist()[0]
+    assert len(exp["mu_hat"]) == 40 and len(exp["cov_hat"]) == 40 * 40
+    assert abs(exp["mu_hat"][0] - 1.0) < 0.5  # estimated from 60 rows of N(mu, I), mu = e_1
+
+
+def test_same_config_same_ids_and_bytes(run_dataset, tmp_path):
+    a, _ = run_dataset("pruned-synth", *SMALL, out=tmp_path / "a")
+    b, _ = run_dataset("pruned-synth", *SMALL, out=tmp_path / "b")
+    assert shard_digests(a) == shard_digests(b)
+    c, _ = run_dataset("pruned-synth", *SMALL, "seed=1", out=tmp_path / "c")
+    ids = lambda p: set(pq.read_table(os.path.join(p, "rows"), columns=["id"]).column("id").to_pylist())
+    assert not ids(a) & ids(c)
+
+
+def test_overwrite_replaces_the_dataset_whole(run_dataset, tmp_path):
+    path, first = run_dataset("pruned-synth", *SMALL)
+    with pytest.raises(ConfigError, match="exists: pass --overwrite"):
+        run_dataset("pruned-synth", *SMALL)
+    stray = os.path.join(path, "rows", "part-00099-of-00100.parquet")
+    open(stray, "wb").close()
+    _, second = run_dataset("pruned-synth", *SMALL[:-1], "rows_per_shard=100000", overwrite=True)
+    assert len(second["tables"]["rows"]["files"]) == 1
+    assert sorted(os.listdir(os.path.join(path, "rows"))) == ["part-00000-of-00001.parquet"]
+    assert validate(path)[0] == []
+    assert sorted(os.listdir(tmp_path / "out")) == ["pruned-synth"]  # no staging or trash left
+
+
+def _features(tmp_path, rows=600, p=8, bad=()):
+    rng = np.random.default_rng(0)
+    y = rng.choice([-1, 1], size=rows)
+    x = (y[:, None] * np.eye(p)[0] + rng.standard_normal((rows, p))).tolist()
+    ys = y.tolist()
+    for i, kind in bad:
+        if kind == "short":
+            x[i] = x[i][:-1]
+        elif kind == "nan":
+            x[i][2] = float("nan")
+        elif kind == "label":
+            ys[i] = 0
+        elif kind == "null":
+            x[i] = None
+    path = tmp_path / "features.parquet"
+    pq.write_table(pa.table({"x": x, "y": ys}), path)
+    return str(path)
+
+
+def test_corrupt_feature_rows_become_dead_letters(run_dataset, tmp_path):
+    bad = [(3, "short"), (7, "nan"), (11, "label"), (13, "null")]
+    features = _features(tmp_path, bad=bad)
+    path, manifest = run_dataset("pruned-synth", f"features={features}", "n=400", "n_hat=200",
+                                 "n_test=150", "m=500")
+    assert manifest["dead_letters"]["count"] == 4
+    assert manifest["dead_letters"]["by_stage"] == {"real_rows": 4}
+    assert manifest["tables"]["rows"]["splits"] == {"real": 400, "synthetic": 500, "test": 150}
+    assert manifest["inputs"]["features"].endswith(hashlib.sha256(open(features, "rb").read()).hexdigest())
+    dead = pq.read_table(os.path.join(path, "_dead_letter")).to_pylist()
+    messages = sorted(d["message"] for d in dead)
+    assert any("row 3: x has 7 values, expected p=8" in m for m in messages)
+    assert any("row 7: x holds NaN" in m for m in messages)
+    assert any("row 11: label 0 is not +1 or -1" in m for m in messages)
+    assert any("row 13: x has None values" in m for m in messages)
+    assert {d["stage"] for d in dead} == {"real_rows"}
+    assert all(d["excerpt"] and d["error_type"] in ("BadFeatureRow", "BadLabel") for d in dead)
+    # the valid rows are intact: the first 400 good rows of the file, in order, are the real rows
+    table = pq.read_table(features).to_pylist()
+    good = [r for i, r in enumerate(table) if i not in {3, 7, 11, 13}]
+    rows = pq.read_table(os.path.join(path, "rows")).to_pylist()
+    real = sorted((r for r in rows if r["source"] == "real"), key=lambda r: r["index"])
+    assert [r["y_true"] for r in real] == [g["y"] for g in good[:400]]
+    assert np.allclose([r["x"] for r in real], [g["x"] for g in good[:400]], atol=1e-6)
+    metrics = trainer.train(path, str(tmp_path / "t"), {})
+    (e,) = metrics["experiments"]
+    assert e["theoretical_accuracy"] is None and e["empirical_accuracy"] > 0.6
+
+
+def test_too_many_dead_letters_fail_the_run_and_publish_nothing(run_dataset, tmp_path):
+    features = _features(tmp_path, bad=[(i, "nan") for i in range(0, 60)])
+    with pytest.raises(run.RunFailed) as err:
+        run_dataset("pruned-synth", f"features={features}", "n=300", "n_hat=100", "n_test=100", "m=100")
+    message = str(err.value)
+    assert "stage 'real_rows' sent 60 of" in message and "above --max-error-rate 0.05" in message
+    assert not os.path.exists(tmp_path / "out" / "pruned-synth")
+    failed = tmp_path / "out" / "pruned-synth.failed"
+    assert len(pq.read_table(failed / "_dead_letter").to_pylist()) == 60
+    path, manifest = run_dataset("pruned-synth", f"features={features}", "n=300", "n_hat=100",
+                                 "n_test=100", "m=100", max_error_rate=0.2)
+    assert manifest["dead_letters"]["count"] == 60
+
+
+def test_unusable_features_files_are_refused_up_front(tmp_path):
+    dataset = registry.get("pruned-synth")
+    pickled = tmp_path / "objects.npz"
+    np.savez(pickled, x=np.array([[1.0], [2.0, 3.0]], dtype=object), y=np.array([1, -1]))
+    with pytest.raises(ConfigError, match="Object arrays cannot be loaded"):  # never unpickled
+        run.run(dataset, out=str(tmp_path), sets=[f"features={pickled}", "n=1", "n_hat=1", "n_test=1"])
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, features=np.zeros((3, 2)))
+    with pytest.raises(ConfigError, match="needs arrays x and y"):
+        run.run(dataset, out=str(tmp_path), sets=[f"features={wrong}", "n=1", "n_hat=1", "n_test=1"])
+    csv = tmp_path / "f.csv"
+    csv.write_text("1,2\n")
+    with pytest.raises(ConfigError, match="must be a .parquet or .npz"):
+        run.run(dataset, out=str(tmp_path), sets=[f"features={csv}", "n=1", "n_hat=1", "n_test=1"])
+    few = tmp_path / "few.npz"
+    np.savez(few, x=np.zeros((10, 3)), y=np.ones(10))
+    with pytest.raises(ConfigError, match="has 10 rows, fewer than n \\+ n_test = 20"):
+        run.run(dataset, out=str(tmp_path), sets=[f"features={few}", "n=10", "n_hat=5", "n_test=10"])
+
+
+def test_learned_verifier_keeps_rows_it_agrees_with(run_dataset, tmp_path):
+    path, _ = run_dataset("pruned-synth", *SMALL, "verifier=learned", "epsilon=0.3", "n=400")
+    metrics = trainer.train(path, str(tmp_path / "t"), {})
+    (e,) = metrics["experiments"]
+    observed = e["verifier_observed"]
+    assert observed["phi"] > 0.6 and observed["rho"] < 0.4  # it mostly rejects flipped labels
+    assert "approximate" in e["theory_note"]
+
+
+def test_fig4_phase_transition_matches_theory(run_dataset, tmp_path):
+    """PAPERS.md Fig. 4 via the pipeline and trainer: 20 seeds, within 2 points at every epsilon."""
+    eps = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    path, manifest = run_dataset(
+        "pruned-synth", "p=100", "n=0", "n_hat=0", "m=1000", "mu_norm=1", "gamma=1", "rho=0.3",
+        "phi=0.8", "n_test=1000", f"epsilon={eps}", f"seed={list(range(20))}")
+    assert manifest["experiments"] == 120
+    metrics = trainer.train(path, str(tmp_path / "t"), {})
+    assert metrics["x_axis"] == "epsilon"
+    (curve,) = metrics["curves"]
+    assert curve["x"] == eps and curve["seeds"] == [20] * 6
+    for e, emp, th in zip(eps, curve["empirical_mean"], curve["theory"]):
+        closed = rmt.synthetic_only_theory(100, 1000, 1.0, e, 0.3, 0.8, 1.0)["accuracy"]
+        assert th == pytest.approx(closed)
+        assert abs(emp - th) < 0.02, (e, emp, th)
+    accuracy = dict(zip(eps, curve["theory"]))
+    assert accuracy[0.0] > 0.8 and accuracy[0.8] < 0.5 and accuracy[1.0] < 0.25
