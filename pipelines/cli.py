@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a dataset's model from its shards")
     t.add_argument("dataset")
     t.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
-    t.add_argument("--out", default=None, help="where metrics and checkpoints go (default DATA/_train)")
+    t.add_argument("--out", default=None, help="where metrics and checkpoints go (default DATA-train, beside the data)")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     return p
 

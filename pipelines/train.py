@@ -33,9 +33,14 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str]) -> tupl
         raise ConfigError(f"the {dataset.name} trainer needs the train extra "
                           f"(pip install 'shardsmith[train]'): {exc}") from None
     resolved = trainer_config(module).resolve(None, sets)
-    out = out or os.path.join(data, "_train")
+    out = out or os.path.normpath(data) + "-train"
     os.makedirs(out, exist_ok=True)
-    metrics = getattr(module, func)(data, out, resolved.values)
+    from schemas import SchemaError
+    from trainers.data import DatasetError
+    try:
+        metrics = getattr(module, func)(data, out, resolved.values)
+    except (DatasetError, SchemaError) as exc:  # data the trainer cannot use: say why, no traceback
+        raise ConfigError(str(exc)) from None
     metrics_path = os.path.join(out, "metrics.json")
     with open(metrics_path, "w") as fh:
         json.dump(metrics, fh, indent=2, sort_keys=True)

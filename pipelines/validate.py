@@ -86,7 +86,7 @@ def validate(path: str) -> tuple[list[str], list[str]]:
     for root, _, names in os.walk(path):
         for name in names:
             rel = os.path.normpath(os.path.relpath(os.path.join(root, name), path))
-            if name.endswith(".parquet") and rel not in listed and not rel.startswith("_train"):
+            if name.endswith(".parquet") and rel not in listed:
                 problems.append(f"{rel}: a Parquet file the manifest does not list")
     return problems, report
 

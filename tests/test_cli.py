@@ -86,3 +86,8 @@ def test_installed_entry_point_runs_without_traceback(tmp_path):
                          "--set", "n_test=50"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert "rows" in ok.stdout and "synthetic 100" in ok.stdout
+
+
+def test_train_with_unknown_x_axis_is_one_line(capsys, small_dataset):
+    err = _one_line_error(capsys, ["train", "pruned-synth", "--data", str(small_dataset), "--set", "x_axis=colour"])
+    assert "x_axis 'colour' is not a parameter; choose one of" in err

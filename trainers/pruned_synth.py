@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from trainers import rmt
-from trainers.data import read_arrow
+from trainers.data import DatasetError, read_arrow
 
 CONFIG = {
     "gamma": (float, None, "ridge regularisation; default: each experiment's gamma", 1e-12),
@@ -99,24 +99,40 @@ def train(data_dir: str, out_dir: str, config: dict) -> dict:
     swept = entries[0]["swept"] if entries else []
     x_axis = config.get("x_axis") or next((k for k in swept if k != "seed"), None)
     if x_axis is not None and entries and x_axis not in entries[0]["params"]:
-        raise ValueError(f"x_axis {x_axis!r} is not a parameter; choose one of {sorted(entries[0]['params'])}")
-    gaps = [abs(e["empirical_accuracy"] - e["theoretical_accuracy"]) for e in entries
-            if e["theoretical_accuracy"] is not None]
-    metrics = {"experiments": entries, "swept": swept, "x_axis": x_axis,
-               "curves": curves(entries, x_axis),
-               "max_abs_gap": max(gaps) if gaps else None,
-               "mean_abs_gap": float(np.mean(gaps)) if gaps else None}
+        raise DatasetError(f"x_axis {x_axis!r} is not a parameter; choose one of {sorted(entries[0]['params'])}")
+    lines = curves(entries, x_axis, {e["id"]: e for e in experiments})
+    gaps = [abs(emp - th) for c in lines for emp, th in zip(c["empirical_mean"], c["theory"]) if th is not None]
+    metrics = {"experiments": entries, "swept": swept, "x_axis": x_axis, "curves": lines,
+               "max_abs_gap_seed_mean": max(gaps) if gaps else None}
     if entries:
         plot(metrics, os.path.join(out_dir, "accuracy.png"))
     return metrics
 
 
-def curves(entries: list[dict], x_axis: str | None) -> list[dict]:
+DENSE_KEYS = ("epsilon", "rho", "phi", "gamma")  # continuous: the theory is drawn as a smooth line
+
+
+def dense_theory(exp: dict, x_axis: str, xs: list[float], gamma: float) -> dict | None:
+    """The theory along x_axis for one experiment's other parameters (and its fitted generator)."""
+    if x_axis not in DENSE_KEYS or exp["mu"] is None or exp["verifier"] == "learned" or len(xs) < 2:
+        return None
+    grid = np.linspace(min(xs), max(xs), 101)
+    values = []
+    for x in grid:
+        point = dict(exp, **{x_axis: float(x)})
+        g = float(x) if x_axis == "gamma" else gamma
+        values.append(theory(point, g, point["phi"], point["rho"])["accuracy"])
+    return {"x": grid.tolist(), "accuracy": values}
+
+
+def curves(entries: list[dict], x_axis: str | None, experiments: dict | None = None) -> list[dict]:
     """Accuracy against x_axis, one curve per value of the other swept keys, seeds averaged."""
     groups: dict[tuple, dict] = {}
+    templates: dict[tuple, dict] = {}
     for e in entries:
         others = tuple((k, e["params"][k]) for k in e["swept"] if k not in (x_axis, "seed"))
         x = e["params"][x_axis] if x_axis else 0
+        templates.setdefault(others, e)
         point = groups.setdefault(others, {}).setdefault(x, {"empirical": [], "theory": []})
         point["empirical"].append(e["empirical_accuracy"])
         if e["theoretical_accuracy"] is not None:
@@ -131,6 +147,9 @@ def curves(entries: list[dict], x_axis: str | None) -> list[dict]:
             "empirical_sem": [float(np.std(points[x]["empirical"]) / np.sqrt(len(points[x]["empirical"]))) for x in xs],
             "theory": [float(np.mean(points[x]["theory"])) if points[x]["theory"] else None for x in xs],
             "seeds": [len(points[x]["empirical"]) for x in xs],
+            "dense_theory": dense_theory(experiments[templates[others]["experiment"]], x_axis, xs,
+                                         templates[others]["params"]["gamma"])
+            if experiments and x_axis else None,
         })
     return out
 
@@ -145,8 +164,18 @@ def plot(metrics: dict, path: str) -> None:
         ax.errorbar(c["x"], c["empirical_mean"], yerr=c["empirical_sem"], fmt="o", color=color,
                     label=f"empirical ({c['label']})", capsize=3)
         th = [(x, t) for x, t in zip(c["x"], c["theory"]) if t is not None]
-        if th:
+        if c.get("dense_theory"):
+            ax.plot(c["dense_theory"]["x"], c["dense_theory"]["accuracy"], "-", color=color,
+                    label=f"theory ({c['label']})")
+        elif th:
             ax.plot(*zip(*th), "-", color=color, label=f"theory ({c['label']})")
+    if metrics["x_axis"] == "epsilon" and metrics["experiments"]:
+        params = metrics["experiments"][0]["params"]
+        if params["phi"] + params["rho"] > 0 and not {"phi", "rho"} & set(metrics["swept"]):
+            star = params["phi"] / (params["phi"] + params["rho"])
+            ax.axvline(star, color="grey", lw=0.8, ls="--")
+            ax.annotate(f"eps* = {star:.3f}", (star, 0.95), xycoords=("data", "axes fraction"),
+                        fontsize=7, ha="right")
     ax.axhline(0.5, color="grey", lw=0.8, ls=":")
     ax.set_xlabel(metrics["x_axis"] or "experiment")
     ax.set_ylabel("test accuracy (true labels)")
@@ -158,12 +187,16 @@ def plot(metrics: dict, path: str) -> None:
 
 
 def report(metrics: dict) -> str:
+    """Per experiment, then per curve point with seeds averaged (the figure to compare)."""
     lines = [f"{'experiment':22s} {'swept':28s} {'empirical':>9s} {'theory':>9s}"]
     for e in metrics["experiments"]:
         swept = ", ".join(f"{k}={e['params'][k]}" for k in e["swept"]) or "-"
         th = e["theoretical_accuracy"]
         lines.append(f"{e['experiment']:22s} {swept:28s} {e['empirical_accuracy']:9.3f} "
                      f"{'n/a' if th is None else f'{th:9.3f}':>9s}")
-    if metrics["max_abs_gap"] is not None:
-        lines.append(f"largest |empirical - theory|: {metrics['max_abs_gap']:.3f}")
+    for c in metrics["curves"]:
+        lines.append(f"\n{c['label']}: {metrics['x_axis'] or 'experiment'} -> accuracy (mean over seeds +- s.e.)")
+        for x, emp, sem, th, k in zip(c["x"], c["empirical_mean"], c["empirical_sem"], c["theory"], c["seeds"]):
+            gap = "" if th is None else f"  theory {th:.3f}  gap {emp - th:+.3f}"
+            lines.append(f"  {x!s:>10}  {emp:.3f} +- {sem:.3f} ({k} seed{'s' * (k > 1)}){gap}")
     return "\n".join(lines)
