@@ -36,7 +36,6 @@ and build a new iterator; with `persistent_workers=True` rebuild the DataLoader.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -51,10 +50,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 import schemas
 from schemas import SchemaError, TableSchema
+from schemas.manifest import MANIFEST, MANIFEST_FORMAT, read_manifest
 from schemas.table import SCHEMA_KEY, VERSION_KEY
 
-MANIFEST = "_manifest.json"
-MANIFEST_FORMAT = "shardsmith.manifest/1"
 POSITION_FORMAT = "shardsmith.position/1"
 STREAM, OFFSET = "_stream", "_offset"
 
@@ -116,12 +114,7 @@ def open_table(path: str | os.PathLike, table: str, *,
     """
     root = os.path.abspath(os.fspath(path))
     mpath = os.path.join(root, MANIFEST)
-    if not os.path.isfile(mpath):
-        raise FileNotFoundError(
-            f"{mpath} not found: {root} is not a finished shardsmith dataset "
-            f"(run `shardsmith run DATASET --out ...` first, and point at its output folder)")
-    with open(mpath) as fh:
-        manifest = json.load(fh)
+    manifest = read_manifest(root)
     fmt = manifest.get("format", MANIFEST_FORMAT)
     if fmt != MANIFEST_FORMAT:
         raise DatasetError(f"{mpath}: manifest format {fmt!r}, this shardsmith reads "

@@ -16,10 +16,10 @@ import os
 import shutil
 import uuid
 
-MANIFEST = "_manifest.json"
+from schemas.manifest import MANIFEST, MANIFEST_FORMAT, read_manifest  # noqa: F401 (the layout's API)
+
 RUN_RECORD = "_run.json"
 DEAD_LETTER_DIR = "_dead_letter"
-MANIFEST_FORMAT = "shardsmith.manifest/1"
 
 
 def part_name(shard: int, num_shards: int) -> str:
@@ -54,16 +54,6 @@ def write_json(path: str, value) -> None:
         json.dump(value, fh, indent=2, sort_keys=True)
         fh.write("\n")
     os.replace(tmp, path)
-
-
-def read_manifest(dataset_dir: str) -> dict:
-    path = os.path.join(dataset_dir, MANIFEST)
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{path} not found: {dataset_dir} is not a finished shardsmith dataset "
-            f"(run `shardsmith run DATASET --out ...` first)")
-    with open(path) as fh:
-        return json.load(fh)
 
 
 def commit(staging: str, target: str, overwrite: bool) -> None:
