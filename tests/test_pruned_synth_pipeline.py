@@ -193,3 +193,28 @@ def test_fig4_phase_transition_matches_theory(run_dataset, tmp_path):
         assert abs(emp - th) < 0.02, (e, emp, th)
     accuracy = dict(zip(eps, curve["theory"]))
     assert accuracy[0.0] > 0.8 and accuracy[0.8] < 0.5 and accuracy[1.0] < 0.25
+
+
+def test_npz_features_and_streaming_the_shards_into_torch(run_dataset):
+    """A .npz features file end to end, then the shards streamed by trainers/data.py with workers."""
+    import tempfile
+
+    import torch
+
+    from trainers.data import ShardDataset, collate_rows
+
+    rng = np.random.default_rng(3)
+    y = rng.choice([-1, 1], size=300)
+    x = y[:, None] * np.eye(5)[0] + rng.standard_normal((300, 5))
+    with tempfile.TemporaryDirectory() as tmp:
+        features = os.path.join(tmp, "f.npz")
+        np.savez(features, x=x, y=y)
+        path, manifest = run_dataset("pruned-synth", f"features={features}", "n=200", "n_hat=100",
+                                     "n_test=100", "m=700", "rows_per_shard=300")
+    assert manifest["tables"]["rows"]["splits"] == {"real": 200, "synthetic": 700, "test": 100}
+    ds = ShardDataset(path, "rows", columns=["id", "x", "y_observed"], split="synthetic")
+    loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=2, collate_fn=collate_rows)
+    seen = [i for batch in loader for i in batch["id"]]
+    assert len(seen) == len(set(seen)) == 700
+    first = next(iter(torch.utils.data.DataLoader(ds, batch_size=8, collate_fn=collate_rows)))
+    assert first["x"].shape == (8, 5) and first["x"].dtype == torch.float32
