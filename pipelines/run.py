@@ -75,6 +75,7 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
         with open(record_path) as fh:
             record = json.load(fh)
         os.remove(record_path)
+        shutil.rmtree(os.path.join(staging, layout.SPILL_DIR), ignore_errors=True)
         files = record["files"] + _write_missing_parts(staging, specs, record["files"])
         manifest = _manifest(dataset, resolved, runner, inputs, specs, files, record["stages"])
         manifest["wall_time_s"] = {"pipeline": round(pipeline_s, 3)}

@@ -25,6 +25,26 @@ RUNNERS = {
 }
 
 
+ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _one_blas_thread_per_worker():
+    """Worker processes (one per core) each get one BLAS thread unless the user chose otherwise:
+    N workers x N BLAS threads on N cores fight and run slower than N workers alone."""
+    saved = {k: os.environ.get(k) for k in ONE_THREAD}
+    for k in ONE_THREAD:
+        os.environ.setdefault(k, "1")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _has(args: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
@@ -37,10 +57,12 @@ def pipeline_options(runner: str, extra: list[str]):
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
         yield PipelineOptions(extra), FnApiRunner()
     elif runner == "multiprocess":
-        args = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
+        args = ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
+                "--default_sdk_harness_log_level=WARNING"]
         if not _has(extra, "--direct_num_workers"):
             args.append(f"--direct_num_workers={os.cpu_count() or 2}")
-        yield PipelineOptions(args + extra), None
+        with _one_blas_thread_per_worker():
+            yield PipelineOptions(args + extra), None
     elif runner == "portable":
         yield PipelineOptions(["--runner=PortableRunner", "--job_endpoint=embed",
                                "--environment_type=LOOPBACK"] + extra), None

@@ -19,6 +19,7 @@ import uuid
 from schemas.manifest import MANIFEST, MANIFEST_FORMAT, read_manifest  # noqa: F401 (the layout's API)
 
 RUN_RECORD = "_run.json"
+SPILL_DIR = "_spill"  # batches spilled by workers before the shard writers read them; removed at commit
 DEAD_LETTER_DIR = "_dead_letter"
 
 

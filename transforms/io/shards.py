@@ -2,6 +2,14 @@
 
 Rows go to shard `hash(id) % num_shards` and are sorted by id inside it, so
 the same rows give byte-identical files on every runner and worker count.
+
+Bulk rows do not travel through the runner's shuffle: a batch of rows is
+spilled by the worker that made it to an Arrow IPC file in the staging
+folder, sorted by shard, and only (file, offset, length) references are
+grouped by shard. The shard writer memory-maps its slices. That keeps the
+shuffle small (the DirectRunner's goes through one process; Dask's groupby
+holds everything in memory) and lets workers write in parallel.
+
 The sink ends in a single step that depends on every shard write: the
 DaskRunner computes only the last step of a graph, and Beam's own file sinks
 write empty shards there.
@@ -45,7 +53,7 @@ def write_shard(dataset_dir: str, folder: str, spec: TableSpec, shard: int, part
     `parts` mixes row dicts and Arrow tables of the table's schema.
     """
     dicts = [p for p in parts if isinstance(p, dict)]
-    tables = [p for p in parts if not isinstance(p, dict)] + [spec.schema.to_arrow(dicts)]
+    tables = [p.read() for p in parts if isinstance(p, SpillSlice)] + [spec.schema.to_arrow(dicts)]
     table = pa.concat_tables(tables).sort_by("id").combine_chunks()
     ids = table.column("id")
     if len(pc.unique(ids)) != len(ids):
@@ -67,9 +75,35 @@ def write_shard(dataset_dir: str, folder: str, spec: TableSpec, shard: int, part
             "bytes": os.path.getsize(path), "splits": splits}
 
 
+@dataclass(frozen=True)
+class SpillSlice:
+    """Rows [offset, offset + length) of a spilled Arrow IPC file: what the shuffle carries."""
+
+    path: str
+    offset: int
+    length: int
+
+    def read(self) -> pa.Table:
+        with pa.memory_map(self.path) as source:
+            return pa.ipc.open_file(source).read_all().slice(self.offset, self.length)
+
+
+def spill(batch: pa.Table, spill_dir: str, num_shards: int) -> list[tuple[int, SpillSlice]]:
+    """Write a batch sorted by shard to one IPC file; return a slice per shard it touches."""
+    shards = np.fromiter((shard_of(i, num_shards) for i in batch.column("id").to_pylist()),
+                         dtype=np.int64, count=batch.num_rows)
+    order = np.argsort(shards, kind="stable")
+    os.makedirs(spill_dir, exist_ok=True)
+    path = os.path.join(spill_dir, f"{uuid.uuid4().hex}.arrow")
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_table(batch.take(pa.array(order)))
+    present, starts, counts = np.unique(shards[order], return_index=True, return_counts=True)
+    return [(int(s), SpillSlice(path, int(a), int(n))) for s, a, n in zip(present, starts, counts)]
+
+
 class _KeyByShard(beam.DoFn):
-    def __init__(self, table: str, spec: TableSpec):
-        self.table, self.spec = table, spec
+    def __init__(self, table: str, spec: TableSpec, spill_dir: str):
+        self.table, self.spec, self.spill_dir = table, spec, spill_dir
 
     def process(self, element):
         if isinstance(element, dict):
@@ -79,9 +113,9 @@ class _KeyByShard(beam.DoFn):
         if not element.schema.equals(self.spec.schema.arrow):
             raise SchemaError(f"{self.spec.schema.name}: a batch's schema differs from the table's: "
                               f"{element.schema.names} vs {self.spec.schema.arrow.names}")
-        shards = np.array([shard_of(i, self.spec.num_shards) for i in element.column("id").to_pylist()])
-        for shard in np.unique(shards):
-            yield (self.table, int(shard)), element.filter(pa.array(shards == shard))
+        if element.num_rows:
+            for shard, piece in spill(element, os.path.join(self.spill_dir, self.table), self.spec.num_shards):
+                yield (self.table, shard), piece
 
 
 class _WriteShard(beam.DoFn):
@@ -136,7 +170,8 @@ class WriteDataset(beam.PTransform):
         pipeline = next(iter(tables.values())).pipeline
         dead = tuple(self.ledger.dead) or (pipeline | "NoDeadLetters" >> beam.Create([]),)
         tables = dict(tables, **{layout.DEAD_LETTER_DIR: dead | "FlattenDead" >> beam.Flatten()})
-        keyed = [pcoll | f"Key/{name}" >> beam.ParDo(_KeyByShard(name, self.specs[name]))
+        spill_dir = os.path.join(self.dataset_dir, layout.SPILL_DIR)
+        keyed = [pcoll | f"Key/{name}" >> beam.ParDo(_KeyByShard(name, self.specs[name], spill_dir))
                  for name, pcoll in sorted(tables.items())]
         files = (tuple(keyed)
                  | "AllRows" >> beam.Flatten()
