@@ -7,8 +7,9 @@
    functions per chunk (transforms.synth.experiment.real_rows / generator / synthetic_rows),
    the same Arrow tables, written as zstd Parquet with the same number of part files and the
    same row-group size. An informational second baseline adds what the sink does on top
-   (rows hashed to shards by id, each shard sorted by id and checked for duplicate ids, via
-   the sink's own plain function write_shard): it splits the gap into sink work and Beam.
+   (batches spilled to Arrow IPC sorted by shard, each shard read back, sorted by id and
+   checked for duplicate ids, via the sink's own plain functions spill and write_shard):
+   it splits the gap into the sink's deterministic layout and Beam itself.
 2. Multi-process speed-up: runner "multiprocess" with --direct_num_workers=1 and =2. Beside
    it, the machine's own ceiling for this work: the plain numpy + pyarrow baseline in a pool
    of 1 and of 2 processes (experiments split between them, pool start-up not timed). On a
@@ -47,12 +48,12 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from pipelines import pruned_synth  # noqa: E402
+from pipelines import pruned_synth, runners  # noqa: E402
 from pipelines.registry import get  # noqa: E402
 from pipelines.run import run  # noqa: E402
 from schemas import pruned_synth as schema  # noqa: E402
 from transforms.io import layout  # noqa: E402
-from transforms.io.shards import shard_of, write_shard  # noqa: E402
+from transforms.io.shards import spill, write_shard  # noqa: E402
 from transforms.synth import experiment as ex  # noqa: E402
 from transforms.synth import gaussian_mixture as gm  # noqa: E402
 
@@ -67,10 +68,11 @@ LABELS = {"baseline": "numpy+pyarrow (baseline)", "baseline_sink": "numpy+pyarro
 BUSY_WARN_CORES = 0.25
 
 # The workload: 8 experiments (a seed grid) of p = 100, each 1,000 real rows, 1,000 rows the
-# generator is fitted on (not written), 2,000 test rows and M synthetic rows (50,000 x scale).
-# At scale 1: 424,000 rows written, about 170 MB of float32 features, 7 part files.
+# generator is fitted on (not written), 2,000 test rows and M synthetic rows (100,000 x scale).
+# At scale 1: 824,000 rows written (about 330 MB of float32 features) in 13 part files; the
+# local Beam run takes 15-20 s on 2 cores, so start-up is a small part of it.
 SEEDS = 8
-M_BASE = 50_000
+M_BASE = 100_000
 
 
 def workload(scale: float) -> list[str]:
@@ -153,22 +155,24 @@ def baseline_plain(resolved, out: str, only: set[int] | None = None) -> dict:
 
 
 def baseline_sink(resolved, out: str) -> dict:
-    """baseline_plain plus the sink's deterministic layout: rows hashed to shards by id (as
-    _KeyByShard does), then each shard concatenated, sorted by id, checked for duplicate ids
-    and written by the sink's own plain function, write_shard."""
+    """baseline_plain plus the sink's deterministic layout, by the sink's own plain functions:
+    each batch spilled sorted by shard to an Arrow IPC file (shards.spill, as _KeyByShard does),
+    then per shard its slices read back, sorted by id, checked for duplicate ids and written
+    (shards.write_shard)."""
     specs = pruned_synth.tables(resolved)
     rows_spec, exp_spec = specs["rows"], specs["experiments"]
+    spill_dir = os.path.join(out, layout.SPILL_DIR, "rows")
     shards: dict[int, list] = {}
     exp_rows = []
     for kind, payload in _chunks(resolved):
         if kind == ex.EXPERIMENT:
             exp_rows.append(payload)
-            continue
-        of = np.array([shard_of(i, rows_spec.num_shards) for i in payload.column("id").to_pylist()])
-        for shard in np.unique(of):
-            shards.setdefault(int(shard), []).append(payload.filter(pa.array(of == shard)))
+        elif payload.num_rows:
+            for shard, piece in spill(payload, spill_dir, rows_spec.num_shards):
+                shards.setdefault(shard, []).append(piece)
     records = [write_shard(out, "rows", rows_spec, shard, parts) for shard, parts in sorted(shards.items())]
     exp_record = write_shard(out, "experiments", exp_spec, 0, exp_rows)
+    shutil.rmtree(os.path.join(out, layout.SPILL_DIR))
     splits: dict[str, int] = {}
     for r in records:
         for k, v in r["splits"].items():
@@ -184,10 +188,13 @@ def _pool_task(job: tuple) -> dict:
 
 def baseline_pool(sets: list[str], resolved, out: str, processes: int) -> tuple[float, dict]:
     """The plain baseline with the experiments split round-robin over a pool of processes.
-    Only the work is timed: the pool is started and warmed up first."""
+    Only the work is timed: the pool is started and warmed up first. The processes get the
+    environment the multiprocess runner gives its SDK workers (one BLAS thread each)."""
     n = len(resolved.grid)
     jobs = [(sets, os.path.join(out, f"w{w}"), sorted(range(w, n, processes))) for w in range(processes)]
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+    # the pool's processes get the BLAS threading the multiprocess runner gives its workers
+    same_env = getattr(runners, "_one_blas_thread_per_worker", contextlib.nullcontext)
+    with same_env(), multiprocessing.get_context("spawn").Pool(processes) as pool:
         pool.map(resolve, [sets] * processes)  # imports done in every worker
         t0 = time.perf_counter()
         parts = pool.map(_pool_task, jobs, chunksize=1)
@@ -375,7 +382,7 @@ def _ratio(med: dict, a: str, b: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows-scale", type=float, default=1.0,
-                    help="scale the synthetic rows per experiment (1.0: 424,000 rows in all)")
+                    help="scale the synthetic rows per experiment (1.0: 824,000 rows in all)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each measurement; medians are reported")
     ap.add_argument("--only", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     ap.add_argument("--stages", action="store_true",

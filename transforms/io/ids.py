@@ -38,6 +38,16 @@ def canonical_json(value: Any) -> str:
     return json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"))
 
 
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
 def stable_id(*parts: Any) -> str:
-    """Hex id of the parts; equal parts give equal ids on every machine."""
-    return hashlib.sha256(canonical_json(list(parts)).encode()).hexdigest()[:ID_HEX_CHARS]
+    """Hex id of the parts; equal parts give equal ids on every machine.
+
+    Strings and integers (the common case: a row index under an experiment id)
+    skip the canonicalisation walk; the JSON, and so the id, is the same.
+    """
+    text = (json.dumps(parts, separators=(",", ":")) if all(_plain(p) for p in parts)
+            else canonical_json(list(parts)))
+    return hashlib.sha256(text.encode()).hexdigest()[:ID_HEX_CHARS]

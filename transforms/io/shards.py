@@ -50,10 +50,18 @@ def shard_of(row_id: str, num_shards: int) -> int:
 def write_shard(dataset_dir: str, folder: str, spec: TableSpec, shard: int, parts: list) -> dict:
     """Write one part file (atomically) and describe it for the manifest.
 
-    `parts` mixes row dicts and Arrow tables of the table's schema.
+    `parts` mixes row dicts and SpillSlices of spilled Arrow batches.
     """
-    dicts = [p for p in parts if isinstance(p, dict)]
-    tables = [p.read() for p in parts if isinstance(p, SpillSlice)] + [spec.schema.to_arrow(dicts)]
+    dicts, tables = [], []
+    for part in parts:
+        if isinstance(part, dict):
+            dicts.append(part)
+        elif isinstance(part, SpillSlice):
+            tables.append(part.read())
+        else:
+            raise TypeError(f"{spec.schema.name}: a shard part must be a row dict or a SpillSlice, "
+                            f"got {type(part).__name__}")
+    tables.append(spec.schema.to_arrow(dicts))
     table = pa.concat_tables(tables).sort_by("id").combine_chunks()
     ids = table.column("id")
     if len(pc.unique(ids)) != len(ids):
@@ -152,8 +160,8 @@ class _RecordRun(beam.DoFn):
 class WriteDataset(beam.PTransform):
     """Write tables, dead letters and stage statistics into `dataset_dir`.
 
-    `tables` maps table name to its PCollection of row dicts or Arrow tables
-    (chunks of rows, much cheaper per row). Apply this last:
+    `tables` maps table name to a PCollection (or a tuple of them) of row
+    dicts or Arrow tables (chunks of rows, much cheaper per row). Apply this last:
     nothing may consume its output.
     """
 
@@ -167,12 +175,16 @@ class WriteDataset(beam.PTransform):
         unknown = set(tables) - set(self.specs)
         if unknown:
             raise SchemaError(f"tables {sorted(unknown)} have no TableSpec")
-        pipeline = next(iter(tables.values())).pipeline
+        first = next(iter(tables.values()))
+        pipeline = (first[0] if isinstance(first, tuple) else first).pipeline
         dead = tuple(self.ledger.dead) or (pipeline | "NoDeadLetters" >> beam.Create([]),)
         tables = dict(tables, **{layout.DEAD_LETTER_DIR: dead | "FlattenDead" >> beam.Flatten()})
         spill_dir = os.path.join(self.dataset_dir, layout.SPILL_DIR)
-        keyed = [pcoll | f"Key/{name}" >> beam.ParDo(_KeyByShard(name, self.specs[name], spill_dir))
-                 for name, pcoll in sorted(tables.items())]
+        # each producer's batches are spilled where they were made: flattening them first would
+        # make the in-process runners copy every batch through the main process
+        keyed = [pcoll | f"Key/{name}/{i}" >> beam.ParDo(_KeyByShard(name, self.specs[name], spill_dir))
+                 for name, pcolls in sorted(tables.items())
+                 for i, pcoll in enumerate(pcolls if isinstance(pcolls, tuple) else (pcolls,))]
         files = (tuple(keyed)
                  | "AllRows" >> beam.Flatten()
                  | "GroupShards" >> beam.GroupByKey()

@@ -21,6 +21,9 @@ from transforms.synth import gaussian_mixture as gm
 from transforms.synth.features import read_features
 
 ROWS, STATS, EXPERIMENT, SYNTH_TASK = "rows", "stats", "experiment", "synthetic_task"
+# Synthetic chunks per task: each task carries the generator (p*p floats), so a task of 16 chunks
+# ships it once per 16k rows instead of once per 1k; rows stay the same (chunks are the seed unit).
+CHUNKS_PER_TASK = 16
 
 
 def experiment_id(params: dict, features_digest: str | None) -> str:
@@ -61,8 +64,9 @@ def plan(params: dict, exp: str) -> tuple[list[dict], list[dict]]:
                 count = min(gm.CHUNK_ROWS, total - chunk * gm.CHUNK_ROWS)
                 real_tasks.append({"exp": exp, "params": params, "stream": stream,
                                    "chunk": chunk, "count": count})
-    synth_tasks = [{"exp": exp, "chunk": c, "count": min(gm.CHUNK_ROWS, params["m"] - c * gm.CHUNK_ROWS)}
-                   for c in range(math.ceil(params["m"] / gm.CHUNK_ROWS))]
+    chunks = math.ceil(params["m"] / gm.CHUNK_ROWS)
+    synth_tasks = [{"exp": exp, "chunks": list(range(first, min(first + CHUNKS_PER_TASK, chunks)))}
+                   for first in range(0, chunks, CHUNKS_PER_TASK)]
     return real_tasks, synth_tasks
 
 
@@ -145,14 +149,18 @@ def _experiment_row(exp, params, swept, mu, mu_hat, cov_hat) -> dict:
 
 
 def synthetic_rows(task: dict):
-    """One chunk of synthetic rows: labels flipped at rate epsilon, then the verifier."""
-    params = task["params"]
-    X, y_true, y_obs = gm.synthetic_rows(task["mu_hat"], task["cov_sqrt"], params["epsilon"],
-                                         params["seed"], task["chunk"], task["count"])
-    if task["verifier_w"] is not None:
-        kept = gm.learned_keep(task["verifier_w"], X, y_obs)
-    else:
-        rng = gm.chunk_rng(params["seed"], "verifier", task["chunk"])
-        kept = gm.verifier_keep(y_true, y_obs, params["phi"], params["rho"], rng)
-    index = task["chunk"] * gm.CHUNK_ROWS + np.arange(task["count"])
-    yield ROWS, row_batch(task["exp"], "synthetic", index, X, y_true, y_obs, kept)
+    """A few chunks of synthetic rows: labels flipped at rate epsilon, then the verifier."""
+    params, m = task["params"], task["params"]["m"]
+    batches = []
+    for chunk in task["chunks"]:
+        count = min(gm.CHUNK_ROWS, m - chunk * gm.CHUNK_ROWS)
+        X, y_true, y_obs = gm.synthetic_rows(task["mu_hat"], task["cov_sqrt"], params["epsilon"],
+                                             params["seed"], chunk, count)
+        if task["verifier_w"] is not None:
+            kept = gm.learned_keep(task["verifier_w"], X, y_obs)
+        else:
+            rng = gm.chunk_rng(params["seed"], "verifier", chunk)
+            kept = gm.verifier_keep(y_true, y_obs, params["phi"], params["rho"], rng)
+        index = chunk * gm.CHUNK_ROWS + np.arange(count)
+        batches.append(row_batch(task["exp"], "synthetic", index, X, y_true, y_obs, kept))
+    yield ROWS, pa.concat_tables(batches)

@@ -17,7 +17,7 @@ def _merge_stats(values):
 
 
 class GeneratePrunedSynth(beam.PTransform):
-    """All experiments of a run: {"rows": Arrow chunks, "experiments": row dicts}.
+    """All experiments of a run: {"rows": (real, synthetic) Arrow chunks, "experiments": row dicts}.
 
     `experiments` is a list of (experiment id, resolved params, swept keys).
     The generator is joined to its synthetic chunks with CoGroupByKey rather
@@ -51,6 +51,5 @@ class GeneratePrunedSynth(beam.PTransform):
         synthetic = (payloads(fitted, ex.SYNTH_TASK, "Tasks")
                      | "SpreadSynthetic" >> beam.Reshuffle()
                      | self.ledger.stage("synthetic_rows", ex.synthetic_rows))
-        rows = ((payloads(real, ex.ROWS, "RealRows"), payloads(synthetic, ex.ROWS, "SynthRows"))
-                | "AllRows" >> beam.Flatten())
+        rows = (payloads(real, ex.ROWS, "RealRows"), payloads(synthetic, ex.ROWS, "SynthRows"))
         return {"rows": rows, "experiments": payloads(fitted, ex.EXPERIMENT, "ExperimentRows")}
