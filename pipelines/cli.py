@@ -7,21 +7,14 @@ fails validation exits 1.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import time
 
+from pipelines import logs
 from pipelines.config import ConfigError
 
 EXIT_USAGE, EXIT_FAILED = 2, 1
-
-
-class _QuietBeamImports(logging.Filter):
-    """Beam warns on import that optional GCP client libraries are missing; they are not used."""
-
-    def filter(self, record):
-        return "apitools not found" not in record.getMessage()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,8 +23,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from pipelines.runners import RUNNERS
     from pipelines.run import DEFAULT_MAX_ERROR_RATE
+    from pipelines.runners import RUNNERS
     p = _Parser(prog="shardsmith", description="Produce the data of five ICLR 2025 papers as Parquet shards.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="the datasets, one line each")
@@ -65,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, beam_args = argv[:cut], argv[cut + 1:]
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().addFilter(_QuietBeamImports())
+    logs.configure()
     try:
         args = _parser().parse_args(argv)
         return _COMMANDS[args.command](args, beam_args)

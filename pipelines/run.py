@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import schemas
 from pipelines.config import ConfigError
 from pipelines.dataset import Dataset
-from pipelines.runners import pipeline_options
+from pipelines.runners import RUNNERS, pipeline_options
 from transforms.io import layout
 from transforms.io.shards import TableSpec, WriteDataset
 from transforms.io.stage import Ledger
@@ -48,6 +48,8 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
     t_start = time.time()
     if not 0.0 <= max_error_rate <= 1.0:
         raise ConfigError(f"--max-error-rate must be in [0, 1], got {max_error_rate}")
+    if runner not in RUNNERS:
+        raise ConfigError(f"unknown runner {runner!r}; known: {', '.join(RUNNERS)}")
     resolved = dataset.config.resolve(config_file, list(sets))
     target = os.path.abspath(os.path.join(out, dataset.name))
     if os.path.exists(target) and not overwrite:
@@ -104,10 +106,9 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
 def _write_missing_parts(staging: str, specs: dict[str, TableSpec], files: list[dict]) -> list[dict]:
     """Empty part files for shards no row hashed to, so every part-i-of-M exists."""
     written = {(f["table"], f["shard"]) for f in files}
-    several = len(specs) > 1
     added = []
     for table, spec in dict(specs, **{layout.DEAD_LETTER_DIR: TableSpec(schemas.DEAD_LETTER)}).items():
-        folder = layout.table_folder(table, several)
+        folder = layout.table_folder(table, specs)
         for shard in range(spec.num_shards):
             if (table, shard) in written:
                 continue

@@ -42,7 +42,9 @@ def _one_line_error(capsys, argv, code=2):
     (["validate", "/no/such/folder"], "not found: /no/such/folder is not a finished shardsmith dataset"),
     (["inspect", "/no/such/folder"], "not a finished shardsmith dataset"),
 ])
-def test_misuse_is_one_line_exit_2(capsys, argv, expected):
+def test_misuse_is_one_line_exit_2(capsys, tmp_path, argv, expected):
+    if argv[:1] == ["run"] and len(argv) > 1:
+        argv = argv + ["--out", str(tmp_path)]  # never touch ./out
     err = _one_line_error(capsys, argv)
     assert err.startswith("shardsmith: error: ")
     assert expected in err

@@ -27,11 +27,12 @@ def part_name(shard: int, num_shards: int) -> str:
     return f"part-{shard:05d}-of-{num_shards:05d}.parquet"
 
 
-def table_folder(table: str, several_tables: bool) -> str:
-    """Folder of a table relative to the dataset folder ('' for a lone table)."""
+def table_folder(table: str, tables) -> str:
+    """Folder of `table` relative to the dataset folder: its name, or '' when it is the
+    dataset's only table (`tables`: the dataset's table names; dead letters always have theirs)."""
     if table == DEAD_LETTER_DIR:
         return DEAD_LETTER_DIR
-    return table if several_tables else ""
+    return table if len(set(tables) - {DEAD_LETTER_DIR}) > 1 else ""
 
 
 def part_path(table_folder_rel: str, shard: int, num_shards: int) -> str:

@@ -47,6 +47,32 @@ def shard_of(row_id: str, num_shards: int) -> int:
     return int(row_id[:12], 16) % num_shards
 
 
+@dataclass(frozen=True)
+class SpillSlice:
+    """Rows [offset, offset + length) of a spilled Arrow IPC file: what the shuffle carries."""
+
+    path: str
+    offset: int
+    length: int
+
+    def read(self) -> pa.Table:
+        with pa.memory_map(self.path) as source:
+            return pa.ipc.open_file(source).read_all().slice(self.offset, self.length)
+
+
+def spill(batch: pa.Table, spill_dir: str, num_shards: int) -> list[tuple[int, SpillSlice]]:
+    """Write a batch sorted by shard to one IPC file; return a slice per shard it touches."""
+    shards = np.fromiter((shard_of(i, num_shards) for i in batch.column("id").to_pylist()),
+                         dtype=np.int64, count=batch.num_rows)
+    order = np.argsort(shards, kind="stable")
+    os.makedirs(spill_dir, exist_ok=True)
+    path = os.path.join(spill_dir, f"{uuid.uuid4().hex}.arrow")
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        writer.write_table(batch.take(pa.array(order)))
+    present, starts, counts = np.unique(shards[order], return_index=True, return_counts=True)
+    return [(int(s), SpillSlice(path, int(a), int(n))) for s, a, n in zip(present, starts, counts)]
+
+
 def write_shard(dataset_dir: str, folder: str, spec: TableSpec, shard: int, parts: list) -> dict:
     """Write one part file (atomically) and describe it for the manifest.
 
@@ -83,32 +109,6 @@ def write_shard(dataset_dir: str, folder: str, spec: TableSpec, shard: int, part
             "bytes": os.path.getsize(path), "splits": splits}
 
 
-@dataclass(frozen=True)
-class SpillSlice:
-    """Rows [offset, offset + length) of a spilled Arrow IPC file: what the shuffle carries."""
-
-    path: str
-    offset: int
-    length: int
-
-    def read(self) -> pa.Table:
-        with pa.memory_map(self.path) as source:
-            return pa.ipc.open_file(source).read_all().slice(self.offset, self.length)
-
-
-def spill(batch: pa.Table, spill_dir: str, num_shards: int) -> list[tuple[int, SpillSlice]]:
-    """Write a batch sorted by shard to one IPC file; return a slice per shard it touches."""
-    shards = np.fromiter((shard_of(i, num_shards) for i in batch.column("id").to_pylist()),
-                         dtype=np.int64, count=batch.num_rows)
-    order = np.argsort(shards, kind="stable")
-    os.makedirs(spill_dir, exist_ok=True)
-    path = os.path.join(spill_dir, f"{uuid.uuid4().hex}.arrow")
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
-        writer.write_table(batch.take(pa.array(order)))
-    present, starts, counts = np.unique(shards[order], return_index=True, return_counts=True)
-    return [(int(s), SpillSlice(path, int(a), int(n))) for s, a, n in zip(present, starts, counts)]
-
-
 class _KeyByShard(beam.DoFn):
     def __init__(self, table: str, spec: TableSpec, spill_dir: str):
         self.table, self.spec, self.spill_dir = table, spec, spill_dir
@@ -132,8 +132,7 @@ class _WriteShard(beam.DoFn):
 
     def process(self, keyed):
         (table, shard), rows = keyed
-        several = sum(1 for t in self.specs if t != layout.DEAD_LETTER_DIR) > 1
-        folder = layout.table_folder(table, several)
+        folder = layout.table_folder(table, self.specs)
         yield "file", write_shard(self.dataset_dir, folder, self.specs[table], shard, list(rows))
 
 
