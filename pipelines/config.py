@@ -59,9 +59,11 @@ class Key:
                 return int(value)
             if isinstance(value, str):
                 try:
-                    return int(value)
+                    number = float(value)  # also 1e4, which YAML reads as a string
                 except ValueError:
-                    pass
+                    number = None
+                if number is not None and number.is_integer():
+                    return int(number)
         elif self.type is float:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return float(value)

@@ -61,6 +61,12 @@ def test_config_file_errors(tmp_path):
         SPEC.resolve(str(scalar))
 
 
+def test_scientific_notation_for_counts():
+    assert SPEC.resolve(None, ["n=1e4"]).values["n"] == 10000
+    with pytest.raises(ConfigError, match="key 'n' expects an int, got '1.5e0'"):
+        SPEC.resolve(None, ["n=1.5e0"])
+
+
 def test_parse_set_values():
     assert parse_set("a=1") == ("a", 1)
     assert parse_set("a=[1, 2]") == ("a", [1, 2])
