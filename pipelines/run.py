@@ -16,7 +16,7 @@ from pipelines.config import ConfigError
 from pipelines.dataset import Dataset
 from pipelines.runners import RUNNERS, pipeline_options
 from transforms.io import layout
-from transforms.io.shards import TableSpec, WriteDataset
+from transforms.io.shards import DEAD_LETTER_SPEC, TableSpec, WriteDataset
 from transforms.io.stage import Ledger
 
 DEFAULT_MAX_ERROR_RATE = 0.05
@@ -107,7 +107,7 @@ def _write_missing_parts(staging: str, specs: dict[str, TableSpec], files: list[
     """Empty part files for shards no row hashed to, so every part-i-of-M exists."""
     written = {(f["table"], f["shard"]) for f in files}
     added = []
-    for table, spec in dict(specs, **{layout.DEAD_LETTER_DIR: TableSpec(schemas.DEAD_LETTER)}).items():
+    for table, spec in dict(specs, **{layout.DEAD_LETTER_DIR: DEAD_LETTER_SPEC}).items():
         folder = layout.table_folder(table, specs)
         for shard in range(spec.num_shards):
             if (table, shard) in written:

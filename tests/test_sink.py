@@ -74,8 +74,17 @@ def test_bad_tokens_and_raising_inputs_become_dead_letters(tmp_path):
     assert by_type["NotANumber"]["message"] == "'x' is not a number" and by_type["NotANumber"]["excerpt"] == "x"
     assert by_type["ValueError"]["message"].startswith("boom is not a number: fix the input file (at test_sink.py:")
     assert by_type["ValueError"]["excerpt"] == "boom" and by_type["ValueError"]["stage"] == "parse"
+    assert by_type["ValueError"]["occurrences"] == 1
     assert record["stages"]["parse"] | {"busy_s": 0, "start": 0, "end": 0} == \
         {"inputs": 3, "outputs": 3, "dead": 2, "busy_s": 0, "start": 0, "end": 0}
+
+
+def test_a_repeated_bad_input_is_one_dead_letter_with_its_count(tmp_path):
+    out, record = write(tmp_path, ["boom", "7 boom", "boom", "x", "x x"])
+    dead = {(d["error_type"], d["excerpt"]): d["occurrences"]
+            for d in pq.read_table(os.path.join(out, "_dead_letter")).to_pylist()}
+    assert dead == {("ValueError", "boom"): 2, ("NotANumber", "boom"): 1, ("NotANumber", "x"): 3}
+    assert record["stages"]["parse"]["dead"] == 6
 
 
 def test_a_row_that_does_not_conform_is_a_bug_caught_before_writing(tmp_path):

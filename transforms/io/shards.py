@@ -41,6 +41,12 @@ class TableSpec:
     schema: TableSchema
     num_shards: int = 1
     row_group_rows: int = ROW_GROUP_ROWS
+    # rows with the same id are the same event seen again (dead letters of a repeated input):
+    # keep one and add up their `occurrences` instead of refusing them
+    count_repeats: bool = False
+
+
+DEAD_LETTER_SPEC = TableSpec(schemas.DEAD_LETTER, 1, count_repeats=True)
 
 
 def shard_of(row_id: str, num_shards: int) -> int:
@@ -73,6 +79,18 @@ def spill(batch: pa.Table, spill_dir: str, num_shards: int) -> list[tuple[int, S
     return [(int(s), SpillSlice(path, int(a), int(n))) for s, a, n in zip(present, starts, counts)]
 
 
+def _count_repeats(table: pa.Table) -> pa.Table:
+    """One row per id (the first), its `occurrences` summed over the repeats. `table` is sorted by id."""
+    ids = table.column("id").to_numpy(zero_copy_only=False)
+    if len(ids) < 2 or (ids[1:] != ids[:-1]).all():
+        return table
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    totals = np.bincount(inverse, weights=table.column("occurrences").to_numpy()).astype(np.int64)
+    kept = table.take(pa.array(first))
+    return kept.set_column(kept.schema.get_field_index("occurrences"), kept.schema.field("occurrences"),
+                           pa.array(totals))
+
+
 def write_shard(dataset_dir: str, folder: str, spec: TableSpec, shard: int, parts: list) -> dict:
     """Write one part file (atomically) and describe it for the manifest.
 
@@ -89,6 +107,8 @@ def write_shard(dataset_dir: str, folder: str, spec: TableSpec, shard: int, part
                             f"got {type(part).__name__}")
     tables.append(spec.schema.to_arrow(dicts))
     table = pa.concat_tables(tables).sort_by("id").combine_chunks()
+    if spec.count_repeats:
+        table = _count_repeats(table)
     ids = table.column("id")
     if len(pc.unique(ids)) != len(ids):
         dup = pc.value_counts(ids).filter(pc.greater(pc.value_counts(ids).field("counts"), 1))[0]["values"]
@@ -168,7 +188,7 @@ class WriteDataset(beam.PTransform):
         super().__init__()
         self.dataset_dir, self.ledger = dataset_dir, ledger
         self.specs = dict(specs)
-        self.specs[layout.DEAD_LETTER_DIR] = TableSpec(schemas.DEAD_LETTER, 1)
+        self.specs[layout.DEAD_LETTER_DIR] = DEAD_LETTER_SPEC
 
     def expand(self, tables: dict[str, beam.PCollection]):
         unknown = set(tables) - set(self.specs)

@@ -52,9 +52,9 @@ def excerpt(element: Any, limit: int = EXCERPT_CHARS) -> str:
 
 def dead_letter(stage: str, element: Any, error_type: str, message: str) -> dict:
     """The dead-letter row for one rejected input (schemas.DEAD_LETTER)."""
-    text = excerpt(element)
-    return {"id": stable_id(stage, error_type, text), "stage": stage,
-            "error_type": error_type, "message": message, "excerpt": text}
+    return {"id": stable_id(stage, error_type, message, element), "stage": stage,
+            "error_type": error_type, "message": message, "excerpt": excerpt(element),
+            "occurrences": 1}
 
 
 def _describe(exc: BaseException) -> str:

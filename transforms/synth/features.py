@@ -49,20 +49,25 @@ def _load(path: str) -> tuple[list, np.ndarray]:
     raise FeaturesError(f"{path}: features must be a .parquet or .npz file")
 
 
-def features_shape(path: str) -> FeaturesShape:
-    """Row count and width (the most common row length), for checking a config up front."""
-    xs, _ = _load(path)
+def _width(path: str, xs: list) -> int:
+    """p: the most common row length (a few corrupt rows must not decide it)."""
     lengths = [len(x) for x in xs if x is not None and np.ndim(x) == 1]
     if not lengths:
         raise FeaturesError(f"{path}: no usable feature rows")
     values, counts = np.unique(lengths, return_counts=True)
-    return FeaturesShape(rows=len(xs), p=int(values[np.argmax(counts)]))
+    return int(values[np.argmax(counts)])
+
+
+def features_shape(path: str) -> FeaturesShape:
+    """Row count and width, for checking a config up front."""
+    xs, _ = _load(path)
+    return FeaturesShape(rows=len(xs), p=_width(path, xs))
 
 
 def read_features(path: str) -> Iterator[tuple[int, np.ndarray, int] | Rejected]:
     """(file row index, x as float64, label) per good row; Rejected per bad row."""
     xs, ys = _load(path)
-    p = features_shape(path).p
+    p = _width(path, xs)
     for i, (x, y) in enumerate(zip(xs, ys)):
         where = f"{os.path.basename(path)} row {i}"
         if x is None or np.ndim(x) != 1 or len(x) != p:
