@@ -2,7 +2,7 @@
 # make test: set up everything, then run the tests.
 PYTHON ?= python3.11
 VENV ?= .venv
-EXTRAS ?= train,dask,dev
+EXTRAS ?= train,dask,llm,dev
 OUT ?= out
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.shardsmith-$(subst $(comma),-,$(EXTRAS))

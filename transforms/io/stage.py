@@ -21,18 +21,10 @@ import apache_beam as beam
 import pyarrow as pa
 
 from transforms.io.ids import stable_id
+from transforms.io.rejected import Rejected  # noqa: F401 (re-exported: stage functions yield it)
 
 EXCERPT_CHARS = 1000
 OK, DEAD, STAT = "ok", "dead", "stat"
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A bad piece of input, reported by a stage function without failing the rest."""
-
-    reason: str
-    excerpt: Any
-    error_type: str = "Rejected"
 
 
 def record_count(output: Any) -> int:

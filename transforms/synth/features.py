@@ -13,7 +13,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow.parquet as pq
 
-from transforms.io.stage import Rejected
+from transforms.io.rejected import Rejected
 
 
 class FeaturesError(ValueError):
