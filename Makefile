@@ -5,8 +5,8 @@ VENV ?= .venv
 EXTRAS ?= train,dask,llm,dev
 OUT ?= out
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.shardsmith-$(subst $(comma),-,$(EXTRAS))
 comma := ,
+STAMP := $(VENV)/.shardsmith-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: setup demo test bench clean
 

@@ -29,18 +29,8 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv(models.CACHE_ENV, str(tmp_path_factory.mktemp("models")))
-        # one thread: the test machine's 2 cores are shared, and OpenMP threads spinning against
-        # another busy process slow generation several times over
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            yield TransformersBackend(batch_size=16).load()
-        finally:
-            torch.set_num_threads(threads)
+def backend(converted_model_cache):
+    return TransformersBackend(batch_size=16).load()
 
 
 @pytest.fixture(scope="module")
