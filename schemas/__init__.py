@@ -1,10 +1,10 @@
 """Schema registry: every table any dataset writes, by `dataset/table` name."""
-from schemas import dead_letter, pruned_synth
+from schemas import dead_letter, pruned_synth, selfmoe
 from schemas.table import Field, SchemaError, TableSchema
 
 DEAD_LETTER = dead_letter.TABLE
 
-_DATASETS = {pruned_synth.DATASET: pruned_synth.TABLES}
+_DATASETS = {pruned_synth.DATASET: pruned_synth.TABLES, selfmoe.DATASET: selfmoe.TABLES}
 
 
 def tables(dataset: str) -> tuple[TableSchema, ...]:

@@ -41,10 +41,11 @@ class FakeServer:
     """Scripted per prompt: script[prompt] is a list of actions used one per call, then "ok".
 
     Actions: "ok", ("status", code, headers, body), ("sleep", seconds) then ok, "garbage",
-    "nousage". Counts hits per prompt, the most requests ever in flight, and the headers seen."""
+    "drop" (hang up without answering), "nousage". Records hits per prompt, the most requests
+    ever in flight, the Authorization headers, paths and bodies seen."""
 
     def __init__(self, delay=0.0):
-        self.script, self.hits, self.auth, self.paths = {}, {}, [], []
+        self.script, self.hits, self.auth, self.paths, self.bodies = {}, {}, [], [], []
         self.inflight = self.max_inflight = 0
         self.delay = delay
         self.lock = threading.Lock()
@@ -63,6 +64,7 @@ class FakeServer:
                     server.hits[prompt] = server.hits.get(prompt, 0) + 1
                     server.auth.append(self.headers.get("Authorization"))
                     server.paths.append(self.path)
+                    server.bodies.append(body)
                     actions = server.script.get(prompt, [])
                     action = actions.pop(0) if actions else "ok"
                 try:
@@ -88,6 +90,9 @@ class FakeServer:
                 if isinstance(action, tuple) and action[0] == "status":
                     _, code, headers, payload = action
                     return self._send(code, payload, headers)
+                if action == "drop":  # close the connection without an answer
+                    self.close_connection = True
+                    return None
                 if action == "garbage":
                     return self._send(200, b"<html>not json</html>")
                 if isinstance(action, tuple) and action[0] == "sleep":
@@ -106,7 +111,8 @@ class FakeServer:
                 self._send(200, payload)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
@@ -154,6 +160,11 @@ def test_chat_and_plain_prompts_parse_text_finish_and_usage(server):
     assert out[2] == Completion("c", "W1 W2", "length", 5, 2, "served-model", "openai")
     assert out[3].text == "ALPHA " and out[3].finish_reason == "stop"
     assert sorted(server.paths) == ["/v1/chat/completions"] + ["/v1/completions"] * 3
+    sent = {body["prompt"] if "prompt" in body else "chat": body for body in server.bodies}
+    assert sent["alpha beta gamma"] == {"model": "served-model", "temperature": 0.0, "top_p": 1.0, "max_tokens": 256,
+                                        "seed": 0, "stop": ["BETA"], "prompt": "alpha beta gamma"}
+    assert "stop" not in sent["one two three"]
+    assert sent["chat"]["messages"] == [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi there"}]
     assert b.model_id == "served-model" and b.load() is b
     assert backend(server.url, model_id="smollm2@abc").model_id == "smollm2@abc"
 
@@ -167,7 +178,7 @@ def test_missing_usage_counts_zero_with_a_warning(server, caplog):
 
 
 def test_order_preserved_concurrency_bounded_and_sub_batches():
-    srv = FakeServer(delay=0.05)
+    srv = FakeServer(delay=0.1)
     try:
         b = backend(srv.url, concurrency=3, batch_size=4)
         requests = [Request(f"r{i}", f"prompt {i}") for i in range(10)]
@@ -239,13 +250,13 @@ def test_garbage_is_rejected_without_retries(server):
 
 
 def test_timeout_is_retried(server):
-    server.script["slow"] = [("sleep", 1.0)]
+    server.script["slow"] = [("sleep", 2.0)]
     sleeps = SleepRecorder()
     start = time.monotonic()
     [c] = backend(server.url, sleep=sleeps, timeout_s=0.3).generate([Request("a", "slow")])
     assert isinstance(c, Completion) and c.text == "SLOW"
     assert server.hits["slow"] == 2 and len(sleeps.calls) == 1
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 1.5  # not the 2 s the server slept
 
 
 def test_authorization_only_when_env_var_set(server, monkeypatch):
@@ -299,3 +310,28 @@ def test_rejects_bad_arguments():
         OpenAIBackend("http://127.0.0.1:1/v1", "m", concurrency=0)
     with pytest.raises(ValueError, match="max_retries"):
         OpenAIBackend("http://127.0.0.1:1/v1", "m", max_retries=-1)
+
+
+def test_dropped_connection_is_retried(server):
+    server.script["p"] = ["drop", "drop"]
+    sleeps = SleepRecorder()
+    [c] = backend(server.url, sleep=sleeps).generate([Request("a", "p", Sampling(temperature=0.7, seed=5))])
+    assert isinstance(c, Completion) and server.hits["p"] == 3 and len(sleeps.calls) == 2
+    assert server.bodies[-1]["temperature"] == 0.7 and server.bodies[-1]["seed"] == 5
+
+
+def test_401_names_the_variable_never_the_key(server, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-secret-456")
+    server.script["p"] = [("status", 401, [], {"error": {"message": "invalid api key"}})]
+    [r] = backend(server.url).generate([Request("a", "p")])
+    assert r.error_type == "Unauthorized" and "invalid api key" in r.reason and KEY_ENV in r.reason
+    assert "sk-secret-456" not in repr(r)
+
+
+def test_retry_after_as_http_date():
+    from email.utils import formatdate
+
+    from transforms.llm.openai_backend import _retry_after
+    assert _retry_after("3") == 3.0 and _retry_after("1.5") == 1.5 and _retry_after(None) is None
+    assert 8 <= _retry_after(formatdate(time.time() + 10, usegmt=True)) <= 10
+    assert _retry_after(formatdate(time.time() - 100, usegmt=True)) == 0.0 and _retry_after("soon") is None

@@ -40,6 +40,7 @@ Failures, per request (the other requests of the batch go on):
   page at a wrong base_url, another API) answers the same the next time;
 - an unreachable endpoint never hangs: every attempt has a socket timeout of `timeout_s` (on the
   connection and on each read), and once one request of a call has given up on connection errors,
+  (refused, reset, DNS, or a timeout while connecting; not a slow answer from a connected server),
   the other requests of that call make a single attempt each instead of backing off all over again
   (so 10,000 requests against a stopped server do not take hours to reject). The message names the
   URL and what to check.
@@ -258,11 +259,11 @@ class OpenAIBackend:
             self._http_error(exc)
         except urllib.error.URLError as exc:
             reason = exc.reason
-            if isinstance(reason, (TimeoutError, socket.timeout)):
-                raise _Retryable(f"timed out after {self.timeout_s}s") from None
+            if isinstance(reason, (TimeoutError, socket.timeout)):  # while connecting or sending
+                raise _Retryable(f"timed out connecting after {self.timeout_s}s", connection=True) from None
             raise _Retryable(f"connection failed ({reason})", connection=True) from None
-        except (TimeoutError, socket.timeout):
-            raise _Retryable(f"timed out after {self.timeout_s}s (reading the response)") from None
+        except (TimeoutError, socket.timeout):  # connected, but the answer took too long: not "down"
+            raise _Retryable(f"timed out after {self.timeout_s}s waiting for the response") from None
         except (ConnectionError, http.client.HTTPException, OSError) as exc:
             raise _Retryable(f"connection broke ({type(exc).__name__}: {exc})",
                              connection=isinstance(exc, ConnectionRefusedError)) from None

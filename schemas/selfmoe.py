@@ -1,0 +1,42 @@
+"""selfmoe: self-specialization data per domain (Self-MoE, ICLR 2025; PAPERS.md section 2).
+
+Every brainstormed instruction is kept as a row, with the reason when it was
+dropped, so the filters can be audited and re-tuned from the shards alone.
+"""
+import pyarrow as pa
+
+from schemas.table import Field, TableSchema
+
+DATASET = "selfmoe"
+
+EXAMPLES = TableSchema(
+    dataset=DATASET,
+    table="examples",
+    version=1,
+    doc="Seed and self-generated (instruction, input, response) examples per domain, kept or dropped.",
+    split_field="domain",
+    fields=(
+        Field("id", pa.string(), "Stable hash of domain, instruction, input, model and sampling."),
+        Field("domain", pa.string(), "Expert domain, e.g. knowledge, reasoning, math, coding."),
+        Field("source", pa.string(), "seed: from the seed file; generated: brainstormed by the model."),
+        Field("instruction", pa.string(), "The task, as the model (or the seed file) wrote it."),
+        Field("input", pa.string(), "Optional input of the task ('' when none)."),
+        Field("response", pa.string(), "The answer (null when the instruction was dropped before answering).",
+              nullable=True),
+        Field("seed_ids", pa.list_(pa.string()),
+              "Ids of the seeds shown to the model when it brainstormed this instruction (empty for seeds)."),
+        Field("model", pa.string(), "Model id (name@revision) that wrote the row; '' for seeds."),
+        Field("sampling", pa.string(), "JSON of the sampling parameters of the response ('' for seeds)."),
+        Field("rouge_l_max", pa.float64(),
+              "Highest ROUGE-L F of the instruction against the seeds and earlier kept instructions "
+              "(exact at or above the threshold; for kept rows, the highest among scored candidates)."),
+        Field("kept", pa.bool_(), "Whether the example is training data for the domain's expert."),
+        Field("reject_reason", pa.string(),
+              "Why a row was dropped: rouge_l (near-duplicate), empty, too_long, malformed, copied_seed, "
+              "refusal, over_target (beyond per_domain); null when kept.", nullable=True),
+        Field("prompt_tokens", pa.int64(), "Tokens of the response prompt (0 when not answered)."),
+        Field("completion_tokens", pa.int64(), "Tokens of the response (0 when not answered)."),
+    ),
+)
+
+TABLES = (EXAMPLES,)

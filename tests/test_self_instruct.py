@@ -1,0 +1,51 @@
+from transforms.text.self_instruct import (brainstorm_prompt, instruction_problem, normalised_instructions,
+                                           parse_tasks, response_messages, response_problem)
+
+SEEDS = [{"instruction": "Explain why the sky is blue.", "input": "", "output": "Rayleigh scattering."},
+         {"instruction": "Convert the temperature to Celsius.", "input": "98.6 F", "output": "37 C"}]
+
+
+def test_brainstorm_prompt_numbers_seeds_and_leaves_the_next_task_open():
+    prompt = brainstorm_prompt("knowledge", SEEDS)
+    assert "Task 1: Explain why the sky is blue." in prompt
+    assert "Task 2: Convert the temperature to Celsius.\nInput: 98.6 F" in prompt
+    assert prompt.endswith("Task 3:")
+    assert "factual knowledge" in prompt
+
+
+def test_parse_tasks_splits_numbered_continuations():
+    completion = (" Name the largest planet in the solar system.\n"
+                  "Task 4: Summarise the text in one sentence.\nInput: The cat sat on the mat all day.\n"
+                  "Output: A cat sat.\n"
+                  "task 5) Describe   photosynthesis\n  briefly.\n")
+    assert parse_tasks(completion, 3) == [
+        ("Name the largest planet in the solar system.", ""),
+        ("Summarise the text in one sentence.", "The cat sat on the mat all day."),
+        ("Describe photosynthesis briefly.", ""),
+    ]
+    assert parse_tasks("", 3) == [("", "")]
+
+
+def test_instruction_filters_name_the_reason():
+    seeds = normalised_instructions(SEEDS)
+    assert instruction_problem("", seeds) == "empty"
+    assert instruction_problem("Explain.", seeds).startswith("malformed")
+    assert instruction_problem("word " * 200, seeds).startswith("too_long")
+    assert instruction_problem("--- Explain gravity to a child", seeds).startswith("malformed")
+    assert instruction_problem("explain why the SKY is blue!", seeds) == "copied_seed"
+    assert instruction_problem("Explain why leaves change colour in autumn.", seeds) is None
+
+
+def test_response_filters():
+    assert response_problem("   ", "stop") == "empty"
+    assert response_problem("I'm sorry, but I cannot help with that.", "stop") == "refusal"
+    assert response_problem("As an AI, I have no opinion.", "stop") == "refusal"
+    assert response_problem("word " * 700, "length").startswith("too_long")
+    assert response_problem("Rayleigh scattering makes short wavelengths dominate.", "stop") is None
+
+
+def test_response_messages_interleave_demonstrations():
+    messages = response_messages("math", SEEDS, "Add 2 and 3.", "")
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert messages[3]["content"] == "Convert the temperature to Celsius.\n\n98.6 F"
+    assert messages[-1]["content"] == "Add 2 and 3."
