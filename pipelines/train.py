@@ -29,6 +29,11 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str]) -> tupl
     module_name, func = dataset.trainer.split(":")
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise ConfigError(f"this shardsmith has no {dataset.name} trainer yet ({module_name})") from None
+        raise ConfigError(f"the {dataset.name} trainer needs the train extra "
+                          f"(pip install 'shardsmith[train]'): {exc}") from None
     except ImportError as exc:
         raise ConfigError(f"the {dataset.name} trainer needs the train extra "
                           f"(pip install 'shardsmith[train]'): {exc}") from None

