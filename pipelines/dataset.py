@@ -27,3 +27,6 @@ class Dataset:
     build: Callable[[beam.Pipeline, Resolved, Ledger], dict[str, beam.PCollection]]
     inputs: Callable[[Resolved], dict[str, str]]
     trainer: str
+    # fills trainer config the trainer cannot work out itself (trainers import no transforms),
+    # e.g. the local folder of the model that wrote the data: (config, manifest) -> config
+    train_setup: Callable[[dict, dict], dict] | None = None

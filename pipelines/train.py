@@ -38,12 +38,13 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str]) -> tupl
         raise ConfigError(f"the {dataset.name} trainer needs the train extra "
                           f"(pip install 'shardsmith[train]'): {exc}") from None
     resolved = trainer_config(module).resolve(None, sets)
+    values = dataset.train_setup(dict(resolved.values), manifest) if dataset.train_setup else resolved.values
     out = out or os.path.normpath(data) + "-train"
     os.makedirs(out, exist_ok=True)
     from schemas import SchemaError
     from trainers.data import DatasetError
     try:
-        metrics = getattr(module, func)(data, out, resolved.values)
+        metrics = getattr(module, func)(data, out, values)
     except (DatasetError, SchemaError) as exc:  # data the trainer cannot use: say why, no traceback
         raise ConfigError(str(exc)) from None
     metrics_path = os.path.join(out, "metrics.json")
