@@ -1,0 +1,539 @@
+"""Self-MoE trainer: one LoRA expert per domain, then a MiXSE router over the frozen experts.
+
+PAPERS.md section 2. Steps:
+
+1. Kept rows of `examples`, per domain a held-out eval split chosen by a stable hash of the row id
+   (the same rows whatever the seed; at least one eval and one train row per domain). SFT format
+   with the tokenizer's chat template (user: instruction [+ blank line + input]; assistant:
+   response); the loss is on the assistant turn only (response and its end-of-turn tokens; labels
+   -100 on the prompt and padding). Right padding: loss only, no generation here.
+2. Per domain a LoRA adapter (peft) on the frozen base, `steps` optimizer steps of `grad_accum`
+   micro-batches, the loss a token mean over the whole accumulated step. Saved to
+   `out/experts/<domain>/` (peft's save_pretrained).
+3. MiXSE: every LoRA-adapted nn.Linear becomes a `MixLoRALinear`: y = W x + sum over the top-k
+   experts e of g_e(x) * s_e * B_e A_e x, with logits = W_g x per token and layer, g the softmax over
+   the top-k logits (`gate_softmax=topk`, Mixtral style) or the full softmax restricted to the top-k
+   (`gate_softmax=all`, as the Self-MoE write-up describes it; the only form that trains with top_k=1). Only the gates
+   train, on the union of all domains' train rows, `router_steps` steps. Saved to `out/router.pt`
+   (plain state_dict of the gate weights, loadable with torch.load(weights_only=True)) and
+   `out/router.json` (expert order and settings); `load_mixture(out)` rebuilds the routed model.
+4. Metrics: per domain the eval loss (token-mean NLL on its eval split) of the base, every expert
+   and the mixture; the router's usage (share of (token, layer, slot) top-k assignments that went
+   to each expert, valid tokens of the domain's eval split, all gated layers) and its gate-weight
+   share (`router_weight`, informative when top_k = number of experts); the loss on a fixed
+   probe batch before and after each training phase.
+
+Not in the paper's description (its router details are unconfirmed): no load-balancing loss, the
+gate sees the layer input of every adapted projection, prompt tokens are routed too.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+
+import pyarrow.compute as pc
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainers.data import DatasetError, read_arrow
+
+DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+
+CONFIG = {
+    "base_model": (str, None, "local Hugging Face model folder the experts adapt (the CLI fills it "
+                              "with the model that wrote the data)"),
+    "domains": (str, None, "comma-separated domains to train (default: every domain in the data)"),
+    "steps": (int, 200, "optimizer steps per expert", 1),
+    "router_steps": (int, 200, "optimizer steps of the router (gates only)", 0),
+    "lr": (float, 2e-4, "learning rate of the LoRA experts (AdamW)", 0.0),
+    "router_lr": (float, 1e-3, "learning rate of the router gates (AdamW)", 0.0),
+    "batch_size": (int, 8, "sequences per micro-batch", 1),
+    "grad_accum": (int, 1, "micro-batches per optimizer step", 1),
+    "max_length": (int, 512, "tokens per sequence; longer ones are cut on the right", 8),
+    "lora_r": (int, 8, "LoRA rank", 1),
+    "lora_alpha": (float, 16.0, "LoRA alpha (scaling alpha / r)", 0.0),
+    "lora_dropout": (float, 0.0, "LoRA dropout while training an expert", 0.0, 1.0),
+    "target_modules": (str, DEFAULT_TARGETS, "comma-separated names of the adapted linear layers"),
+    "top_k": (int, 2, "experts mixed per token and layer (capped at the number of experts)", 1),
+    "gate_softmax": (str, "topk", "topk: softmax over the top-k logits; all: softmax over all experts, "
+                                  "top-k kept (needed for top_k=1)"),
+    "eval_fraction": (float, 0.1, "held-out share of each domain's kept rows (by hash of the row id)",
+                      0.0, 0.9),
+    "seed": (int, 0, "seed of LoRA init, gate init and batch order"),
+    "device": (str, None, "cpu or cuda (default: cuda when available); bf16 weights on cuda"),
+}
+
+IGNORE = -100
+
+
+class SelfMoEConfigError(DatasetError):
+    """A setting the trainer cannot use (a DatasetError, so the CLI prints it without a traceback)."""
+
+
+# ---------------------------------------------------------------------------------------- data
+
+def _hash_unit(row_id: str) -> float:
+    """Stable value in [0, 1) from a row id."""
+    return int.from_bytes(hashlib.sha256(row_id.encode()).digest()[:8], "big") / 2.0 ** 64
+
+
+def split_rows(rows: list[dict], eval_fraction: float) -> tuple[list[dict], list[dict]]:
+    """(train, eval) of one domain's rows: eval = hash(id) < eval_fraction, at least one of each
+    when there are two rows or more (the lowest-hash row is moved to eval if none fell there)."""
+    ranked = sorted(rows, key=lambda r: (_hash_unit(r["id"]), r["id"]))
+    ev = [r for r in ranked if _hash_unit(r["id"]) < eval_fraction]
+    if eval_fraction > 0 and not ev and len(ranked) > 1:
+        ev = ranked[:1]
+    if len(ev) == len(ranked) and len(ranked) > 1:
+        ev = ev[:-1]
+    ids = {r["id"] for r in ev}
+    return [r for r in ranked if r["id"] not in ids], ev
+
+
+def load_examples(data_dir: str, domains: list[str] | None = None) -> dict[str, list[dict]]:
+    """Kept rows with a response, by domain (sorted). Refuses a domain without any."""
+    table = read_arrow(data_dir, "examples", columns=["id", "domain", "instruction", "input", "response", "kept"])
+    all_domains = sorted(set(table.column("domain").to_pylist()))
+    if not all_domains:
+        raise DatasetError(f"{data_dir}: the examples table has no rows; nothing to train")
+    wanted = domains or all_domains
+    unknown = sorted(set(wanted) - set(all_domains))
+    if unknown:
+        raise DatasetError(f"{data_dir}: no rows for domain(s) {unknown}; domains here: {all_domains}")
+    kept = table.filter(pc.and_(pc.equal(table.column("kept"), True), pc.is_valid(table.column("response"))))
+    by_domain: dict[str, list[dict]] = {d: [] for d in wanted}
+    for row in kept.to_pylist():
+        if row["domain"] in by_domain and row["response"].strip():
+            by_domain[row["domain"]].append(row)
+    empty = [d for d, rows in by_domain.items() if not rows]
+    if empty:
+        raise DatasetError(f"{data_dir}: domain(s) {empty} have no kept examples with a response, so "
+                           f"no expert can be trained for them; regenerate the data or pass "
+                           f"domains= without them")
+    return dict(sorted(by_domain.items()))
+
+
+def encode(tokenizer, row: dict, max_length: int) -> tuple[list[int], list[int]] | None:
+    """(input_ids, labels) of one example in chat format, labels on the assistant turn only;
+    None when truncation to max_length leaves no response token."""
+    user = row["instruction"] + (f"\n\n{row['input']}" if row.get("input") else "")
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": user}],
+                                           add_generation_prompt=True, tokenize=False)
+    full = tokenizer.apply_chat_template([{"role": "user", "content": user},
+                                          {"role": "assistant", "content": row["response"]}], tokenize=False)
+    if not full.startswith(prompt):
+        raise DatasetError("the tokenizer's chat template does not render the prompt as a prefix of "
+                           "the conversation; cannot mask the prompt tokens")
+    p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    r_ids = tokenizer(full[len(prompt):], add_special_tokens=False)["input_ids"]
+    ids, labels = (p_ids + r_ids)[:max_length], ([IGNORE] * len(p_ids) + r_ids)[:max_length]
+    if all(x == IGNORE for x in labels):
+        return None
+    return ids, labels
+
+
+def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded batch: input_ids, attention_mask, labels (-100 on padding)."""
+    n = max(len(ids) for ids, _ in examples)
+    ids = torch.full((len(examples), n), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), n), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(examples), n), dtype=torch.long)
+    for i, (x, y) in enumerate(examples):
+        ids[i, :len(x)], labels[i, :len(y)], mask[i, :len(x)] = torch.tensor(x), torch.tensor(y), 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def batches(examples: list, batch_size: int, pad_id: int) -> list[dict[str, torch.Tensor]]:
+    return [collate(examples[i:i + batch_size], pad_id) for i in range(0, len(examples), batch_size)]
+
+
+class BatchStream:
+    """Endless shuffled micro-batches: a fresh permutation per epoch from (seed, epoch)."""
+
+    def __init__(self, examples: list, batch_size: int, pad_id: int, seed: int):
+        self.examples, self.batch_size, self.pad_id, self.seed = examples, batch_size, pad_id, seed
+        self.epoch, self.order = 0, []
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        if len(self.order) < min(self.batch_size, len(self.examples)):
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            self.order += torch.randperm(len(self.examples), generator=g).tolist()
+            self.epoch += 1
+        take, self.order = self.order[:self.batch_size], self.order[self.batch_size:]
+        return collate([self.examples[i] for i in take], self.pad_id)
+
+
+# ------------------------------------------------------------------------------------ modelling
+
+def _to(batch: dict, device) -> dict:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def nll_sum(model, batch: dict) -> tuple[torch.Tensor, int]:
+    """(summed token NLL over label tokens, label token count), in float32."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    logits, labels = logits[:, :-1].float(), batch["labels"][:, 1:]
+    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                           ignore_index=IGNORE, reduction="sum")
+    return loss, int((labels != IGNORE).sum())
+
+
+@torch.no_grad()
+def eval_loss(model, batch_list: list[dict], device) -> float:
+    """Token-mean NLL over all batches."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for b in batch_list:
+        loss, n = nll_sum(model, _to(b, device))
+        total, count = total + float(loss), count + n
+    model.train(was_training)
+    return total / max(count, 1)
+
+
+def train_steps(model, params, stream: BatchStream, steps: int, grad_accum: int, lr: float, device) -> list[float]:
+    """`steps` AdamW steps; each a token mean over `grad_accum` micro-batches. Returns step losses."""
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        micro = [_to(next(stream), device) for _ in range(grad_accum)]
+        tokens = sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in micro)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for b in micro:
+            loss, _ = nll_sum(model, b)
+            (loss / tokens).backward()
+            total += float(loss.detach())
+        opt.step()
+        losses.append(total / tokens)
+        if not math.isfinite(losses[-1]):
+            raise FloatingPointError(f"training loss is {losses[-1]}; lower the learning rate")
+    return losses
+
+
+class Usage:
+    """Counts of top-k assignments per expert over valid tokens (set `mask` before each forward)."""
+
+    def __init__(self, n_experts: int):
+        self.counts = torch.zeros(n_experts, dtype=torch.float64)
+        self.weights = torch.zeros(n_experts, dtype=torch.float64)
+        self.mask: torch.Tensor | None = None
+
+    def add(self, topi: torch.Tensor, w: torch.Tensor) -> None:
+        if self.mask is not None and self.mask.shape == topi.shape[:-1]:
+            topi, w = topi[self.mask.bool()], w[self.mask.bool()]
+        self.counts += torch.bincount(topi.reshape(-1).cpu(), minlength=len(self.counts)).double()
+        self.weights += w.reshape(-1, w.shape[-1]).sum(0).double().cpu()
+
+    @staticmethod
+    def _norm(v: torch.Tensor) -> list[float]:
+        total = float(v.sum())
+        return [float(c) / total if total else 0.0 for c in v]
+
+    def shares(self) -> list[float]:
+        return self._norm(self.counts)
+
+    def weight_shares(self) -> list[float]:
+        return self._norm(self.weights)
+
+
+class MixLoRALinear(nn.Module):
+    """base(x) + sum_{e in top-k(W_g x)} g_e(x) * s_e * B_e A_e x, experts frozen, only W_g trains."""
+
+    def __init__(self, base: nn.Linear, A: torch.Tensor, B: torch.Tensor, scaling: torch.Tensor,
+                 top_k: int, gate_softmax: str = "topk"):
+        super().__init__()
+        self.base = base
+        n_experts = A.shape[0]
+        self.register_buffer("lora_A", A.float(), persistent=False)        # (E, r, in)
+        self.register_buffer("lora_B", B.float(), persistent=False)        # (E, out, r)
+        self.register_buffer("scaling", scaling.float(), persistent=False)  # (E,)
+        self.gate = nn.Linear(base.in_features, n_experts, bias=False, device=base.weight.device,
+                              dtype=torch.float32)
+        nn.init.normal_(self.gate.weight, std=0.02)
+        self.top_k, self.gate_softmax = min(top_k, n_experts), gate_softmax
+        self.usage: Usage | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)
+        xf = x.float()
+        logits = self.gate(xf)                                              # (..., E)
+        topv, topi = logits.topk(self.top_k, dim=-1)
+        g = topv.softmax(-1) if self.gate_softmax == "topk" else logits.softmax(-1).gather(-1, topi)
+        w = torch.zeros_like(logits).scatter(-1, topi, g)                  # (..., E), gate weights
+        h = torch.einsum("...i,eri->...er", xf, self.lora_A) * (w * self.scaling).unsqueeze(-1)
+        delta = torch.einsum("...er,eor->...o", h, self.lora_B)
+        if self.usage is not None:
+            self.usage.add(topi, w.detach())
+        return y + delta.to(y.dtype)
+
+
+def read_adapter(path: str) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], float]:
+    """{module name in the base model: (A (r, in), B (out, r))} and the scaling of a saved LoRA adapter."""
+    from peft import LoraConfig
+    from peft.utils import load_peft_weights
+    cfg = LoraConfig.from_pretrained(path)
+    scaling = cfg.lora_alpha / (math.sqrt(cfg.r) if cfg.use_rslora else cfg.r)
+    if cfg.rank_pattern or cfg.alpha_pattern:
+        raise SelfMoEConfigError(f"{path}: per-module rank/alpha patterns are not supported")
+    weights = load_peft_weights(path, device="cpu")
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in weights.items():
+        for part in ("lora_A", "lora_B"):
+            marker = f".{part}."
+            if marker in key:
+                module = key.split(marker)[0]
+                module = module.removeprefix("base_model.model.")
+                pairs.setdefault(module, {})[part] = value
+    return {m: (p["lora_A"], p["lora_B"]) for m, p in pairs.items()}, scaling
+
+
+def build_mixture(model: nn.Module, adapter_dirs: list[str], top_k: int, gate_softmax: str = "topk") -> list[str]:
+    """Replace each LoRA-adapted nn.Linear of `model` (in place) by a MixLoRALinear over the adapters
+    (expert order = adapter_dirs order); freeze everything but the gates. Returns the gated module names."""
+    adapters = [read_adapter(p) for p in adapter_dirs]
+    names = sorted(adapters[0][0])
+    for (w, _), path in zip(adapters[1:], adapter_dirs[1:]):
+        if sorted(w) != names:
+            raise SelfMoEConfigError(f"{path} adapts other layers than {adapter_dirs[0]}")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    scaling = torch.tensor([s for _, s in adapters])
+    for name in names:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        base = getattr(parent, child)
+        if not isinstance(base, nn.Linear):
+            raise SelfMoEConfigError(f"{name} is {type(base).__name__}, not nn.Linear")
+        r = max(w[name][0].shape[0] for w, _ in adapters)
+        A = torch.zeros(len(adapters), r, base.in_features)
+        B = torch.zeros(len(adapters), base.out_features, r)
+        for e, (w, _) in enumerate(adapters):
+            a, b = w[name]
+            A[e, :a.shape[0]], B[e, :, :b.shape[1]] = a.float(), b.float()
+        setattr(parent, child, MixLoRALinear(base, A.to(base.weight.device), B.to(base.weight.device),
+                                             scaling.to(base.weight.device), top_k, gate_softmax))
+    return names
+
+
+def _relative_change(new: list[torch.Tensor], old: list[torch.Tensor]) -> float:
+    """||new - old|| / ||old|| over all tensors together."""
+    diff = sum(float(((n.detach() - o) ** 2).sum()) for n, o in zip(new, old))
+    return math.sqrt(diff / max(sum(float((o ** 2).sum()) for o in old), 1e-30))
+
+
+def gate_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {f"{n}.gate.weight": m.gate.weight.detach().cpu().clone()
+            for n, m in model.named_modules() if isinstance(m, MixLoRALinear)}
+
+
+def _mix_modules(model: nn.Module) -> list[MixLoRALinear]:
+    return [m for m in model.modules() if isinstance(m, MixLoRALinear)]
+
+
+@torch.no_grad()
+def router_usage(model: nn.Module, batch_list: list[dict], device, n_experts: int) -> tuple[list[float], list[float]]:
+    """(share of top-k assignments, share of gate weight) per expert over the batches' valid tokens
+    and all gated layers; each sums to 1."""
+    usage = Usage(n_experts)
+    mods = _mix_modules(model)
+    for m in mods:
+        m.usage = usage
+    model.eval()
+    try:
+        for b in batch_list:
+            b = _to(b, device)
+            usage.mask = b["attention_mask"]
+            model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+    finally:
+        for m in mods:
+            m.usage = None
+    return usage.shares(), usage.weight_shares()
+
+
+def _device(config: dict) -> torch.device:
+    name = config.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise SelfMoEConfigError(f"device {name!r}: use cpu or cuda")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SelfMoEConfigError("device cuda requested but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def check_base_model(path: str | None) -> str:
+    if not path:
+        raise SelfMoEConfigError("base_model is not set: pass base_model=<local Hugging Face model folder>")
+    if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, "config.json")):
+        raise SelfMoEConfigError(f"base_model {path!r} is not a Hugging Face model folder "
+                                 f"(no {os.path.join(path, 'config.json')})")
+    return os.path.abspath(path)
+
+
+def load_base(path: str, device: torch.device):
+    from transformers import AutoModelForCausalLM
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model.config.use_cache = False
+    return model.to(device)
+
+
+def load_mixture(out_dir: str, base_model: str | None = None, device: str | torch.device = "cpu") -> nn.Module:
+    """The routed model a training run saved: base + experts from out/experts + gates from router.pt."""
+    with open(os.path.join(out_dir, "router.json")) as fh:
+        meta = json.load(fh)
+    device = torch.device(device)
+    model = load_base(check_base_model(base_model or meta["base_model"]), device)
+    build_mixture(model, [os.path.join(out_dir, "experts", d) for d in meta["experts"]],
+                  meta["top_k"], meta["gate_softmax"])
+    state = torch.load(os.path.join(out_dir, "router.pt"), map_location=device, weights_only=True)
+    mods = dict(model.named_modules())
+    expected = gate_state_dict(model)
+    if set(state) != set(expected):
+        raise SelfMoEConfigError(f"{out_dir}/router.pt gates do not match the experts' layers")
+    for key, value in state.items():
+        mods[key.removesuffix(".gate.weight")].gate.weight.data.copy_(value)
+    model.eval()
+    return model
+
+
+# ------------------------------------------------------------------------------------- training
+
+def train(data_dir: str, out_dir: str, config: dict) -> dict:
+    t_start = time.time()
+    cfg = {k: spec[1] for k, spec in CONFIG.items()}
+    cfg.update({k: v for k, v in config.items() if v is not None or k not in cfg})
+    base_path = check_base_model(cfg["base_model"])
+    if cfg["gate_softmax"] not in ("topk", "all"):
+        raise SelfMoEConfigError(f"gate_softmax {cfg['gate_softmax']!r}: use topk or all")
+    device = _device(cfg)
+    domains = [d.strip() for d in cfg["domains"].split(",") if d.strip()] if cfg.get("domains") else None
+    data = load_examples(data_dir, domains)
+    domains = list(data)
+    top_k = min(cfg["top_k"], len(domains))
+    if top_k == 1 and cfg["gate_softmax"] == "topk" and cfg["router_steps"] > 0 and len(domains) > 1:
+        raise SelfMoEConfigError("top_k=1 with gate_softmax=topk gives every chosen expert weight 1, so the "
+                                 "gates get no gradient: use gate_softmax=all or top_k >= 2")
+    targets = [t.strip() for t in cfg["target_modules"].split(",") if t.strip()]
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    bs, accum = cfg["batch_size"], cfg["grad_accum"]
+
+    splits, sizes = {}, {}
+    for i, d in enumerate(domains):
+        tr_rows, ev_rows = split_rows(data[d], cfg["eval_fraction"])
+        tr = [e for e in (encode(tokenizer, r, cfg["max_length"]) for r in tr_rows) if e is not None]
+        ev = [e for e in (encode(tokenizer, r, cfg["max_length"]) for r in ev_rows) if e is not None]
+        if not tr:
+            raise DatasetError(f"domain {d!r}: no train example left (kept {len(data[d])}, eval "
+                               f"{len(ev_rows)}, or cut away by max_length={cfg['max_length']})")
+        splits[d] = (tr, ev)
+        sizes[d] = {"kept": len(data[d]), "train": len(tr), "eval": len(ev),
+                    "cut_by_max_length": len(tr_rows) + len(ev_rows) - len(tr) - len(ev),
+                    "eval_tokens": sum(sum(x != IGNORE for x in y) for _, y in ev)}
+    eval_batches = {d: batches(ev, bs, pad_id) for d, (_, ev) in splits.items()}
+
+    os.makedirs(os.path.join(out_dir, "experts"), exist_ok=True)
+    metrics: dict = {"base_model": base_path, "domains": domains, "device": str(device),
+                     "config": {k: cfg[k] for k in CONFIG}, "examples": sizes,
+                     "eval_loss": {d: {"base": None, "experts": {}, "mixture": None} for d in domains},
+                     "experts": {}, "router": {}, "router_usage": {}, "router_weight": {}}
+
+    def _eval_all(model, key, expert=None):
+        for d in domains:
+            value = eval_loss(model, eval_batches[d], device) if eval_batches[d] else None
+            if expert is None:
+                metrics["eval_loss"][d][key] = value
+            else:
+                metrics["eval_loss"][d]["experts"][expert] = value
+
+    t0 = time.time()
+    base = load_base(base_path, device)
+    _eval_all(base, "base")
+    metrics["base_eval_seconds"] = time.time() - t0
+    del base
+
+    lora = LoraConfig(r=cfg["lora_r"], lora_alpha=cfg["lora_alpha"], lora_dropout=cfg["lora_dropout"],
+                      target_modules=targets, bias="none", task_type="CAUSAL_LM")
+    for i, d in enumerate(domains):
+        t0 = time.time()
+        torch.manual_seed(cfg["seed"] * 7919 + i)
+        model = get_peft_model(load_base(base_path, device), lora)
+        tr = splits[d][0]
+        probe = _to(collate(tr[:bs], pad_id), device)
+        params = [p for p in model.parameters() if p.requires_grad]
+        probe_before = eval_loss(model, [probe], device)
+        losses = train_steps(model, params, BatchStream(tr, bs, pad_id, cfg["seed"] * 31 + i),
+                             cfg["steps"], accum, cfg["lr"], device)
+        probe_after = eval_loss(model, [probe], device)
+        path = os.path.join(out_dir, "experts", d)
+        model.save_pretrained(path)
+        _eval_all(model, None, expert=d)
+        metrics["experts"][d] = {"path": path, "train_loss": losses, "probe_loss_before": probe_before,
+                                 "probe_loss_after": probe_after, "trainable_params": sum(p.numel() for p in params),
+                                 "seconds": time.time() - t0}
+        del model, params
+
+    t0 = time.time()
+    model = load_base(base_path, device)
+    torch.manual_seed(cfg["seed"] * 7919 + 104729)
+    gated = build_mixture(model, [os.path.join(out_dir, "experts", d) for d in domains], top_k, cfg["gate_softmax"])
+    gates = [m.gate.weight for m in _mix_modules(model)]
+    gates_init = [g.detach().clone() for g in gates]
+    union = [e for d in domains for e in splits[d][0]]
+    probe = _to(collate([splits[d][0][j] for j in range(max(1, bs // len(domains))) for d in domains
+                         if j < len(splits[d][0])], pad_id), device)
+    probe_before = eval_loss(model, [probe], device)
+    losses = train_steps(model, gates, BatchStream(union, bs, pad_id, cfg["seed"] * 31 + 1009),
+                         cfg["router_steps"], accum, cfg["router_lr"], device) if cfg["router_steps"] else []
+    probe_after = eval_loss(model, [probe], device)
+    torch.save(gate_state_dict(model), os.path.join(out_dir, "router.pt"))
+    with open(os.path.join(out_dir, "router.json"), "w") as fh:
+        json.dump({"base_model": base_path, "experts": domains, "top_k": top_k,
+                   "gate_softmax": cfg["gate_softmax"], "gated_modules": gated}, fh, indent=1)
+    _eval_all(model, "mixture")
+    for d in domains:
+        shares, weights = router_usage(model, eval_batches[d] or batches(splits[d][0][:bs], bs, pad_id),
+                                       device, len(domains))
+        metrics["router_usage"][d] = dict(zip(domains, shares))
+        metrics["router_weight"][d] = dict(zip(domains, weights))
+    metrics["router"] = {"path": os.path.join(out_dir, "router.pt"), "train_loss": losses,
+                         "probe_loss_before": probe_before, "probe_loss_after": probe_after,
+                         "gated_layers": len(gated), "top_k": top_k, "gate_softmax": cfg["gate_softmax"],
+                         "trainable_params": sum(g.numel() for g in gates),
+                         "gate_relative_change": _relative_change(gates, gates_init),
+                         "seconds": time.time() - t0}
+    metrics["seconds"] = time.time() - t_start
+    return metrics
+
+
+def report(metrics: dict) -> str:
+    domains = metrics["domains"]
+    cols = ["base"] + [f"exp:{e}" for e in domains] + ["mixture"]
+    w = max(10, *(len(c) for c in cols))
+    fmt = lambda v: f"{'n/a':>{w}s}" if v is None else f"{v:{w}.4f}"
+    lines = ["eval loss (token-mean NLL on each domain's held-out rows)",
+             f"{'domain':12s} " + " ".join(f"{c:>{w}s}" for c in cols)]
+    for d in domains:
+        e = metrics["eval_loss"][d]
+        vals = [e["base"]] + [e["experts"].get(x) for x in domains] + [e["mixture"]]
+        lines.append(f"{d:12s} " + " ".join(fmt(v) for v in vals))
+    lines.append("\nrouter usage (share of top-k assignments per expert, eval tokens, all gated layers)")
+    lines.append(f"{'domain':12s} " + " ".join(f"{e:>{w}s}" for e in domains))
+    for d in domains:
+        lines.append(f"{d:12s} " + " ".join(fmt(metrics["router_usage"][d][e]) for e in domains))
+    lines.append("\nrouter weight (share of gate weight per expert, same tokens)")
+    for d in domains:
+        lines.append(f"{d:12s} " + " ".join(fmt(metrics["router_weight"][d][e]) for e in domains))
+    lines.append("")
+    for name, m in list(metrics["experts"].items()) + [("router", metrics["router"])]:
+        lines.append(f"{name:12s} probe loss {m['probe_loss_before']:.4f} -> {m['probe_loss_after']:.4f} "
+                     f"({len(m['train_loss'])} steps, {m['seconds']:.1f} s)")
+    return "\n".join(lines)
