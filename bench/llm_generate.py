@@ -67,6 +67,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
+from load_meter import machine_busy  # noqa: E402
 
 THREADS = 2
 BATCH = 16
@@ -94,18 +95,6 @@ def make_prompts(n: int) -> list[str]:
 
 # ---------------------------------------------------------------- other load (as bench/pruned_synth.py)
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _machine_busy() -> float | None:
-    """CPU seconds all processes on the machine have used (from /proc/stat), or None."""
-    try:
-        with open("/proc/stat") as fh:
-            fields = [int(x) for x in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:7]) - idle) / _TICK  # user..softirq, not steal
 
 
 def _own_cpu() -> float:
@@ -118,12 +107,12 @@ class Meter:
 
     def __enter__(self):
         torch.set_num_threads(THREADS)
-        self.busy0, self.own0, self.t0 = _machine_busy(), _own_cpu(), time.perf_counter()
+        self.busy0, self.own0, self.t0 = machine_busy(), _own_cpu(), time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         self.wall = time.perf_counter() - self.t0
-        busy1, own1 = _machine_busy(), _own_cpu()
+        busy1, own1 = machine_busy(), _own_cpu()
         self.own_cores = (own1 - self.own0) / self.wall
         self.other_load = (None if self.busy0 is None or busy1 is None
                            else max(0.0, (busy1 - self.busy0) - (own1 - self.own0)) / self.wall)

@@ -53,6 +53,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from load_meter import TICK as _TICK, machine_busy  # noqa: E402
 from pipelines import logs  # noqa: E402
 
 logs.configure()
@@ -291,7 +292,6 @@ def _short(stage: str) -> str:
     return names[0] if len(names) == 1 else f"{names[0]} ... {names[-1]} ({len(names)} steps)"
 
 
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _children_cpu() -> float:
@@ -316,17 +316,6 @@ def _children_cpu() -> float:
     return total
 
 
-def _machine_busy() -> float | None:
-    """CPU seconds all processes on the machine have used (from /proc/stat), or None."""
-    try:
-        with open("/proc/stat") as fh:
-            fields = [int(x) for x in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:7]) - idle) / _TICK  # user..softirq, not steal
-
-
 def _own_cpu() -> float:
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime + _children_cpu()
@@ -335,7 +324,7 @@ def _own_cpu() -> float:
 def measure(part: str, sets: list[str], resolved, scratch: str, profile_to: str | None = None,
             stages: bool = False) -> tuple[float, dict]:
     out = tempfile.mkdtemp(prefix=f"{part}-", dir=scratch)
-    busy0, own0 = _machine_busy(), _own_cpu()
+    busy0, own0 = machine_busy(), _own_cpu()
     prof = cProfile.Profile() if profile_to else None
     clock = StageClock() if stages and part in ("local", "mp1", "mp2") else None
     t0 = time.perf_counter()
@@ -364,7 +353,7 @@ def measure(part: str, sets: list[str], resolved, scratch: str, profile_to: str 
             prof.disable()
         wall = time.perf_counter() - t0
         shutil.rmtree(out, ignore_errors=True)
-    busy1, own1 = _machine_busy(), _own_cpu()
+    busy1, own1 = machine_busy(), _own_cpu()
     if part in ("np1", "np2"):
         wall = work_s
     info["other_load_cores"] = (None if busy0 is None or busy1 is None

@@ -71,6 +71,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Optional, Sequence
 
 from transforms.io.rejected import Rejected
+from transforms.llm.backend import BatchedBackend
 from transforms.llm.requests import Completion, Request
 
 BACKEND_NAME = "openai"
@@ -108,7 +109,7 @@ class _Final(Exception):
         self.error_type = error_type
 
 
-class OpenAIBackend:
+class OpenAIBackend(BatchedBackend):
     """Completions from an OpenAI-compatible server at `base_url` serving `model`.
 
     `sleep` (default time.sleep) is what back-off waits with; tests pass a recorder. `jitter_seed`
@@ -161,14 +162,6 @@ class OpenAIBackend:
         return self
 
     # -- public API ------------------------------------------------------------------------------
-
-    def generate(self, requests: Sequence[Request]) -> list:
-        """One Completion or Rejected per request, in the order given."""
-        results: list = [None] * len(requests)
-        for batch in self.iter_batches(requests):
-            for index, result in batch:
-                results[index] = result
-        return results
 
     def iter_batches(self, requests: Sequence[Request]) -> Iterator[list[tuple[int, object]]]:
         """Yield [(index, result), ...] per consecutive sub-batch of batch_size, in input order.

@@ -32,6 +32,7 @@ from typing import Iterator, Optional, Sequence
 from transforms.io.ids import canonical_json
 from transforms.io.rejected import Rejected
 from transforms.llm.models import DEFAULT_MODEL, ResolvedModel, resolve_model
+from transforms.llm.backend import BatchedBackend
 from transforms.llm.requests import Completion, Request, Sampling
 
 BACKEND_NAME = "transformers"
@@ -43,7 +44,7 @@ def _row_seed(sampling: Sampling, request: Request) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16)
 
 
-class TransformersBackend:
+class TransformersBackend(BatchedBackend):
     """Batched generation with transformers. `model` is a built-in name, a local HF folder or a
     ResolvedModel; `dtype` defaults to float32 on CPU and bfloat16 on CUDA. `threads` caps torch's
     CPU threads for the whole process (torch.set_num_threads): set it when several worker processes
@@ -118,14 +119,6 @@ class TransformersBackend:
         return self
 
     # -- public API ------------------------------------------------------------------------------
-
-    def generate(self, requests: Sequence[Request]) -> list:
-        """One Completion or Rejected per request, in the order given."""
-        results: list = [None] * len(requests)
-        for batch in self.iter_batches(requests):
-            for index, result in batch:
-                results[index] = result
-        return results
 
     def iter_batches(self, requests: Sequence[Request]) -> Iterator[list[tuple[int, object]]]:
         """Run `requests` sub-batch by sub-batch, yielding [(index in requests, result), ...] after

@@ -46,9 +46,7 @@ class SpecializeDomains(beam.PTransform):
                    | ledger.stage("brainstorm_plan", plan))
         ideas = (payloads(planned, "request", "BrainstormRequests")
                  | "Brainstorm" >> Generate(self.backend, ledger, cache_location=self.cache, stage="brainstorm"))
-        found = ({"meta": payloads(planned, "meta", "BrainstormMeta"),
-                  "done": ideas | "IdeaKey" >> beam.Map(lambda c: (c.request_id, c))}
-                 | "JoinIdeas" >> beam.CoGroupByKey()
+        found = (_with_completions(payloads(planned, "meta", "BrainstormMeta"), ideas, "Ideas")
                  | ledger.stage("parse", _parse))
         threshold, limit, demos, respond = self.threshold, self.answer_limit, self.demos, self.respond
 
@@ -68,9 +66,7 @@ class SpecializeDomains(beam.PTransform):
                    | ledger.stage("dedup", dedup))
         answers = (payloads(deduped, "request", "ResponseRequests")
                    | "Respond" >> Generate(self.backend, ledger, cache_location=self.cache, stage="respond"))
-        answered = ({"meta": payloads(deduped, "meta", "ResponseMeta"),
-                     "done": answers | "AnswerKey" >> beam.Map(lambda c: (c.request_id, c))}
-                    | "JoinAnswers" >> beam.CoGroupByKey()
+        answered = (_with_completions(payloads(deduped, "meta", "ResponseMeta"), answers, "Answers")
                     | ledger.stage("filter", lambda kv: [_answered(kv, respond)]))
         per_domain = self.per_domain
         generated = ((answered, payloads(deduped, "row", "DroppedRows"))
@@ -80,6 +76,12 @@ class SpecializeDomains(beam.PTransform):
                      | ledger.stage("cap", lambda kv: ss.cap_domain(list(kv[1]), per_domain)))
         seed_rows = seeds | "SeedRows" >> beam.Map(ss.seed_row)
         return {"examples": (generated, seed_rows)}
+
+
+def _with_completions(meta, completions, label: str):
+    """(request id, {"meta": [what the request was for], "done": [its completion, if any]})."""
+    keyed = completions | f"{label}Key" >> beam.Map(lambda c: (c.request_id, c))
+    return {"meta": meta, "done": keyed} | f"Join{label}" >> beam.CoGroupByKey()
 
 
 def _parse(keyed):
