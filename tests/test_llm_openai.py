@@ -67,16 +67,25 @@ class FakeServer:
                     server.bodies.append(body)
                     actions = server.script.get(prompt, [])
                     action = actions.pop(0) if actions else "ok"
+                self._counted = True
                 try:
                     time.sleep(server.delay)
                     self._act(action, body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
                 finally:
+                    self._release()
+
+            def _release(self):
+                # before the answer leaves: once the client has it, it may send its next request
+                # while this thread is still writing, and counting that as overlap would be wrong
+                if self._counted:
+                    self._counted = False
                     with server.lock:
                         server.inflight -= 1
 
             def _send(self, code, payload, headers=()):
+                self._release()
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(code)
                 for name, value in headers:
