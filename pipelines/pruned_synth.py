@@ -1,8 +1,10 @@
 """pruned-synth: real and verifier-pruned synthetic Gaussian-mixture data (PAPERS.md section 3)."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
+import os
 
 from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
 from pipelines.dataset import Dataset
@@ -13,6 +15,17 @@ from transforms.synth.features import FeaturesError, features_shape
 from transforms.synth.generate import GeneratePrunedSynth
 
 UNIT = (0.0, 1.0)
+
+
+def _features_shape(path: str):
+    """The file's shape, read once per run: the config check runs for every grid point."""
+    stat = os.stat(path)
+    return _shape_of(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _shape_of(path: str, size: int, mtime_ns: int):  # size and mtime: a rewritten file is read again
+    return features_shape(path)
 
 
 def _check(c: dict) -> None:
@@ -28,7 +41,7 @@ def _check(c: dict) -> None:
             raise ConfigError(f"with a features file the generator is fitted on the real rows: "
                               f"n_hat={c['n_hat']} must be <= n={c['n']}")
         try:
-            shape = features_shape(c["features"])
+            shape = _features_shape(c["features"])
         except (FeaturesError, OSError, ValueError) as exc:
             raise ConfigError(f"features file unusable: {exc}") from None
         if shape.rows < c["n"] + c["n_test"]:
