@@ -2,7 +2,7 @@
 # make test: set up everything, then run the tests.
 PYTHON ?= python3.11
 VENV ?= .venv
-EXTRAS ?= train,dask,llm,dev
+EXTRAS ?= train,dask,llm,web,dev
 OUT ?= out
 BIN := $(VENV)/bin
 comma := ,

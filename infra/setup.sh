@@ -12,6 +12,10 @@ if ! command -v "$python" >/dev/null 2>&1; then
     echo "setup: $python not found; install Python 3.11 (Debian: apt-get install python3.11 python3.11-venv)" >&2
     exit 1
 fi
+# Debian packages the extras need: Chromium for web (Playwright drives Debian's build; its own
+# browser download cannot run offline), GL and OpenMP libraries for open3d.
+case ",$extras," in *,web,*|*,all,*) apt_packages="$apt_packages chromium fonts-dejavu-core" ;; esac
+case ",$extras," in *,lidar,*|*,all,*) apt_packages="$apt_packages libgl1 libegl1 libgomp1 libusb-1.0-0" ;; esac
 if ! "$python" -c "import venv, ensurepip" >/dev/null 2>&1; then
     apt_packages="$apt_packages python3.11-venv"
 fi

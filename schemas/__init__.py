@@ -1,10 +1,10 @@
 """Schema registry: every table any dataset writes, by `dataset/table` name."""
-from schemas import dead_letter, pruned_synth, selfmoe
+from schemas import dead_letter, multiui, pruned_synth, selfmoe
 from schemas.table import Field, SchemaError, TableSchema
 
 DEAD_LETTER = dead_letter.TABLE
 
-_DATASETS = {pruned_synth.DATASET: pruned_synth.TABLES, selfmoe.DATASET: selfmoe.TABLES}
+_DATASETS = {d.DATASET: d.TABLES for d in (pruned_synth, selfmoe, multiui)}
 
 
 def tables(dataset: str) -> tuple[TableSchema, ...]:
