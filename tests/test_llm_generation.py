@@ -146,6 +146,11 @@ def test_bad_requests_are_rejected_alone(backend, monkeypatch):
     assert isinstance(results["empty"], Rejected) and results["empty"].error_type == "EmptyPrompt"
     assert isinstance(results["poison"], Rejected) and results["poison"].error_type == "RuntimeError"
     assert isinstance(results["good"], Completion) and results["good"].text.strip().startswith("Paris")
+    image = Request("image", [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}], GREEDY)
+    (refused,) = backend.generate([image])
+    assert isinstance(refused, Rejected) and "vision" in refused.reason
 
 
 # -- through the response cache ----------------------------------------------------------------------

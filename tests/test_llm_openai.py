@@ -21,7 +21,9 @@ KEY_ENV = "SHARDSMITH_TEST_OPENAI_KEY"
 
 def _prompt_text(body):
     if "messages" in body:
-        return " ".join(m["content"] for m in body["messages"] if m["role"] == "user")
+        return " ".join(m["content"] if isinstance(m["content"], str) else
+                        " ".join(p.get("text", "") for p in m["content"])
+                        for m in body["messages"] if m["role"] == "user")
     return body["prompt"]
 
 
@@ -344,3 +346,11 @@ def test_retry_after_as_http_date():
     assert _retry_after("3") == 3.0 and _retry_after("1.5") == 1.5 and _retry_after(None) is None
     assert 8 <= _retry_after(formatdate(time.time() + 10, usegmt=True)) <= 10
     assert _retry_after(formatdate(time.time() - 100, usegmt=True)) == 0.0 and _retry_after("soon") is None
+
+
+def test_image_parts_are_sent_as_openai_content_parts(server):
+    parts = [{"type": "text", "text": "describe it"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]
+    (out,) = backend(server.url).generate([Request("v", [{"role": "user", "content": parts}])])
+    assert out.text == "DESCRIBE IT"
+    assert server.bodies[-1]["messages"] == [{"role": "user", "content": parts}]

@@ -71,3 +71,19 @@ def test_completion_json_round_trip():
     assert again.cached and again.request_id == "r2" and again.text == "Paris"
     with pytest.raises(ValueError, match="finish_reason"):
         Completion("r1", "x", "eos", 1, 1, MODEL, "transformers")
+
+
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+
+
+def test_content_parts_for_vision_models():
+    parts = [{"type": "text", "text": "What is in the picture?"}, IMAGE]
+    vision = Request("v", [{"role": "user", "content": parts}])
+    assert vision.has_images and not Request("t", [{"role": "user", "content": "hi"}]).has_images
+    assert vision.prompt[0]["content"] == tuple(parts)
+    assert pickle.loads(pickle.dumps(vision)) == vision and hash(vision) == hash(Request("v", vision.prompt))
+    other = Request("v", [{"role": "user", "content": [parts[0], {"type": "image_url", "image_url": {"url": "x"}}]}])
+    assert cache_key(MODEL, vision) != cache_key(MODEL, other)         # the image decides the answer
+    for bad in ([], [{"type": "image_url", "image_url": "data:..."}], [{"type": "audio", "audio": "x"}], [3]):
+        with pytest.raises(ValueError, match="content"):
+            Request("b", [{"role": "user", "content": bad}])

@@ -8,6 +8,7 @@ model once and every stage function in it uses that copy.
 """
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import apache_beam as beam
@@ -16,12 +17,12 @@ from apache_beam.utils.shared import Shared
 from transforms.io.stage import Ledger
 from transforms.llm.cache import ResponseCache
 from transforms.llm.cached import generate_with_cache
-from transforms.llm.requests import Request
+from transforms.llm.requests import Request, content_text
 
 
 def _prompt_size(request: Request) -> int:
     if request.is_chat:
-        return sum(len(m["content"]) for m in request.prompt)
+        return sum(len(content_text(m["content"])) for m in request.prompt)
     return len(request.prompt)
 
 
@@ -33,10 +34,26 @@ def batches_of(requests: list[Request], size: int) -> list[list[Request]]:
 
 
 class _Loaded:
-    """A weak-referenceable holder for `Shared` (it keeps the loaded backend alive per process)."""
+    """A weak-referenceable holder for `Shared` (it keeps the loaded backend alive per process).
+
+    Counts the stage functions using it: when the last one is torn down, a backend with `close()`
+    (vLLM: its server process) is closed; a later call loads it again."""
 
     def __init__(self, backend):
         self.backend = backend.load()
+        self.users = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> "_Loaded":
+        with self._lock:
+            self.users += 1
+        return self
+
+    def leave(self) -> None:
+        with self._lock:  # held while closing: a stage function entering now waits, then loads again
+            self.users -= 1
+            if self.users == 0 and hasattr(self.backend, "close"):
+                self.backend.close()
 
 
 class GenerateBatch:
@@ -47,11 +64,13 @@ class GenerateBatch:
         self._loaded = self._cache = None
 
     def setup(self):
-        self._loaded = self.shared.acquire(lambda: _Loaded(self.backend), tag=repr(self.backend))
+        self._loaded = self.shared.acquire(lambda: _Loaded(self.backend), tag=repr(self.backend)).enter()
         self._cache = ResponseCache(self.cache_location) if self.cache_location else None
 
     def teardown(self):
-        self._loaded = None
+        loaded, self._loaded = self._loaded, None
+        if loaded is not None:
+            loaded.leave()
 
     def __call__(self, batch: list[Request]):
         if self._loaded is None:

@@ -199,7 +199,8 @@ class OpenAIBackend(BatchedBackend):
         if s.stop:
             body["stop"] = list(s.stop)
         if request.is_chat:
-            body["messages"] = [dict(m) for m in request.prompt]
+            body["messages"] = [dict(m, content=m["content"] if isinstance(m["content"], str) else
+                                     [dict(part) for part in m["content"]]) for m in request.prompt]
         else:
             body["prompt"] = request.prompt
         return json.dumps(body).encode()

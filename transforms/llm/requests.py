@@ -77,6 +77,43 @@ class Sampling:
         return params
 
 
+CONTENT_PARTS = ("text", "image_url")
+
+
+def _normalize_content(content: Any, i: int) -> Union[str, tuple]:
+    """A message's content: a string, or OpenAI-style parts ({"type": "text", "text"} and
+    {"type": "image_url", "image_url": {"url"}}) for vision models."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence) and not isinstance(content, Mapping) and content:
+        parts = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, Mapping) else None
+            ok = ((kind == "text" and isinstance(part.get("text"), str))
+                  or (kind == "image_url" and isinstance(part.get("image_url"), Mapping)
+                      and isinstance(part["image_url"].get("url"), str)))
+            if not ok:
+                raise ValueError(f"chat message {i}: a content part must be {{'type': 'text', 'text': str}} or "
+                                 f"{{'type': 'image_url', 'image_url': {{'url': str}}}}, got {part!r}")
+            parts.append(canonical_part(part))
+        return tuple(parts)
+    raise ValueError(f"chat message {i} must have string 'content' or a non-empty list of content parts, "
+                     f"got {content!r}")
+
+
+def canonical_part(part: Mapping) -> dict:
+    if part["type"] == "text":
+        return {"type": "text", "text": part["text"]}
+    return {"type": "image_url", "image_url": {"url": part["image_url"]["url"]}}
+
+
+def content_text(content: Union[str, tuple]) -> str:
+    """The text of a message's content (image parts left out)."""
+    if isinstance(content, str):
+        return content
+    return "".join(p["text"] for p in content if p["type"] == "text")
+
+
 def _normalize_prompt(prompt: Any) -> Prompt:
     if isinstance(prompt, str):
         return prompt
@@ -85,10 +122,9 @@ def _normalize_prompt(prompt: Any) -> Prompt:
                          f"{{'role': ..., 'content': ...}}, got {type(prompt).__name__}")
     messages = []
     for i, message in enumerate(prompt):
-        if (not isinstance(message, Mapping) or not isinstance(message.get("role"), str)
-                or not isinstance(message.get("content"), str)):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise ValueError(f"chat message {i} must be a mapping with string 'role' and 'content', got {message!r}")
-        messages.append(dict(message))
+        messages.append(dict(message, content=_normalize_content(message.get("content"), i)))
     return tuple(messages)
 
 
@@ -110,6 +146,12 @@ class Request:
     @property
     def is_chat(self) -> bool:
         return not isinstance(self.prompt, str)
+
+    @property
+    def has_images(self) -> bool:
+        """Whether a message carries an image part (only vision backends can answer it)."""
+        return self.is_chat and any(not isinstance(m["content"], str) and
+                                    any(p["type"] == "image_url" for p in m["content"]) for m in self.prompt)
 
     def __hash__(self):  # chat messages are dicts: hash their canonical form
         return hash((self.id, canonical_json(self.prompt), self.sampling))

@@ -148,6 +148,9 @@ class TransformersBackend(BatchedBackend):
 
     def _encode(self, request: Request) -> list[int]:
         tokenizer = self._tokenizer
+        if request.has_images:
+            raise ValueError(f"{self.model_id} reads text only; this request holds an image: "
+                             "use a vision-capable backend (backend=openai serving a vision model)")
         if request.is_chat:
             if not tokenizer.chat_template:
                 raise ValueError(f"{self.model_id} has no chat template: send plain-text prompts")

@@ -1,0 +1,509 @@
+"""multiui web inputs: URL lists, WARC scanning and replay, the fetch policy, the route handler
+(with real Chromium), and the embedded sample site.
+
+Browser tests launch Debian's Chromium through Playwright and talk only to loopback servers
+started here; they skip when Playwright or Chromium is missing.
+"""
+from __future__ import annotations
+
+import io
+import os
+import socket
+import threading
+from html.parser import HTMLParser
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.error import HTTPError
+from urllib.parse import urljoin, urlsplit
+from urllib.request import Request, urlopen
+
+import pytest
+
+from tests.conftest import SHARED_DATA
+from transforms.io.rejected import Rejected
+from transforms.web.fetch_policy import FetchPolicy
+from transforms.web.local_site import LocalSite
+from transforms.web.routing import make_route_handler
+from transforms.web.targets import PageTarget, read_url_list, scan_html_folder, scan_warc
+from transforms.web.warc_archive import WarcArchive
+
+WEB_DATA = os.path.join(SHARED_DATA, "web")
+SITE = os.path.join(os.path.dirname(__file__), "..", "pipelines", "sites", "multiui")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+needs_web_data = pytest.mark.skipif(not os.path.isdir(WEB_DATA),
+                                    reason="../shared/data/web is absent (it ships beside CI checkouts only)")
+
+
+def _targets(items):
+    return [i for i in items if isinstance(i, PageTarget)]
+
+
+def _rejected(items):
+    return [i for i in items if isinstance(i, Rejected)]
+
+
+# -- URL lists ------------------------------------------------------------------------------
+
+def test_read_url_list_skips_comments_and_rejects_bad_lines(tmp_path):
+    path = tmp_path / "urls.txt"
+    path.write_text("\n".join([
+        "# seed list",
+        "https://example.org/",
+        "",
+        "   http://example.com/a?b=1#frag   ",
+        "ftp://files.example.org/x",
+        "not a url",
+        "http://",
+        "http://exa mple.com/",
+        "http://example.com:99999/",
+        "   # indented comment",
+        "https://example.net/page",
+    ]) + "\n")
+    items = list(read_url_list(str(path)))
+    assert [t.url for t in _targets(items)] == [
+        "https://example.org/", "http://example.com/a?b=1#frag", "https://example.net/page"]
+    assert all(t.source == "url" and t.source_ref == t.url for t in _targets(items))
+    bad = _rejected(items)
+    assert [r.excerpt for r in bad] == ["ftp://files.example.org/x", "not a url", "http://",
+                                        "http://exa mple.com/", "http://example.com:99999/"]
+    assert f"{path}:5: scheme 'ftp'" in bad[0].reason
+    assert ":6:" in bad[1].reason and ":7:" in bad[2].reason and "no host" in bad[2].reason
+    assert "whitespace" in bad[3].reason and "port" in bad[4].reason.lower()
+
+
+# -- WARC scanning --------------------------------------------------------------------------
+
+@needs_web_data
+def test_scan_warc_finds_the_html_page_of_the_common_crawl_capture():
+    with open(os.path.join(SHARED_DATA, "README.md")) as fh:
+        provenance = [line for line in fh if "whirlwind.warc.gz" in line]
+    assert provenance and "Common Crawl" in provenance[0]  # the README row that names its source
+    items = list(scan_warc(os.path.join(WEB_DATA, "whirlwind.warc.gz")))
+    assert _rejected(items) == []
+    targets = _targets(items)
+    assert len(targets) == 1  # warcinfo, request, response (text/html), metadata
+    assert targets[0].url == "https://an.wikipedia.org/wiki/Escopete"
+    assert targets[0].source == "warc"
+    assert targets[0].source_ref == os.path.join(WEB_DATA, "whirlwind.warc.gz") + "#1023"
+    # the plain-text WARC with chunked transfer encoding works too
+    iana = _targets(scan_warc(os.path.join(WEB_DATA, "example-iana.org-chunked.warc")))
+    assert [t.url for t in iana] == ["http://www.iana.org/"]
+
+
+@needs_web_data
+def test_scan_warc_truncated_mid_record_keeps_earlier_records(tmp_path):
+    example = open(os.path.join(WEB_DATA, "example.warc.gz"), "rb").read()
+    whirlwind = open(os.path.join(WEB_DATA, "whirlwind.warc.gz"), "rb").read()
+    response_at = len(example) + 1023  # whirlwind's response record, after example.warc.gz
+    path = tmp_path / "cut.warc.gz"
+    path.write_bytes((example + whirlwind)[:response_at + 5000])  # cut inside that record
+    items = list(scan_warc(str(path)))
+    assert [t.url for t in _targets(items)] == ["http://example.com/"]
+    assert _targets(items)[0].source_ref == f"{path}#784"
+    bad = _rejected(items)
+    assert len(bad) == 1 and bad[0].error_type == "CorruptWarc"
+    assert f"offset {response_at}" in bad[0].reason and "truncated" in bad[0].reason
+    assert isinstance(items[-1], Rejected)  # the bad record comes after the good one
+
+
+@needs_web_data
+def test_scan_warc_resumes_after_a_corrupt_record(tmp_path):
+    plain = bytearray(open(os.path.join(WEB_DATA, "example-iana.org-chunked.warc"), "rb").read())
+    broken = bytearray(plain)
+    broken[405:415] = b"XXXXXXXXXX"  # the first response record's header line
+    path = tmp_path / "two.warc"
+    path.write_bytes(bytes(broken) + bytes(plain))
+    items = list(scan_warc(str(path)))
+    assert isinstance(items[0], Rejected) and "offset" in items[0].reason
+    assert [t.source_ref for t in _targets(items)] == [f"{path}#{len(broken) + 405}"]
+
+
+def test_scan_warc_without_html_yields_one_rejected(tmp_path):
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    path = tmp_path / "images.warc.gz"
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
+    with open(path, "wb") as fh:
+        writer = WARCWriter(fh, gzip=True)
+        headers = StatusAndHeaders("200 OK", [("Content-Type", "image/png")], protocol="HTTP/1.1")
+        writer.write_record(writer.create_warc_record("http://example.org/logo.png", "response",
+                                                      payload=io.BytesIO(png), http_headers=headers))
+    items = list(scan_warc(str(path)))
+    assert len(items) == 1 and isinstance(items[0], Rejected)
+    assert "no HTML" in items[0].reason and items[0].error_type == "NoHtml"
+
+
+# -- fetch policy ---------------------------------------------------------------------------
+
+LOOPBACK = ["http://127.0.0.1", "http://localhost", "http://[::1]/", "http://[::ffff:127.0.0.1]/",
+            "http://2130706433/", "http://0x7f.1/"]
+OTHER = {
+    "http://10.0.0.1": "private",
+    "http://169.254.169.254/": "link-local",
+    "http://224.0.0.1/": "multicast",
+    "file:///etc/passwd": "scheme 'file'",
+    "data:text/html,hi": "scheme 'data'",
+    "ftp://x": "scheme 'ftp'",
+    "javascript:alert(1)": "scheme 'javascript'",
+    "about:config": "scheme 'about'",
+    "http://0.0.0.0/": "unspecified",
+    "http://100.64.0.7/": "private",
+    "http://1.2.3.4.5/": "invalid IPv4",
+}
+
+
+@pytest.mark.parametrize("url", LOOPBACK)
+def test_policy_refuses_loopback_unless_allowed(url):
+    reason = FetchPolicy().check_url(url)
+    assert reason and "is a loopback address" in reason, reason
+    assert FetchPolicy(allow_loopback=True).check_url(url) is None
+
+
+@pytest.mark.parametrize("url,words", sorted(OTHER.items()))
+def test_policy_refuses_the_rest_even_with_allow_loopback(url, words):
+    for policy in (FetchPolicy(), FetchPolicy(allow_loopback=True)):
+        reason = policy.check_url(url)
+        assert reason and words in reason, (url, reason)
+
+
+def test_policy_flags_and_names():
+    assert FetchPolicy().check_url("about:blank") is None
+    assert FetchPolicy(allow_private=True).check_url("http://10.0.0.1/") is None
+    # allow_private never opens the metadata endpoint, nor loopback
+    assert "link-local" in FetchPolicy(allow_private=True).check_url("http://169.254.169.254/")
+    assert "loopback" in FetchPolicy(allow_private=True).check_url("http://127.0.0.1/")
+    assert "port 81" in FetchPolicy(allow_loopback=True, allowed_ports={80}).check_url("http://127.0.0.1:81/")
+
+
+def test_policy_refuses_a_name_if_any_address_is_private_and_caches_answers():
+    calls = []
+    answers = {"mixed.test": ["93.184.216.34", "10.1.2.3"], "flip.test": ["93.184.216.34"]}
+
+    def resolver(host, port, type=0):
+        calls.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in answers[host]]
+
+    policy = FetchPolicy(resolver=resolver)
+    assert "mixed.test (10.1.2.3) is a private address" in policy.check_url("http://mixed.test/")
+    assert policy.check_url("http://flip.test/a") is None
+    answers["flip.test"] = ["127.0.0.1"]  # a rebinding name server changes its answer...
+    assert policy.check_url("http://flip.test/b") is None  # ...this page keeps the first answer
+    assert calls == ["mixed.test", "flip.test"]
+    assert "loopback" in policy.fresh().check_url("http://flip.test/")  # the next page asks again
+
+
+# -- browser tests --------------------------------------------------------------------------
+
+class Server:
+    """A loopback HTTP server with fixed responses per path and a hit log."""
+
+    def __init__(self, routes=None):
+        self.routes = dict(routes or {})
+        self.hits: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.hits.append(self.path)
+                status, headers, body = outer.routes.get(self.path, (404, {}, b"not found"))
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.port = self.httpd.server_address[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def html(self, path, body, status=200):
+        self.routes[path] = (status, {"Content-Type": "text/html"}, body.encode())
+
+    def redirect(self, path, location, status=302):
+        self.routes[path] = (status, {"Location": location}, b"")
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def servers():
+    made = []
+
+    def make(routes=None):
+        made.append(Server(routes))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _open(browser, handler=None, **context_options):
+    context = browser.new_context(**context_options)
+    if handler is not None:
+        context.route("**/*", handler)
+    return context, context.new_page()
+
+
+def test_refused_subresource_never_reaches_its_server(browser, servers):
+    site, other = servers(), servers()
+    other.routes["/pixel.png"] = (200, {"Content-Type": "image/png"}, b"\x89PNG\r\n\x1a\n")
+    site.html("/", f'<title>embeds</title><img src="{other.base}/pixel.png">'
+                   f'<link rel="stylesheet" href="{other.base}/x.css"><script src="{other.base}/x.js"></script>')
+    # control: without the handler Chromium does fetch from the second server
+    context, page = _open(browser)
+    page.goto(site.base + "/")
+    context.close()
+    assert "/pixel.png" in other.hits
+    other.hits.clear()
+
+    refusals = []
+    policy = FetchPolicy(allow_loopback=True, allowed_ports={site.port})
+    context, page = _open(browser, make_route_handler(policy, None, refusals))
+    page.goto(site.base + "/")
+    page.wait_for_load_state("load")
+    assert page.title() == "embeds"
+    context.close()
+    assert other.hits == []
+    refused = {url: reason for url, reason in refusals}
+    assert set(refused) == {f"{other.base}/pixel.png", f"{other.base}/x.css", f"{other.base}/x.js"}
+    assert all(f"port {other.port} is not allowed" in r for r in refused.values())
+
+
+def test_route_handlers_do_not_see_redirect_hops(browser, servers):
+    """What Playwright does: a continued request's redirect is followed unseen by the handler."""
+    site, other = servers(), servers()
+    other.html("/inside", "<title>inside</title>")
+    site.redirect("/go", f"{other.base}/inside")
+    seen = []
+
+    def continue_all(route, request):
+        seen.append(request.url)
+        route.continue_()
+
+    context, page = _open(browser, continue_all)
+    page.goto(site.base + "/go")
+    context.close()
+    assert seen[0] == site.base + "/go" and f"{other.base}/inside" not in seen
+    assert other.hits == ["/inside"]  # reached although no handler ever saw it
+
+
+def test_redirects_are_checked_at_every_hop(browser, servers):
+    site, other = servers(), servers()
+    other.html("/secret", "<title>secret</title>")
+    other.routes["/secret.png"] = (200, {"Content-Type": "image/png"}, b"\x89PNG")
+    site.redirect("/go", f"{other.base}/secret")
+    site.redirect("/hop1", "/hop2", status=301)
+    site.redirect("/hop2", "/landing", status=307)
+    site.html("/landing", '<title>landing</title><a href="/go">x</a><img src="/img-redirect">')
+    site.redirect("/img-redirect", f"{other.base}/secret.png")
+    policy = FetchPolicy(allow_loopback=True, allowed_ports={site.port})
+
+    # an allowed chain: every hop passes the handler and the page ends at the last URL
+    refusals = []
+    handler = make_route_handler(policy, None, refusals)
+    context, page = _open(browser, handler)
+    response = page.goto(site.base + "/hop1")
+    assert page.url == site.base + "/landing" and page.title() == "landing"
+    assert response.url == site.base + "/landing" and response.status == 200
+    assert (site.base + "/hop1", site.base + "/hop2") in handler.redirects
+    assert (site.base + "/hop2", site.base + "/landing") in handler.redirects
+    # ...and the image that redirects to the refused server is refused
+    assert refusals == [(f"{other.base}/secret.png",
+                         f"redirect from {site.base}/img-redirect: port {other.port} is not allowed "
+                         f"(allowed: {site.port})")]
+    context.close()
+
+    # a navigation redirected to a refused URL fails and the refused server sees nothing
+    refusals.clear()
+    context, page = _open(browser, make_route_handler(policy, None, refusals))
+    with pytest.raises(Exception, match="ERR_BLOCKED_BY_CLIENT"):
+        page.goto(site.base + "/go")
+    context.close()
+    assert refusals and refusals[0][0] == f"{other.base}/secret"
+    assert refusals[0][1].startswith(f"redirect from {site.base}/go: port {other.port} is not allowed")
+    assert other.hits == []
+
+    # a redirect to another allowed server is followed there
+    policy = FetchPolicy(allow_loopback=True, allowed_ports={site.port, other.port})
+    context, page = _open(browser, make_route_handler(policy, None, []))
+    page.goto(site.base + "/go")
+    assert page.url == f"{other.base}/secret" and page.title() == "secret"
+    context.close()
+    assert other.hits == ["/secret"]  # fetched once: the redirected navigation reuses the fetch
+
+
+def test_websockets_are_checked_too(browser, servers):
+    site, other = servers(), servers()
+    site.html("/", f'<title>ws</title><script>window.sock = new WebSocket("ws://127.0.0.1:{other.port}/feed");'
+                   '</script>')
+    refusals = []
+    handler = make_route_handler(FetchPolicy(allow_loopback=True, allowed_ports={site.port}), None, refusals)
+    context, page = _open(browser, handler)
+    context.route_web_socket("**/*", handler.route_websocket)
+    page.goto(site.base + "/")
+    page.wait_for_function("window.sock.readyState === 3")  # closed
+    context.close()
+    assert other.hits == []
+    assert refusals == [(f"ws://127.0.0.1:{other.port}/feed", f"port {other.port} is not allowed (allowed: {site.port})")]
+    # an allowed WebSocket is handed to the browser to connect (Chromium's own Local Network
+    # Access check then stops a page served through route.fulfill from reaching loopback)
+    handler = make_route_handler(FetchPolicy(allow_loopback=True), None, refusals := [])
+    context, page = _open(browser, handler)
+    context.route_web_socket("**/*", handler.route_websocket)
+    page.goto(site.base + "/")
+    page.wait_for_function("window.sock.readyState === 3")
+    context.close()
+    assert handler.websockets == [f"ws://127.0.0.1:{other.port}/feed"] and refusals == []
+
+
+def test_page_size_budget(browser, servers):
+    site = servers()
+    site.routes["/big.png"] = (200, {"Content-Type": "image/png"}, b"\x89PNG" + b"\0" * 20_000)
+    site.html("/", '<title>budget</title><img src="/big.png">')
+    refusals = []
+    handler = make_route_handler(FetchPolicy(allow_loopback=True, max_bytes=5_000), None, refusals)
+    context, page = _open(browser, handler)
+    page.goto(site.base + "/")
+    page.wait_for_load_state("load")
+    context.close()
+    assert [u for u, _ in refusals] == [site.base + "/big.png"]
+    assert "budget of 5000 bytes" in refusals[0][1]
+    assert handler.bytes_served < 5_000
+
+
+def _write_warc(path, records):
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    with open(path, "wb") as fh:
+        writer = WARCWriter(fh, gzip=True)
+        for url, status, headers, body in records:
+            http = StatusAndHeaders(status, list(headers.items()), protocol="HTTP/1.1")
+            writer.write_record(writer.create_warc_record(url, "response", payload=io.BytesIO(body),
+                                                          http_headers=http))
+
+
+@needs_web_data
+def test_warc_replay_offline_refuses_what_the_archive_lacks(browser):
+    archive = WarcArchive(os.path.join(WEB_DATA, "example-iana.org-chunked.warc"))
+    refusals = []
+    context, page = _open(browser, make_route_handler(FetchPolicy(), archive, refusals), offline=True)
+    page.goto("http://www.iana.org/")
+    assert page.title() == "Internet Assigned Numbers Authority"
+    assert "Domain Names" in page.inner_text("body")
+    context.close()
+    assert refusals, "the archived page's stylesheets and images are not archived"
+    assert all(reason.startswith("not in the archive") for _, reason in refusals)
+    assert "http://www.iana.org/" not in [u for u, _ in refusals]
+
+
+def test_warc_replay_follows_archived_redirects(browser, tmp_path):
+    path = str(tmp_path / "site.warc.gz")
+    _write_warc(path, [
+        ("http://archived.test/old", "301 Moved Permanently", {"Location": "/new/"}, b""),
+        ("http://archived.test/new/", "200 OK", {"Content-Type": "text/html"},
+         b'<title>New home</title><img src="logo.png" alt="logo"><img src="/missing.png">'),
+        ("http://archived.test/new/logo.png", "200 OK", {"Content-Type": "image/png"}, b"\x89PNG\r\n\x1a\n"),
+    ])
+    archive = WarcArchive(path)
+    assert archive.lookup("http://archived.test/old#top")[0] == 200  # followed inside the archive
+    assert archive.lookup("http://archived.test/new")[2].startswith(b"<title>New home")  # slash variant
+    assert archive.lookup("http://archived.test/nothing") is None
+    refusals = []
+    context, page = _open(browser, make_route_handler(FetchPolicy(), archive, refusals), offline=True)
+    page.goto("http://archived.test/old")
+    assert page.url == "http://archived.test/new/" and page.title() == "New home"
+    context.close()
+    assert refusals == [("http://archived.test/missing.png", "not in the archive (replay never fetches live)")]
+
+
+# -- local sample site ----------------------------------------------------------------------
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links, self.title, self._in_title = [], "", False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a" and dict(attrs).get("href"):
+            self.links.append(dict(attrs)["href"])
+        self._in_title = tag == "title"
+
+    def handle_endtag(self, tag):
+        self._in_title = False
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.title += data
+
+
+def test_sample_site_is_small_self_contained_and_linked():
+    total = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(SITE) for f in files)
+    assert total < 300_000
+    targets = scan_html_folder(SITE)
+    assert 8 <= len(targets) <= 10
+    assert all(t.source == "local" and t.url.endswith(t.source_ref) for t in targets)
+    with LocalSite(SITE) as site:
+        base = site.base_url
+        pages = {}
+        for t in targets:
+            with urlopen(site.from_canonical(t.url)) as response:
+                parser = _Links()
+                parser.feed(response.read().decode())
+                pages[site.url_for(t.source_ref)] = parser
+        titles = {p.title for p in pages.values()}
+        assert len(titles) == len(pages)  # every page has its own title
+        for url, parser in pages.items():
+            internal = {urljoin(url, h).split("#")[0] for h in parser.links}
+            others = internal & set(pages) - {url}
+            assert others, f"{url} links to no other page of the site"
+            assert internal <= set(pages), f"{url} has broken links: {internal - set(pages)}"
+        # read-only: no POST, no listings, nothing outside the folder
+        with pytest.raises(HTTPError) as e:
+            urlopen(Request(site.url_for("index.html"), data=b"x", method="POST"))
+        assert e.value.code == 501
+        with pytest.raises(HTTPError) as e:
+            urlopen(site.base_url + "img/")
+        assert e.value.code == 404
+        assert site.to_canonical(site.url_for("shop.html")) == targets[0].url.rsplit("/", 1)[0] + "/shop.html"
+    with pytest.raises(OSError):
+        urlopen(base, timeout=2)  # stopped on exit
+
+
+def test_sample_site_renders_and_clicks_through(browser):
+    with LocalSite(SITE) as site:
+        refusals = []
+        policy = FetchPolicy(allow_loopback=True, allowed_ports={site.port})
+        context, page = _open(browser, make_route_handler(policy, None, refusals))
+        page.goto(site.url_for("index.html"))
+        home = page.title()
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Shop").click()
+        page.wait_for_load_state("load")
+        assert page.title() != home and "Shop" in page.title()
+        assert page.locator("img").evaluate_all("imgs => imgs.every(i => i.naturalWidth > 0)")
+        assert urlsplit(page.url).port == site.port
+        context.close()
+        assert refusals == []

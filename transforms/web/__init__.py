@@ -1,0 +1,1 @@
+"""Web pages: inputs, fetch policy, rendering, curation and the MultiUI task generators."""

@@ -1,0 +1,88 @@
+"""Serve a folder of HTML on loopback so the renderer can load it like any site.
+
+    with LocalSite("pipelines/sites/multiui") as site:
+        page.goto(site.url_for("index.html"))
+
+The server listens on 127.0.0.1 on a free port, answers GET and HEAD only (anything else gets
+501), never lists directories and never serves a file outside the folder (symlinks included).
+The renderer's fetch policy needs `allow_loopback=True` for these pages (better: restrict
+`allowed_ports` to the site's port as well).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote, urljoin
+
+from transforms.web.targets import LOCAL_BASE
+
+
+class _ReadOnlyHandler(SimpleHTTPRequestHandler):
+    def list_directory(self, path):
+        self.send_error(404, "Not found")
+        return None
+
+    def translate_path(self, path):
+        translated = super().translate_path(path)
+        root = os.path.realpath(self.directory)
+        real = os.path.realpath(translated)
+        if real != root and not real.startswith(root + os.sep):
+            return os.path.join(root, "__outside__", "denied")  # a path that does not exist: 404
+        return translated
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+class LocalSite:
+    """Context manager: a read-only HTTP server for `folder`; `.base_url` ends with '/'."""
+
+    def __init__(self, folder: str, host: str = "127.0.0.1"):
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"LocalSite: {folder!r} is not a folder")
+        self.folder = os.path.abspath(folder)
+        self.host = host
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> LocalSite:
+        handler = partial(_ReadOnlyHandler, directory=self.folder)
+        self._server = ThreadingHTTPServer((self.host, 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="LocalSite", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(timeout=5)
+            self._server = self._thread = None
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("LocalSite is not running: use it as a context manager")
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/"
+
+    def url_for(self, relative_path: str) -> str:
+        """URL of a file of the folder ('shop.html', 'blog/post.html')."""
+        return urljoin(self.base_url, quote(relative_path.lstrip("/")))
+
+    def from_canonical(self, url: str, canonical_base: str = LOCAL_BASE) -> str:
+        """Map a `scan_html_folder` URL (under LOCAL_BASE) onto this running server."""
+        return self.base_url + url[len(canonical_base):] if url.startswith(canonical_base) else url
+
+    def to_canonical(self, url: str, canonical_base: str = LOCAL_BASE) -> str:
+        """Map a URL of this server back to the port-free canonical form (stable row ids)."""
+        return canonical_base + url[len(self.base_url):] if url.startswith(self.base_url) else url

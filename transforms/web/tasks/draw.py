@@ -1,0 +1,129 @@
+"""Pictures for samples: the red target box of element OCR, and a card for `shardsmith inspect`.
+
+Both work on PNG bytes and return new PNG bytes; the page's screenshot is never modified.
+"""
+from __future__ import annotations
+
+import io
+import os
+from typing import Optional, Sequence
+
+from PIL import Image, ImageDraw, ImageFont
+
+FONT_DIR = "/usr/share/fonts/truetype/dejavu"
+IMAGE_TOKEN = "<image>\n"
+
+
+def outline_rect(box_px: Sequence[float], width: int, size: tuple[int, int]) -> Optional[tuple[int, int, int, int]]:
+    """The outer rectangle [x0, y0, x1, y1] (inclusive pixels) of a `width`-px frame drawn just
+    outside the box, clipped to the image; None when the box is outside the image.
+
+    The frame sits outside the element so that it does not cover the text to be read; where the
+    element touches the image border the frame is pushed inside there, so all four sides show.
+    """
+    w, h = size
+    left, top, right, bottom = (int(round(float(v))) for v in box_px)
+    x0, y0, x1, y1 = left - width, top - width, right - 1 + width, bottom - 1 + width
+    x0, y0, x1, y1 = max(0, x0), max(0, y0), min(w - 1, x1), min(h - 1, y1)
+    if x1 < x0 or y1 < y0:
+        return None
+    return x0, y0, x1, y1
+
+
+def open_rgb(png_bytes: bytes) -> Image.Image:
+    """The PNG decoded as RGB (raises OSError / UnidentifiedImageError for bytes that are not an image)."""
+    with Image.open(io.BytesIO(png_bytes)) as opened:
+        return opened.convert("RGB")
+
+
+def draw_box(png_bytes: bytes, box_px: Sequence[float], color: tuple = (255, 0, 0), width: int = 3) -> bytes:
+    """A copy of the PNG with a `width`-px rectangle of `color` around box_px ([l, t, r, b] pixels)."""
+    return draw_box_on(open_rgb(png_bytes), box_px, color, width)
+
+
+def draw_box_on(image: Image.Image, box_px: Sequence[float], color: tuple = (255, 0, 0), width: int = 3) -> bytes:
+    """draw_box on an already decoded image (left unchanged): decode a screenshot once, frame many targets."""
+    rect = outline_rect(box_px, width, image.size)
+    if rect is None:
+        raise ValueError(f"box {list(box_px)} lies outside the {image.size[0]}x{image.size[1]} image")
+    image = image.copy()
+    ImageDraw.Draw(image).rectangle(rect, outline=tuple(color), width=width)
+    return to_png(image)
+
+
+def to_png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def load_font(size: int = 16) -> ImageFont.ImageFont:
+    """DejaVuSans when installed (fonts-dejavu-core), else PIL's built-in font."""
+    path = os.path.join(FONT_DIR, "DejaVuSans.ttf")
+    if os.path.exists(path):
+        return ImageFont.truetype(path, size)
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1 has no sized default font
+        return ImageFont.load_default()
+
+
+def _wrap(text: str, font, max_px: int) -> list[str]:
+    """Lines of `text` no wider than max_px in `font` (hard-cut words longer than a line)."""
+    lines = []
+    for paragraph in text.split("\n"):
+        words, line = paragraph.split(" "), ""
+        for word in words:
+            candidate = f"{line} {word}" if line else word
+            if font.getlength(candidate) <= max_px:
+                line = candidate
+                continue
+            if line:
+                lines.append(line)
+            while font.getlength(word) > max_px and len(word) > 1:
+                cut = max(1, int(len(word) * max_px / max(1.0, font.getlength(word))))
+                lines.append(word[:cut])
+                word = word[cut:]
+            line = word
+        lines.append(line)
+    return lines
+
+
+def render_sample_card(png: bytes, box_norm: Optional[Sequence[float]], question: str, answer: str,
+                       width: int = 800, max_height: int = 1600, font_size: int = 16) -> bytes:
+    """The screenshot scaled to `width` px with the target box in red, then the question and the
+    answer wrapped beneath it. Screenshots taller than max_height are cut to a window around the
+    target (or the top, without one)."""
+    shot = open_rgb(png)
+    scale = width / shot.width
+    shot = shot.resize((width, max(1, round(shot.height * scale))), Image.LANCZOS)
+    box = None
+    if box_norm is not None:
+        box = [box_norm[0] * shot.width, box_norm[1] * shot.height, box_norm[2] * shot.width,
+               box_norm[3] * shot.height]
+    if shot.height > max_height:
+        centre = (box[1] + box[3]) / 2 if box else 0
+        top = int(min(max(0, centre - max_height / 2), shot.height - max_height))
+        shot = shot.crop((0, top, width, top + max_height))
+        if box:
+            box = [box[0], box[1] - top, box[2], box[3] - top]
+    if box:
+        rect = outline_rect(box, 3, shot.size)
+        if rect:
+            ImageDraw.Draw(shot).rectangle(rect, outline=(255, 0, 0), width=3)
+
+    font, margin = load_font(font_size), 12
+    question = question[len(IMAGE_TOKEN):] if question.startswith(IMAGE_TOKEN) else question
+    lines = _wrap("Q: " + question, font, width - 2 * margin) + [""] + _wrap("A: " + answer, font, width - 2 * margin)
+    line_height = int(font_size * 1.35) + 1
+    card = Image.new("RGB", (width, shot.height + 2 * margin + line_height * len(lines)), "white")
+    card.paste(shot, (0, 0))
+    pen = ImageDraw.Draw(card)
+    y = shot.height + margin
+    for line in lines:
+        pen.text((margin, y), line, fill=(0, 0, 0), font=font)
+        y += line_height
+    return to_png(card)
+
+
+__all__ = ["draw_box", "draw_box_on", "open_rgb", "outline_rect", "render_sample_card", "load_font", "to_png"]

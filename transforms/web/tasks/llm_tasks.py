@@ -1,0 +1,423 @@
+"""The LLM-made MultiUI tasks: prompts out of a page, samples out of a model's completion.
+
+Text tasks (any LLM backend, prompts built from the accessibility tree as text):
+  webpage_caption   the model describes the page; human turn = a caption template.
+  webpage_qa        the model writes question/answer pairs in a strict format:
+                        Q: <question>
+                        A: <answer>
+                    one sample per pair, the question wrapped in a QA template.
+  action_grounding  the model writes the instruction a user would give to act on one
+                    interactive element; the answer is that element's box (from the tree,
+                    never from the model).
+
+Each `*_requests(page, ...)` returns a TaskOutput whose `requests` are (Request, meta) pairs;
+`meta` is small plain data (page id, platform, task, target, box, cap) that travels with the
+request, so `parse_completion(meta, completion)` needs no page. A parser returns a list of
+`samples` rows, or a Rejected naming what was wrong with the output (empty, refused, no
+Q/A pair, cut off) for the dead-letter table. generator = "llm:" + completion.model.
+
+Vision tasks (embedded_image_caption, embedded_image_qa) need a model that sees the image.
+Without one, `embedded_image_tasks(page, vision=False)` returns one Rejected marker per page
+(error_type "Skipped") that counts the images left undone; it never makes a sample from
+alt text or any other stand-in. With a vision backend, `vision_requests` builds
+OpenAI-style chat messages whose user content holds a text part and an `image_url` part
+with a data: URL of the cropped image (PNG, base64). These are `VisionRequest`s, not
+`Request`s: `Request` (transforms/llm/requests.py) accepts string message content only, so
+sending them needs a backend that accepts content parts (`VisionRequest.openai_body(model)`
+gives the /chat/completions body). Their completions parse with the same
+`parse_completion`.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Union
+
+from PIL import Image
+
+from transforms.io.ids import stable_id
+from transforms.io.rejected import Rejected
+from transforms.llm.requests import MAX_SEED, Completion, Request, Sampling
+from transforms.text.self_instruct import REFUSALS
+from transforms.web.tasks import templates
+from transforms.web.tasks.elements import (GROUNDING_ROLES, IMAGE_ROLES, PageIndex, TaskOutput, TaskRules,
+                                           box_problem, clean_text, describe, format_box, make_sample,
+                                           norm_bbox, page_problem, pick, reading_order, role_of)
+from transforms.web.tasks.tree_text import tree_text
+
+LLM_TASKS = ("webpage_caption", "webpage_qa", "action_grounding")
+VISION_TASKS = ("embedded_image_caption", "embedded_image_qa")
+MIN_CAPTION_WORDS = {"webpage_caption": 12, "embedded_image_caption": 3}
+MAX_QUESTION_CHARS = 300
+MAX_ANSWER_CHARS = 1000
+MAX_INSTRUCTION_CHARS = 200
+
+_Q_LINE = re.compile(r"^\s*(?:Q|Question)\s*\d*\s*[:：]\s*(.*)$", re.IGNORECASE)
+_A_LINE = re.compile(r"^\s*(?:A|Answer)\s*\d*\s*[:：]\s*(.*)$", re.IGNORECASE)
+_LABEL = re.compile(r"^\s*(?:caption|description|instruction)\s*[:：]\s*", re.IGNORECASE)
+_COORDINATES = re.compile(r"[\[(]\s*\d+(?:\.\d+)?\s*,\s*\d+(?:\.\d+)?")
+_SENTENCE_END = re.compile(r"[.!?。](?=\s|$)")
+
+SYSTEM = ("You help build a dataset for teaching a vision-language model to understand webpages. "
+          "You see a webpage as its accessibility tree: one line per element, indented by nesting, "
+          "'*' marks interactive elements, and [left,top,right,bottom] is the element's box in "
+          "screenshot pixels. Use only what the tree shows.")
+
+
+def _page_header(page: Mapping) -> str:
+    return (f"Platform: {page.get('platform')} ({page.get('screenshot_width')}x{page.get('screenshot_height')} px)\n"
+            f"Title: {clean_text(page.get('title')) or '(none)'}\nURL: {page.get('final_url') or page.get('url') or ''}")
+
+
+def _meta(page: Mapping, task: str, target_node: Optional[int] = None, bbox: Optional[list] = None,
+          max_samples: int = 1, **extra: Any) -> dict:
+    return {"task": task, "page_id": page["id"], "platform": page["platform"], "target_node": target_node,
+            "bbox": bbox, "max_samples": max_samples, **extra}
+
+
+def _request(page: Mapping, task: str, target: Any, messages: tuple, sampling: Sampling) -> Request:
+    """A chat request whose id and sampling seed derive from (page, task, target)."""
+    request_id = stable_id("multiui", page["id"], task, target)
+    seed = (sampling.seed + int(request_id, 16)) % (MAX_SEED + 1)
+    return Request(request_id, messages, dataclasses.replace(sampling, seed=seed))
+
+
+def _start(page: Mapping, task: str) -> tuple[TaskOutput, bool]:
+    out = TaskOutput(task)
+    problem = page_problem(page)
+    if problem:
+        out.skip(problem)
+    return out, problem is None
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+def caption_requests(page: Mapping, sampling: Sampling = Sampling(max_tokens=400),
+                     tree_chars: int = 6000) -> TaskOutput:
+    """One request per page: describe the page from its tree."""
+    out, ok = _start(page, "webpage_caption")
+    tree = tree_text(page.get("nodes") or [], tree_chars) if ok else ""
+    if ok and not tree:
+        out.skip("empty accessibility tree")
+    if not tree:
+        return out
+    user = (f"{_page_header(page)}\nAccessibility tree:\n{tree}\n\n"
+            "Write a detailed caption of this webpage as if describing its screenshot: what the page "
+            "is for, its layout and its main sections and content, in 3 to 6 sentences of plain prose. "
+            "Reply with the caption only.")
+    messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+    out.requests.append((_request(page, "webpage_caption", None, messages, sampling),
+                         _meta(page, "webpage_caption")))
+    return out
+
+
+def qa_requests(page: Mapping, sampling: Sampling = Sampling(max_tokens=600), pairs: int = 5,
+                tree_chars: int = 6000, rules: TaskRules = TaskRules()) -> TaskOutput:
+    """One request per page asking for `pairs` Q/A pairs in the strict `Q: ...` / `A: ...` format."""
+    out, ok = _start(page, "webpage_qa")
+    tree = tree_text(page.get("nodes") or [], tree_chars) if ok else ""
+    if ok and not tree:
+        out.skip("empty accessibility tree")
+    if not tree:
+        return out
+    user = (f"{_page_header(page)}\nAccessibility tree:\n{tree}\n\n"
+            f"Write {pairs} diverse question-answer pairs about this webpage that a person looking at its "
+            "screenshot could answer: facts stated on the page, what a section or control is for, "
+            "comparisons, simple reasoning over the content. Do not mention the accessibility tree, "
+            "node roles or pixel coordinates. Use exactly this format, one pair after another:\n"
+            "Q: <question>\nA: <answer>\n")
+    messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+    out.requests.append((_request(page, "webpage_qa", None, messages, sampling),
+                         _meta(page, "webpage_qa", max_samples=rules.max_per_task)))
+    return out
+
+
+def action_grounding_requests(page: Mapping, sampling: Sampling = Sampling(max_tokens=60),
+                              rules: TaskRules = TaskRules(), context_chars: int = 2000) -> TaskOutput:
+    """One request per chosen interactive element: write the instruction a user would give."""
+    out, ok = _start(page, "action_grounding")
+    if not ok:
+        return out
+    index = PageIndex(page)
+    candidates = []
+    for node in index.nodes:
+        if not node.get("interactive"):
+            continue
+        name = clean_text(node.get("name"))
+        if role_of(node) not in GROUNDING_ROLES:
+            problem = "not a named control"
+        elif not name:
+            problem = "empty name"
+        elif index.is_shadow(node):
+            problem = "repeats an ancestor's name"
+        elif len(name) > rules.max_grounding_chars:
+            problem = "name too long for grounding"
+        elif index.is_duplicate(node):
+            problem = "duplicate name on the page"
+        else:
+            problem = box_problem(node, page, rules.min_box_px)
+        if problem:
+            out.skip(problem)
+        else:
+            candidates.append(node)
+    candidates = reading_order(candidates)
+    chosen = pick(candidates, rules.max_per_task, page["id"], "action_grounding", "pick")
+    out.skip("over max_per_task", len(candidates) - len(chosen))
+    for node in chosen:
+        node_id = int(node["node_id"])
+        context = tree_text(index.nodes, context_chars, focus=node_id)
+        box = ",".join(str(int(round(float(v)))) for v in node["box"])
+        user = (f"{_page_header(page)}\nPart of the accessibility tree:\n{context}\n\n"
+                f"Target element: {node.get('role')} \"{clean_text(node.get('name'))}\" [{box}]\n\n"
+                "Write one short, natural instruction that a user of this page might give, which is "
+                "carried out by clicking or using exactly this element (for example \"Open the pricing "
+                "page\" or \"Search for running shoes\"). Do not mention coordinates, the tree or the "
+                "element's role. Reply in the form:\nInstruction: <instruction>")
+        messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+        out.requests.append((_request(page, "action_grounding", node_id, messages, sampling),
+                             _meta(page, "action_grounding", node_id, norm_bbox(node), element=describe(node))))
+    return out
+
+
+def llm_requests(page: Mapping, rules: TaskRules = TaskRules(), **sampling: Sampling) -> dict[str, TaskOutput]:
+    """The three text-LLM tasks' requests for one page; sampling per task by keyword
+    (webpage_caption=Sampling(...), ...), defaults otherwise."""
+    return {"webpage_caption": caption_requests(page, **_only(sampling, "webpage_caption")),
+            "webpage_qa": qa_requests(page, rules=rules, **_only(sampling, "webpage_qa")),
+            "action_grounding": action_grounding_requests(page, rules=rules, **_only(sampling, "action_grounding"))}
+
+
+def _only(sampling: Mapping, task: str) -> dict:
+    return {"sampling": sampling[task]} if task in sampling else {}
+
+
+# -- parsing ----------------------------------------------------------------------------------
+
+def _page_of(meta: Mapping) -> dict:
+    return {"id": meta["page_id"], "platform": meta["platform"]}
+
+
+def _excerpt(completion: Completion) -> dict:
+    return {"request_id": completion.request_id, "model": completion.model, "text": completion.text[:300],
+            "finish_reason": completion.finish_reason}
+
+
+def _common_problem(text: str) -> Optional[str]:
+    if not text.strip():
+        return "empty model output"
+    if REFUSALS.search(text[:200]):
+        return "model refused"
+    return None
+
+
+def parse_caption(meta: Mapping, completion: Completion) -> Union[list, Rejected]:
+    """webpage_caption / embedded_image_caption: the completion is the caption."""
+    task, text = meta["task"], _LABEL.sub("", completion.text.strip(), count=1).strip()
+    problem = _common_problem(text)
+    if problem:
+        return Rejected(problem, _excerpt(completion))
+    if completion.finish_reason == "length":
+        ends = list(_SENTENCE_END.finditer(text))
+        text = text[: ends[-1].end()] if ends else ""
+    if len(text.split()) < MIN_CAPTION_WORDS[task]:
+        reason = "caption cut off at max_tokens" if completion.finish_reason == "length" else "caption too short"
+        return Rejected(reason, _excerpt(completion))
+    bbox = meta.get("bbox")
+    template_id, question = templates.instruction(task, meta["page_id"], meta.get("target_node"),
+                                                  box=format_box(bbox) if bbox else "")
+    return [make_sample(_page_of(meta), task, template_id, question, text, generator="llm:" + completion.model,
+                        target_node=meta.get("target_node"), bbox=bbox)]
+
+
+def qa_pairs(text: str) -> list[tuple[str, str]]:
+    """(question, answer) pairs from `Q: ...` / `A: ...` lines; an answer runs until the next Q line.
+    Text before the first Q line, and a question without an answer, are dropped."""
+    pairs, question, answer = [], None, None
+    for line in text.splitlines():
+        q_match, a_match = _Q_LINE.match(line), _A_LINE.match(line)
+        if q_match:
+            if question is not None and answer is not None:
+                pairs.append((question, answer))
+            question, answer = q_match.group(1), None
+        elif a_match and question is not None and answer is None:
+            answer = a_match.group(1)
+        elif line.strip() and question is not None:
+            if answer is None:
+                question += " " + line
+            else:
+                answer += "\n" + line
+    if question is not None and answer is not None:
+        pairs.append((question, answer))
+    return [(clean_text(q), answer.strip()) for q, answer in pairs]
+
+
+def parse_qa(meta: Mapping, completion: Completion) -> Union[list, Rejected]:
+    """webpage_qa / embedded_image_qa: one sample per well-formed Q/A pair, at most max_samples."""
+    task, text = meta["task"], completion.text
+    problem = _common_problem(text)
+    if problem:
+        return Rejected(problem, _excerpt(completion))
+    pairs = qa_pairs(text)
+    if completion.finish_reason == "length" and pairs:
+        pairs = pairs[:-1]  # the last answer may be cut mid-sentence
+    kept, seen = [], set()
+    for question, answer in pairs:
+        if (not question or not answer.strip() or len(question) > MAX_QUESTION_CHARS
+                or len(answer) > MAX_ANSWER_CHARS or question.casefold() in seen or REFUSALS.search(answer)):
+            continue
+        seen.add(question.casefold())
+        kept.append((question, answer))
+    if not kept:
+        return Rejected("no Q/A pair in model output", _excerpt(completion))
+    bbox, samples = meta.get("bbox"), []
+    for question, answer in kept[: max(1, int(meta.get("max_samples") or 1))]:
+        target = question if meta.get("target_node") is None else [meta["target_node"], question]
+        template_id, human = templates.instruction(task, meta["page_id"], target, question=question,
+                                                   box=format_box(bbox) if bbox else "")
+        samples.append(make_sample(_page_of(meta), task, template_id, human, answer,
+                                   generator="llm:" + completion.model, target_node=meta.get("target_node"),
+                                   bbox=bbox))
+    return samples
+
+
+def parse_instruction(meta: Mapping, completion: Completion) -> Union[list, Rejected]:
+    """action_grounding: the model's instruction -> "where to act?" -> the element's box."""
+    text = completion.text.strip()
+    problem = _common_problem(text)
+    if problem:
+        return Rejected(problem, _excerpt(completion))
+    labelled = re.search(r"instruction\s*[:：]\s*(.+)", text, re.IGNORECASE)
+    line = labelled.group(1) if labelled else next(l for l in text.splitlines() if l.strip())
+    instruction = clean_text(line).strip("\"'*` ")
+    if len(instruction.split()) < 2:
+        return Rejected("instruction too short", _excerpt(completion))
+    if len(instruction) > MAX_INSTRUCTION_CHARS:
+        return Rejected("instruction too long", _excerpt(completion))
+    if _COORDINATES.search(instruction):
+        return Rejected("instruction gives coordinates", _excerpt(completion))
+    bbox = meta["bbox"]
+    template_id, question = templates.instruction("action_grounding", meta["page_id"], meta["target_node"],
+                                                  instruction=instruction)
+    return [make_sample(_page_of(meta), "action_grounding", template_id, question, format_box(bbox),
+                        generator="llm:" + completion.model, target_node=meta["target_node"], bbox=bbox)]
+
+
+PARSERS = {"webpage_caption": parse_caption, "embedded_image_caption": parse_caption,
+           "webpage_qa": parse_qa, "embedded_image_qa": parse_qa, "action_grounding": parse_instruction}
+
+
+def parse_completion(meta: Mapping, completion: Completion) -> Union[list, Rejected]:
+    """Samples from one completion of a request planned above, or the Rejected reason."""
+    return PARSERS[meta["task"]](meta, completion)
+
+
+# -- vision -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VisionRequest:
+    """A chat request with an image: `messages` are OpenAI chat messages whose content may be a
+    list of parts ({"type": "text", ...}, {"type": "image_url", "image_url": {"url": "data:..."}})."""
+
+    id: str
+    messages: tuple
+    sampling: Sampling
+
+    def openai_body(self, model: str) -> dict:
+        """The /v1/chat/completions request body for a vision model behind an OpenAI-compatible server."""
+        s = self.sampling
+        body = {"model": model, "messages": [dict(m) for m in self.messages], "temperature": s.temperature,
+                "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed}
+        if s.stop:
+            body["stop"] = list(s.stop)
+        return body
+
+
+def embedded_images(page: Mapping, rules: TaskRules = TaskRules()) -> list:
+    """Image nodes big enough to describe, inside the screenshot, in reading order."""
+    nodes = [n for n in page.get("nodes") or []
+             if (role_of(n) in IMAGE_ROLES or str(n.get("tag") or "").lower() == "img")
+             and box_problem(n, page, rules.min_image_px) is None]
+    return reading_order(nodes)
+
+
+def crop_png(png: bytes, box_px, max_side: int = 768) -> bytes:
+    """The box cut out of the screenshot as PNG, scaled down so its longer side is <= max_side."""
+    with Image.open(io.BytesIO(png)) as opened:
+        image = opened.convert("RGB")
+    left, top, right, bottom = (int(round(float(v))) for v in box_px)
+    crop = image.crop((max(0, left), max(0, top), min(image.width, right), min(image.height, bottom)))
+    if max(crop.size) > max_side:
+        crop.thumbnail((max_side, max_side), Image.LANCZOS)
+    buffer = io.BytesIO()
+    crop.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def data_url(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def vision_requests(page: Mapping, task: str = "embedded_image_caption", sampling: Sampling = Sampling(max_tokens=300),
+                    rules: TaskRules = TaskRules(), pairs: int = 3) -> TaskOutput:
+    """VisionRequests for a page's embedded images (caption or QA), for a vision backend only."""
+    if task not in VISION_TASKS:
+        raise ValueError(f"vision_requests task must be one of {VISION_TASKS}, got {task!r}")
+    out, ok = _start(page, task)
+    if not ok:
+        return out
+    images = embedded_images(page, rules)
+    if not images:
+        out.skip("no embedded images")
+        return out
+    chosen = pick(images, rules.max_per_task, page["id"], task, "pick")
+    out.skip("over max_per_task", len(images) - len(chosen))
+    for node in chosen:
+        node_id = int(node["node_id"])
+        alt = clean_text(node.get("alt") or node.get("name"))
+        hint = f" Its alt text, which may be missing or wrong, is: \"{alt}\"." if alt else ""
+        if task == "embedded_image_caption":
+            ask = ("Describe this image in one to three sentences: what it shows, and any text in it." + hint
+                   + " Reply with the description only.")
+        else:
+            ask = (f"Write {pairs} question-answer pairs about what this image shows, answerable by looking "
+                   f"at it.{hint} Use exactly this format:\nQ: <question>\nA: <answer>\n")
+        try:
+            url = data_url(crop_png(page["screenshot"], node["box"]))
+        except OSError as exc:
+            out.rejected.append(Rejected(f"screenshot is not a readable PNG: {exc}",
+                                         {"page_id": page["id"], "task": task}))
+            return out
+        context = f"This image is part of a {page['platform']} webpage titled \"{clean_text(page.get('title'))}\". "
+        messages = ({"role": "user", "content": [{"type": "text", "text": context + ask},
+                                                  {"type": "image_url", "image_url": {"url": url}}]},)
+        request_id = stable_id("multiui", page["id"], task, node_id)
+        seed = (sampling.seed + int(request_id, 16)) % (MAX_SEED + 1)
+        out.requests.append((VisionRequest(request_id, messages, dataclasses.replace(sampling, seed=seed)),
+                             _meta(page, task, node_id, norm_bbox(node),
+                                   max_samples=rules.max_per_task if task == "embedded_image_qa" else 1)))
+    return out
+
+
+def embedded_image_tasks(page: Mapping, vision: bool = False, rules: TaskRules = TaskRules(),
+                         sampling: Sampling = Sampling(max_tokens=300)) -> dict[str, TaskOutput]:
+    """Both vision tasks for a page. Without a vision backend: no samples and no requests, one
+    Rejected marker (error_type "Skipped") per task naming how many images were left undone."""
+    outputs = {}
+    for task in VISION_TASKS:
+        if vision:
+            outputs[task] = vision_requests(page, task, sampling, rules)
+            continue
+        out, ok = _start(page, task)
+        count = len(embedded_images(page, rules)) if ok else 0
+        if ok and not count:
+            out.skip("no embedded images")
+        elif count:
+            out.rejected.append(Rejected(
+                f"needs a vision-capable backend (an OpenAI-compatible server with a vision model): "
+                f"{count} embedded image(s) not used", {"page_id": page["id"], "task": task, "images": count},
+                error_type="Skipped"))
+        outputs[task] = out
+    return outputs
