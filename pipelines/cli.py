@@ -110,6 +110,8 @@ def summary(manifest: dict, path: str) -> str:
     lines.append("  stage            inputs    outputs   dead   busy s   wall s")
     for name, s in manifest["stages"].items():
         lines.append(f"  {name:14s} {s['inputs']:>8,} {s['outputs']:>10,} {s['dead']:>6,} {s['busy_s']:>8.2f} {s['span_s']:>8.2f}")
+        if s.get("skipped"):
+            lines.append(" " * 18 + "skipped: " + ", ".join(f"{k} {v}" for k, v in s["skipped"].items()))
     return "\n".join(lines)
 
 

@@ -157,10 +157,16 @@ def _manifest(dataset: Dataset, resolved, runner: str, inputs: dict, specs: dict
             "count": sum(f["rows"] for f in dead_files), "by_stage": dict(sorted(by_stage.items())),
             "files": [{"path": f["path"], "rows": f["rows"], "bytes": f["bytes"]} for f in dead_files],
         },
-        "stages": {name: {"inputs": s["inputs"], "outputs": s["outputs"], "dead": s["dead"],
-                          "busy_s": round(s["busy_s"], 3), "span_s": round(s["end"] - s["start"], 3)}
-                   for name, s in stages.items()},
+        "stages": {name: _stage_entry(s) for name, s in stages.items()},
     }
+
+
+def _stage_entry(s: dict) -> dict:
+    entry = {"inputs": s["inputs"], "outputs": s["outputs"], "dead": s["dead"],
+             "busy_s": round(s["busy_s"], 3), "span_s": round(s["end"] - s["start"], 3)}
+    if s.get("skipped"):
+        entry["skipped"] = dict(sorted(s["skipped"].items()))
+    return entry
 
 
 def _worst_stage(stages: dict):

@@ -13,7 +13,7 @@ from schemas import Field, SchemaError, TableSchema
 from transforms.io import layout
 from transforms.io.ids import stable_id
 from transforms.io.shards import TableSpec, WriteDataset, shard_of
-from transforms.io.stage import Ledger, Rejected
+from transforms.io.stage import Ledger, Rejected, Skipped
 
 TOY = TableSchema("toy", "items", 1, "toy rows", split_field="kind", fields=(
     Field("id", pa.string(), "id"),
@@ -27,6 +27,9 @@ def parse(line):
     if line == "boom":
         raise ValueError("boom is not a number: fix the input file")
     for token in line.split():
+        if token == "-":
+            yield Skipped("a dash: nothing to parse")
+            continue
         if not token.isdigit():
             yield Rejected(f"{token!r} is not a number", token, "NotANumber")
             continue
@@ -76,7 +79,14 @@ def test_bad_tokens_and_raising_inputs_become_dead_letters(tmp_path):
     assert by_type["ValueError"]["excerpt"] == "boom" and by_type["ValueError"]["stage"] == "parse"
     assert by_type["ValueError"]["occurrences"] == 1
     assert record["stages"]["parse"] | {"busy_s": 0, "start": 0, "end": 0} == \
-        {"inputs": 3, "outputs": 3, "dead": 2, "busy_s": 0, "start": 0, "end": 0}
+        {"inputs": 3, "outputs": 3, "dead": 2, "busy_s": 0, "start": 0, "end": 0, "skipped": {}}
+
+
+def test_skipped_inputs_are_counted_by_reason_not_dead_letters(tmp_path):
+    out, record = write(tmp_path, ["1 - 2", "- -", "3"])
+    assert not any(f["table"] == "_dead_letter" and f["rows"] for f in record["files"])
+    stats = record["stages"]["parse"]
+    assert (stats["outputs"], stats["dead"], stats["skipped"]) == (3, 0, {"a dash: nothing to parse": 3})
 
 
 def test_a_repeated_bad_input_is_one_dead_letter_with_its_count(tmp_path):

@@ -15,3 +15,16 @@ class Rejected:
     reason: str
     excerpt: Any
     error_type: str = "Rejected"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An input a stage chose to make nothing of, for a reason worth counting but no error (a page
+    with too few links for a task, a task that needs a backend the run does not have).
+
+    The stage counts it per reason in the manifest (`stages.NAME.skipped`); it is neither output
+    nor a dead letter, so it does not count towards --max-error-rate.
+    """
+
+    reason: str
+    count: int = 1

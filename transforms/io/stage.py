@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import apache_beam as beam
 import pyarrow as pa
 
 from transforms.io.ids import stable_id
-from transforms.io.rejected import Rejected  # noqa: F401 (re-exported: stage functions yield it)
+from transforms.io.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
 
 EXCERPT_CHARS = 1000
 OK, DEAD, STAT = "ok", "dead", "stat"
@@ -57,7 +57,8 @@ def _describe(exc: BaseException) -> str:
 
 @dataclass
 class StageStats:
-    """What one stage did: inputs, output records, dead letters, busy seconds, first start, last end."""
+    """What one stage did: inputs, output records, dead letters, busy seconds, first start, last end,
+    and the inputs it skipped by reason."""
 
     inputs: int = 0
     outputs: int = 0
@@ -65,11 +66,15 @@ class StageStats:
     busy_s: float = 0.0
     start: float = float("inf")
     end: float = 0.0
+    skipped: dict = field(default_factory=dict)
 
     def merge(self, other: "StageStats") -> "StageStats":
+        skipped = dict(self.skipped)
+        for reason, n in other.skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + n
         return StageStats(self.inputs + other.inputs, self.outputs + other.outputs,
                           self.dead + other.dead, self.busy_s + other.busy_s,
-                          min(self.start, other.start), max(self.end, other.end))
+                          min(self.start, other.start), max(self.end, other.end), skipped)
 
 
 class _StageDoFn(beam.DoFn):
@@ -91,15 +96,18 @@ class _StageDoFn(beam.DoFn):
         except Exception as exc:  # a bad input must not kill the run: it becomes a dead letter
             outputs = [Rejected(_describe(exc), element, type(exc).__name__)]
         dead = records = 0
+        skipped: dict = {}
         for out in outputs:
-            if isinstance(out, Rejected):
+            if isinstance(out, Skipped):
+                skipped[out.reason] = skipped.get(out.reason, 0) + out.count
+            elif isinstance(out, Rejected):
                 dead += 1
                 yield DEAD, dead_letter(self.name, out.excerpt, out.error_type, out.reason)
             else:
                 records += record_count(out)
                 yield OK, out
         busy = time.perf_counter() - t0
-        yield STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy))
+        yield STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy, skipped))
 
 
 def payloads(events: beam.PCollection, kind: str, label: str) -> beam.PCollection:
