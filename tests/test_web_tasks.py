@@ -391,10 +391,7 @@ def test_vision_tasks_never_make_samples_without_a_vision_backend():
     assert set(outputs) == {"embedded_image_caption", "embedded_image_qa"}
     for task, out in outputs.items():
         assert out.samples == [] and out.requests == []
-        assert len(out.rejected) == 1
-        marker = out.rejected[0]
-        assert marker.error_type == "Skipped" and "vision-capable backend" in marker.reason
-        assert marker.excerpt["images"] == 1
+        assert out.rejected == [] and out.skipped == {llm_tasks.NEEDS_VISION: 1}
     no_images = make_page(nodes=[n for n in make_page()["nodes"] if n["role"] != "image"])
     for out in llm_tasks.embedded_image_tasks(no_images).values():
         assert out.rejected == [] and out.skipped["no embedded images"] == 1
@@ -405,14 +402,13 @@ def test_vision_requests_carry_the_cropped_image():
     out = llm_tasks.vision_requests(page, "embedded_image_caption")
     assert out.samples == [] and len(out.requests) == 1
     request, meta = out.requests[0]
-    parts = request.messages[0]["content"]
+    assert request.has_images
+    parts = request.prompt[0]["content"]
     assert parts[0]["type"] == "text" and "Basket of apples" in parts[0]["text"]
     url = parts[1]["image_url"]["url"]
     assert parts[1]["type"] == "image_url" and url.startswith("data:image/png;base64,")
     crop = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
     assert crop.size == (140, 110)
-    body = request.openai_body("vision-model")
-    assert body["model"] == "vision-model" and body["messages"][0]["content"][1]["image_url"]["url"] == url
     samples = llm_tasks.parse_completion(meta, completion("A wicker basket full of red apples."))
     check_samples(samples, "embedded_image_caption")
     assert samples[0]["bbox"] == node_bbox(page, 11) and samples[0]["target_node"] == 11

@@ -5,7 +5,7 @@ TaskOutput that also counts what was skipped and why and holds bad input as Reje
 
   rule_tasks.py   heading_ocr, element_ocr, element_grounding, action_prediction
   llm_tasks.py    webpage_caption, webpage_qa, action_grounding (requests + parsers);
-                  embedded_image_caption / _qa (vision backend only; a Skipped marker otherwise)
+                  embedded_image_caption / _qa (vision backend only; counted as skipped otherwise)
   templates.py    instruction paraphrases per task, chosen by a seeded draw
   tree_text.py    the accessibility tree as compact text for prompts
   draw.py         the red box of element OCR and sample cards for `shardsmith inspect`

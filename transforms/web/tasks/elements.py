@@ -77,7 +77,7 @@ class TaskOutput:
 
     task: str
     samples: list = field(default_factory=list)
-    requests: list = field(default_factory=list)  # (Request | VisionRequest, meta dict) pairs
+    requests: list = field(default_factory=list)  # (Request, meta dict) pairs
     skipped: Counter = field(default_factory=Counter)
     rejected: list = field(default_factory=list)
 

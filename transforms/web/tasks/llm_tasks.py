@@ -17,15 +17,11 @@ request, so `parse_completion(meta, completion)` needs no page. A parser returns
 Q/A pair, cut off) for the dead-letter table. generator = "llm:" + completion.model.
 
 Vision tasks (embedded_image_caption, embedded_image_qa) need a model that sees the image.
-Without one, `embedded_image_tasks(page, vision=False)` returns one Rejected marker per page
-(error_type "Skipped") that counts the images left undone; it never makes a sample from
-alt text or any other stand-in. With a vision backend, `vision_requests` builds
-OpenAI-style chat messages whose user content holds a text part and an `image_url` part
-with a data: URL of the cropped image (PNG, base64). These are `VisionRequest`s, not
-`Request`s: `Request` (transforms/llm/requests.py) accepts string message content only, so
-sending them needs a backend that accepts content parts (`VisionRequest.openai_body(model)`
-gives the /chat/completions body). Their completions parse with the same
-`parse_completion`.
+Without one, `embedded_image_tasks(page, vision=False)` counts the images left undone as a skip
+("needs a vision-capable backend"); it never makes a sample from alt text or any other stand-in.
+With a vision backend, `vision_requests` builds chat Requests whose user content holds a text
+part and an `image_url` part with a data: URL of the cropped image (PNG, base64), which the
+OpenAI backend sends as they are. Their completions parse with the same `parse_completion`.
 """
 from __future__ import annotations
 
@@ -316,25 +312,6 @@ def parse_completion(meta: Mapping, completion: Completion) -> Union[list, Rejec
 
 # -- vision -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class VisionRequest:
-    """A chat request with an image: `messages` are OpenAI chat messages whose content may be a
-    list of parts ({"type": "text", ...}, {"type": "image_url", "image_url": {"url": "data:..."}})."""
-
-    id: str
-    messages: tuple
-    sampling: Sampling
-
-    def openai_body(self, model: str) -> dict:
-        """The /v1/chat/completions request body for a vision model behind an OpenAI-compatible server."""
-        s = self.sampling
-        body = {"model": model, "messages": [dict(m) for m in self.messages], "temperature": s.temperature,
-                "top_p": s.top_p, "max_tokens": s.max_tokens, "seed": s.seed}
-        if s.stop:
-            body["stop"] = list(s.stop)
-        return body
-
-
 def embedded_images(page: Mapping, rules: TaskRules = TaskRules()) -> list:
     """Image nodes big enough to describe, inside the screenshot, in reading order."""
     nodes = [n for n in page.get("nodes") or []
@@ -362,7 +339,8 @@ def data_url(png: bytes) -> str:
 
 def vision_requests(page: Mapping, task: str = "embedded_image_caption", sampling: Sampling = Sampling(max_tokens=300),
                     rules: TaskRules = TaskRules(), pairs: int = 3) -> TaskOutput:
-    """VisionRequests for a page's embedded images (caption or QA), for a vision backend only."""
+    """Chat Requests with the cropped image for a page's embedded images (caption or QA), for a vision
+    backend only."""
     if task not in VISION_TASKS:
         raise ValueError(f"vision_requests task must be one of {VISION_TASKS}, got {task!r}")
     out, ok = _start(page, task)
@@ -395,16 +373,19 @@ def vision_requests(page: Mapping, task: str = "embedded_image_caption", samplin
                                                   {"type": "image_url", "image_url": {"url": url}}]},)
         request_id = stable_id("multiui", page["id"], task, node_id)
         seed = (sampling.seed + int(request_id, 16)) % (MAX_SEED + 1)
-        out.requests.append((VisionRequest(request_id, messages, dataclasses.replace(sampling, seed=seed)),
+        out.requests.append((Request(request_id, messages, dataclasses.replace(sampling, seed=seed)),
                              _meta(page, task, node_id, norm_bbox(node),
                                    max_samples=rules.max_per_task if task == "embedded_image_qa" else 1)))
     return out
 
 
+NEEDS_VISION = "needs a vision-capable backend (vision_base_url): images not used"
+
+
 def embedded_image_tasks(page: Mapping, vision: bool = False, rules: TaskRules = TaskRules(),
                          sampling: Sampling = Sampling(max_tokens=300)) -> dict[str, TaskOutput]:
     """Both vision tasks for a page. Without a vision backend: no samples and no requests, one
-    Rejected marker (error_type "Skipped") per task naming how many images were left undone."""
+    skip per task counting the images left undone."""
     outputs = {}
     for task in VISION_TASKS:
         if vision:
@@ -415,9 +396,6 @@ def embedded_image_tasks(page: Mapping, vision: bool = False, rules: TaskRules =
         if ok and not count:
             out.skip("no embedded images")
         elif count:
-            out.rejected.append(Rejected(
-                f"needs a vision-capable backend (an OpenAI-compatible server with a vision model): "
-                f"{count} embedded image(s) not used", {"page_id": page["id"], "task": task, "images": count},
-                error_type="Skipped"))
+            out.skip(NEEDS_VISION, count)
         outputs[task] = out
     return outputs
