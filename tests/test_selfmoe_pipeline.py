@@ -74,7 +74,7 @@ def test_malformed_seed_lines_are_dead_letters(tmp_path, converted_model_cache):
     (["domains= , "], "domains is empty"),
     (["domains=astrology"], "no default Self-MoE seed file for domain 'astrology'; domains with defaults: coding, knowledge, math, reasoning"),
     (["backend=openai"], "backend=openai needs base_url"),
-    (["backend=vllm"], "backend=vllm is not available yet"),
+    (["backend=vllm", "vllm_python=/no/such/python"], "vllm_python.*not found"),
 ])
 def test_config_errors(tmp_path, sets, message):
     with pytest.raises(ConfigError, match=message):

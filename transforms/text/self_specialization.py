@@ -54,11 +54,18 @@ def candidates(meta: dict, completion: Completion) -> list[dict]:
 
 
 def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: float,
-                 answer_limit: int) -> tuple[list[dict], list[dict]]:
-    """(candidates to answer, rows dropped here). Filters, then ROUGE-L against seeds and kept ones."""
+                 answer_limit: int, embedding_threshold: float | None = None) -> tuple[list[dict], list[dict]]:
+    """(candidates to answer, rows dropped here). Filters, then ROUGE-L against seeds and kept ones,
+    then (when embedding_threshold is set) embedding cosine against seeds and what both kept."""
     seed_texts = [s["instruction"] for s in sorted(seeds, key=lambda s: s["id"])]
     dedup = RougeDedup(threshold, seed_texts=seed_texts)
     copied = normalised_instructions(seeds)
+    embedding = None
+    if embedding_threshold is not None:
+        from transforms.text.embedding_dedup import EmbeddingDedup  # optional dependency (extra "llm")
+        embedding = EmbeddingDedup(embedding_threshold, seed_texts=seed_texts)
+        embedding.prefetch(c["instruction"] for c in sorted(found, key=lambda c: c["order"])
+                           if instruction_problem(c["instruction"], copied) is None)  # batched
     to_answer, dropped = [], []
     for cand in sorted(found, key=lambda c: c["order"]):
         problem = instruction_problem(cand["instruction"], copied)
@@ -68,6 +75,8 @@ def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: f
             score = decision.max_f
             if not decision.kept:
                 problem = "rouge_l"
+            elif embedding is not None and not embedding.add(cand["instruction"]).kept:
+                problem = "embedding"
             elif len(to_answer) >= answer_limit:
                 problem = "over_target"
         cand = dict(cand, rouge_l_max=score)

@@ -21,10 +21,12 @@ class SpecializeDomains(beam.PTransform):
 
     def __init__(self, seed_files: list[tuple[str, str]], backend, ledger: Ledger, *, per_domain: int,
                  k_shot: int, demos: int, tasks_per_prompt: int, oversample: float, threshold: float,
-                 brainstorm: Sampling, respond: Sampling, seed: int, cache_location: str | None):
+                 brainstorm: Sampling, respond: Sampling, seed: int, cache_location: str | None,
+                 embedding_threshold: float | None = None):
         super().__init__()
         self.seed_files, self.backend, self.ledger = seed_files, backend, ledger
         self.per_domain, self.k_shot, self.demos, self.threshold = per_domain, k_shot, demos, threshold
+        self.embedding_threshold = embedding_threshold
         self.prompts = max(1, math.ceil(per_domain * oversample / tasks_per_prompt))
         self.answer_limit = max(per_domain, math.ceil(per_domain * 1.5))
         self.brainstorm, self.respond, self.seed, self.cache = brainstorm, respond, seed, cache_location
@@ -49,11 +51,13 @@ class SpecializeDomains(beam.PTransform):
         found = (_with_completions(payloads(planned, "meta", "BrainstormMeta"), ideas, "Ideas")
                  | ledger.stage("parse", _parse))
         threshold, limit, demos, respond = self.threshold, self.answer_limit, self.demos, self.respond
+        embedding_threshold = self.embedding_threshold
 
         def dedup(keyed):
             domain, grouped = keyed
             domain_seeds = list(grouped["seeds"])
-            to_answer, dropped = ss.dedup_domain(domain, domain_seeds, list(grouped["found"]), threshold, limit)
+            to_answer, dropped = ss.dedup_domain(domain, domain_seeds, list(grouped["found"]), threshold, limit,
+                                                 embedding_threshold)
             for row in dropped:
                 yield "row", row
             for cand in to_answer:

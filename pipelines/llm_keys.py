@@ -1,0 +1,52 @@
+"""The config keys of the LLM step, shared by every dataset that generates text (selfmoe, multiui,
+rmaxts), and the backend they choose."""
+from __future__ import annotations
+
+import os
+import shlex
+
+from pipelines.config import ConfigError, Key
+
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "shardsmith", "responses")
+BACKENDS = ("transformers", "openai", "vllm")
+
+
+def llm_keys(temperature: float = 0.7, batch_size: int = 16) -> tuple[Key, ...]:
+    return (
+        Key("backend", str, "transformers", "transformers (local model), vllm (a local vLLM server it starts) or "
+            "openai (any OpenAI-compatible server)", choices=BACKENDS),
+        Key("model", str, "smollm2-135m-instruct", "built-in model name, a local HF folder, or the served model name"),
+        Key("base_url", str, None, "OpenAI-compatible endpoint for backend=openai", optional=True),
+        Key("vllm_python", str, None, "python of a venv with vLLM for backend=vllm (default: $SHARDSMITH_VLLM_PYTHON, "
+            "then .venv-vllm/bin/python, built by `make vllm`)", optional=True, is_path=True, gridable=False),
+        Key("vllm_args", str, "", "extra `vllm serve` arguments for backend=vllm, e.g. '--optimization-level 0' "
+            "(skips torch.compile: starts minutes sooner on CPU)", gridable=False),
+        Key("device", str, "cpu", "torch device for backend=transformers (cpu, cuda)"),
+        Key("batch_size", int, batch_size, "requests per generate call", low=1),
+        Key("temperature", float, temperature, "sampling temperature of the LLM steps (0 = greedy)", low=0.0, high=2.0),
+        Key("top_p", float, 0.95, "nucleus sampling of the LLM steps", low=1e-6, high=1.0),
+        Key("cache", str, DEFAULT_CACHE, "response cache: a folder or an fsspec URL; empty (cache=) disables it",
+            optional=True),
+    )
+
+
+def check_llm(c: dict) -> None:
+    if c["backend"] == "openai" and not c["base_url"]:
+        raise ConfigError("backend=openai needs base_url, e.g. http://127.0.0.1:8000/v1")
+
+
+def make_backend(c: dict):
+    """The backend the config names (built here, loaded on the workers)."""
+    if c["backend"] == "openai":
+        from transforms.llm.openai_backend import OpenAIBackend
+        return OpenAIBackend(c["base_url"], c["model"], batch_size=c["batch_size"])
+    if c["backend"] == "vllm":
+        from transforms.llm.vllm_backend import VllmBackend
+        from transforms.llm.vllm_server import VllmServerError
+        try:
+            return VllmBackend(c["model"], batch_size=c["batch_size"], python=c["vllm_python"],
+                               server_args=tuple(shlex.split(c.get("vllm_args") or "")))
+        except VllmServerError as exc:
+            raise ConfigError(f"backend=vllm: {exc}") from None
+    from transforms.llm.transformers_backend import TransformersBackend
+    return TransformersBackend(c["model"], device=c["device"], batch_size=c["batch_size"])

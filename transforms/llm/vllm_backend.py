@@ -1,0 +1,171 @@
+"""Generate completions with vLLM: a local vLLM server per worker process, spoken to over HTTP.
+
+Why not Beam's own VLLMCompletionsModelHandler / VLLMChatModelHandler: they start the server with
+`sys.executable`, so vLLM would have to live in the pipeline's interpreter (its wheels pin their own
+torch; we keep it in a separate venv, .venv-vllm), and they leave the server running after the job.
+
+How it works: `load()` (once per worker, through Beam's Shared in generate.py) resolves the model to
+a local Hugging Face folder (models.resolve_model: the built-in SmolLM2 is converted once per
+machine), starts `VllmServer` on a free loopback port and points an `OpenAIBackend` at it: chat
+prompts go to /v1/chat/completions (vLLM applies the model's chat template), plain prompts to
+/v1/completions; retries, concurrency and per-request failures are the OpenAI backend's. Backends
+in one process that ask for the same server (same interpreter, model folder and arguments; e.g.
+the brainstorm and respond stages of selfmoe) share one server, counted: the last `close()` stops
+it. A server that died is restarted by the next call. `model_id` is name@revision, the same string
+TransformersBackend uses for the same weights, so both backends share the response cache (the
+same weights and sampling parameters: an answer from either one is a valid answer to the request).
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Iterator, Mapping, Optional, Sequence
+
+from transforms.llm.backend import BatchedBackend
+from transforms.llm.models import DEFAULT_MODEL, ResolvedModel, resolve_model
+from transforms.llm.openai_backend import OpenAIBackend
+from transforms.llm.requests import Request
+from transforms.llm.vllm_server import VllmServer, find_vllm_python
+
+BACKEND_NAME = "vllm"
+API_KEY_ENV = "SHARDSMITH_VLLM_API_KEY"  # not OPENAI_API_KEY: a hosted key must never go to the local server
+
+
+class _Servers:
+    """The servers of this process, one per (python, model folder, arguments), counted by users."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.entries: dict[tuple, list] = {}  # key -> [VllmServer, users]
+
+    def acquire(self, key: tuple, make) -> VllmServer:
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is None:
+                entry = self.entries[key] = [make(), 0]
+            try:
+                entry[0].start()  # a no-op while running; restarts a server that died
+            except BaseException:
+                if entry[1] == 0:
+                    del self.entries[key]
+                raise
+            entry[1] += 1
+            return entry[0]
+
+    def ensure_running(self, key: tuple) -> None:
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is not None and not entry[0].running:
+                entry[0].start()
+
+    def release(self, key: tuple) -> None:
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del self.entries[key]
+                entry[0].stop()
+
+
+_SERVERS = _Servers()
+
+
+class VllmBackend(BatchedBackend):
+    """Completions from a vLLM server that this backend starts and stops.
+
+    `model`: a built-in name or a local HF folder (or a ResolvedModel); `batch_size`: requests per
+    sub-batch handed back (and per Beam batch); `concurrency`: requests in flight at once (vLLM
+    batches them itself). `python`: the interpreter with vLLM (default: $SHARDSMITH_VLLM_PYTHON,
+    then .venv-vllm/bin/python, then this one if it imports vllm); `server_args`: extra
+    `vllm serve` arguments, e.g. ("--max-model-len", "2048", "--dtype", "bfloat16"); `env`: extra
+    environment variables for the server (e.g. VLLM_CPU_KVCACHE_SPACE). `request_timeout_s` bounds
+    one HTTP request (a long completion on CPU is slow), `startup_timeout_s` the server's start.
+    """
+
+    name = BACKEND_NAME
+
+    def __init__(self, model: str | ResolvedModel = DEFAULT_MODEL, batch_size: int = 16, concurrency: int = 16, *,
+                 python: Optional[str] = None, server_args: Sequence[str] = (),
+                 env: Optional[Mapping[str, str]] = None, startup_timeout_s: float = 600,
+                 request_timeout_s: float = 600, max_retries: int = 2):
+        for label, value in (("batch_size", batch_size), ("concurrency", concurrency)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be an integer >= 1, got {value!r}")
+        if isinstance(server_args, str):
+            raise ValueError(f"server_args must be a sequence of strings, e.g. ('--max-model-len', '2048'), "
+                             f"got the string {server_args!r}")
+        find_vllm_python(python)  # fail now, with the install line, rather than on a worker
+        self.model, self.batch_size, self.concurrency = model, batch_size, concurrency
+        self.python = python
+        self.server_args = tuple(str(a) for a in server_args)
+        self.env = dict(env or {})
+        self.startup_timeout_s, self.request_timeout_s = startup_timeout_s, request_timeout_s
+        self.max_retries = max_retries
+        self._resolved: Optional[ResolvedModel] = model if isinstance(model, ResolvedModel) else None
+        self._key: Optional[tuple] = None
+        self._release: Optional[weakref.finalize] = None
+        self._server: Optional[VllmServer] = None
+        self._client: Optional[OpenAIBackend] = None
+
+    def __getstate__(self):  # pickled into Beam DoFns without the process; load() runs on the worker
+        state = dict(self.__dict__)
+        state["_key"] = state["_release"] = state["_server"] = state["_client"] = None
+        return state
+
+    def __repr__(self):
+        return (f"VllmBackend({self.model!r}, batch_size={self.batch_size}, concurrency={self.concurrency}, "
+                f"server_args={self.server_args!r})")
+
+    @property
+    def resolved(self) -> ResolvedModel:
+        if self._resolved is None:
+            self._resolved = resolve_model(self.model)
+        return self._resolved
+
+    @property
+    def model_id(self) -> str:
+        """name@revision, as TransformersBackend: what the response cache keys on."""
+        return self.resolved.model_id
+
+    @property
+    def server(self) -> Optional[VllmServer]:
+        """The running server once loaded, else None."""
+        return self._server
+
+    def load(self) -> "VllmBackend":
+        """Start (or join) the server and wait until it is healthy. Returns self."""
+        if self._client is not None:
+            _SERVERS.ensure_running(self._key)
+            if self._client.base_url != self._server.base_url:  # restarted on another port
+                self._client = self._make_client(self._server)
+            return self
+        resolved = self.resolved
+        python = find_vllm_python(self.python)
+        key = (python, resolved.path, resolved.name, self.server_args, tuple(sorted(self.env.items())))
+        server = _SERVERS.acquire(key, lambda: VllmServer(
+            resolved.path, python=python, extra_args=self.server_args, startup_timeout_s=self.startup_timeout_s,
+            served_model_name=resolved.name, env=self.env))
+        self._key, self._server, self._client = key, server, self._make_client(server)
+        self._release = weakref.finalize(self, _SERVERS.release, key)  # also when dropped without close()
+        return self
+
+    def _make_client(self, server: VllmServer) -> OpenAIBackend:
+        client = OpenAIBackend(server.base_url, self.resolved.name, api_key_env=API_KEY_ENV,
+                               concurrency=self.concurrency, timeout_s=self.request_timeout_s,
+                               max_retries=self.max_retries, batch_size=self.batch_size, model_id=self.model_id)
+        client.name = BACKEND_NAME  # Completion.backend says "vllm"
+        return client
+
+    def close(self) -> None:
+        """Give the server back; the last backend of the process to do so stops it. Idempotent; a
+        later call loads again."""
+        release, self._release, self._key, self._server, self._client = self._release, None, None, None, None
+        if release is not None:
+            release()  # once: a finalizer runs at most one time
+
+    def iter_batches(self, requests: Sequence[Request]) -> Iterator[list[tuple[int, object]]]:
+        """[(index, Completion | Rejected), ...] per sub-batch of batch_size, in input order."""
+        self.load()
+        yield from self._client.iter_batches(requests)
