@@ -127,6 +127,18 @@ def test_seeded_sampling_is_repeatable_and_batch_independent(backend):
     assert [_answer(c) for c in backend.generate(batch)] == [_answer(c) for c in first]
 
 
+def test_requests_differing_only_in_seed_share_a_batch(backend, monkeypatch):
+    calls = []
+    real = backend._generate_batch
+    monkeypatch.setattr(backend, "_generate_batch",
+                        lambda sampling, chunk, requests: calls.append(len(chunk)) or real(sampling, chunk, requests))
+    batch = [Request(f"s{i}", "Once upon a time", Sampling(temperature=1.0, max_tokens=6, seed=i)) for i in range(3)]
+    together = backend.generate(batch)
+    assert calls == [3]
+    alone = [backend.generate([r])[0] for r in batch]
+    assert [_answer(c) for c in together] == [_answer(c) for c in alone]
+
+
 def test_bad_requests_are_rejected_alone(backend, monkeypatch):
     too_long = Request("long", "hello " * 9000, GREEDY)
     empty = Request("empty", "", GREEDY)

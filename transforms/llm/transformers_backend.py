@@ -25,6 +25,7 @@ string, without the end-of-sequence token.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 from typing import Iterator, Optional, Sequence
@@ -135,7 +136,9 @@ class TransformersBackend(BatchedBackend):
             if problem:
                 rejected.append((index, Rejected(problem, request, "PromptTooLong" if ids else "EmptyPrompt")))
                 continue
-            groups.setdefault(request.sampling, []).append((index, ids))
+            # one batch per decoding setting; seeds differ per row anyway (_row_seed), so requests
+            # that differ only in their seed (selfmoe's brainstorm prompts) still share a batch
+            groups.setdefault(dataclasses.replace(request.sampling, seed=0), []).append((index, ids))
         if rejected:
             yield rejected
         for sampling, items in groups.items():
@@ -190,7 +193,7 @@ class TransformersBackend(BatchedBackend):
                                   pad_token_id=self._pad_id, eos_token_id=sorted(self._eos_ids) or None)
         processors = LogitsProcessorList()
         if not sampling.greedy:
-            seeds = [_row_seed(sampling, requests[index]) for index, _ in chunk]
+            seeds = [_row_seed(requests[index].sampling, requests[index]) for index, _ in chunk]
             processors.append(_SeededSampler(sampling.temperature, sampling.top_p, seeds, self.device))
         stopping = StoppingCriteriaList()
         if sampling.stop:
