@@ -44,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="schema, counts and a few rows of a dataset")
     i.add_argument("path")
     i.add_argument("--rows", type=int, default=3)
+    i.add_argument("--png", default=None, help="datasets with images (multiui): write a picture of one sample "
+                   "here (default: DATASET-SAMPLEID.png in the current folder)")
+    i.add_argument("--sample", default=None, help="the sample id to picture (default: the first of --task)")
+    i.add_argument("--task", default=None, help="picture a sample of this task")
     t = sub.add_parser("train", help="train a dataset's model from its shards")
     t.add_argument("dataset")
     t.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
@@ -129,8 +133,13 @@ def _validate(args, beam_args) -> int:
 
 
 def _inspect(args, beam_args) -> int:
+    from pipelines import registry
     from pipelines.validate import inspect
+    from schemas.manifest import read_manifest
     print(inspect(args.path, rows=args.rows))
+    dataset = registry.get(read_manifest(args.path)["dataset"])
+    if dataset.picture is not None:
+        print("\npicture: " + dataset.picture(args.path, args.png, sample_id=args.sample, task=args.task))
     return 0
 
 

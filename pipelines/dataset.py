@@ -30,3 +30,8 @@ class Dataset:
     # fills trainer config the trainer cannot work out itself (trainers import no transforms),
     # e.g. the local folder of the model that wrote the data: (config, manifest) -> config
     train_setup: Callable[[dict, dict], dict] | None = None
+    # stages whose rejections are quality decisions about model output (garbage, refusals), not bad
+    # input: their dead letters are written as usual but do not count towards --max-error-rate
+    filter_stages: tuple[str, ...] = ()
+    # datasets with images: (dataset folder, png path or None, sample_id=, task=) -> the PNG written
+    picture: Callable[..., str] | None = None

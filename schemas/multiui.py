@@ -97,8 +97,9 @@ SAMPLES = TableSchema(
               "LLaVA turns ({from: human|gpt, value}); the first human turn starts with '<image>\\n'."),
         Field("target_node", pa.int32(), "node_id of the element the sample is about; null for page-level tasks.",
               nullable=True),
-        Field("bbox", BOX, "Target box [l, t, r, b] normalised to [0, 1], 3 decimals; null when none.",
-              nullable=True),
+        # a variable-size list: pyarrow 25 cannot read back a nullable fixed-size list holding nulls
+        Field("bbox", pa.list_(pa.float32()), "Target box [l, t, r, b] (4 values) normalised to [0, 1], 3 decimals; "
+              "null when none.", nullable=True),
         Field("image", pa.binary(),
               "PNG used instead of the page screenshot (element OCR: the target drawn as a red box); "
               "null means use the page's screenshot.", nullable=True),

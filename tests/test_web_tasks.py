@@ -158,8 +158,8 @@ def test_element_grounding_answers_the_rounded_box_and_applies_quality_rules():
     out = rule_tasks.element_grounding(page, TaskRules(max_per_task=50))
     check_samples(out.samples, "element_grounding")
     targets = {s["target_node"]: s for s in out.samples}
-    # 2 heading, 4 link, 8 button, 9 text, 10 heading, 11 image (by alt), 16 text box, 18 "OK"
-    assert set(targets) == {2, 4, 8, 9, 10, 11, 16, 18}
+    # 2 heading, 4 link, 8 button, 9 text, 10 heading, 11 image (by alt), 16 text box; not the static "OK"
+    assert set(targets) == {2, 4, 8, 9, 10, 11, 16} and out.skipped["trivial text"] == 1
     for node_id, sample in targets.items():
         assert sample["bbox"] == node_bbox(page, node_id)
         answer = sample["conversations"][1]["value"]
@@ -186,7 +186,7 @@ def test_a_heading_that_repeats_the_page_title_is_still_a_target():
 def test_max_per_task_caps_samples():
     page = make_page()
     out = rule_tasks.element_grounding(page, TaskRules(max_per_task=2))
-    assert len(out.samples) == 2 and out.skipped["over max_per_task"] == 6
+    assert len(out.samples) == 2 and out.skipped["over max_per_task"] == 5
     assert len(rule_tasks.heading_ocr(page, TaskRules(max_per_task=1)).samples) == 1
 
 
@@ -437,3 +437,16 @@ def test_draw_box_and_sample_card():
     tall.save(buffer, format="PNG")
     card = draw.render_sample_card(buffer.getvalue(), None, "<image>\nDescribe " + "word " * 300, "answer")
     assert Image.open(io.BytesIO(card)).height <= 1600 + 600
+
+
+def test_grounding_skips_short_text_fragments_but_not_short_controls():
+    page = make_page()
+    nodes = list(page["nodes"])
+    base = dict(nodes[-1])
+    fragment = dict(base, node_id=900, parent=0, depth=1, role="StaticText", name="and", interactive=False,
+                    box=[100.0, 100.0, 130.0, 118.0], box_norm=[0.1, 0.1, 0.13, 0.118], href=None, src=None, alt=None)
+    button = dict(fragment, node_id=901, role="button", name="Go", interactive=True,
+                  box=[200.0, 100.0, 240.0, 130.0], box_norm=[0.2, 0.1, 0.24, 0.13])
+    out = rule_tasks.element_grounding(dict(page, nodes=nodes + [fragment, button]), TaskRules(max_per_task=100))
+    targets = {s["target_node"] for s in out.samples}
+    assert 900 not in targets and 901 in targets and out.skipped["trivial text"] >= 1

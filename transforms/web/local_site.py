@@ -36,6 +36,16 @@ class _ReadOnlyHandler(SimpleHTTPRequestHandler):
         pass
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        """A browser that hangs up early (a closed page, an aborted favicon) is no error worth a traceback."""
+        import sys
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class LocalSite:
     """Context manager: a read-only HTTP server for `folder`; `.base_url` ends with '/'."""
 
@@ -49,8 +59,7 @@ class LocalSite:
 
     def __enter__(self) -> LocalSite:
         handler = partial(_ReadOnlyHandler, directory=self.folder)
-        self._server = ThreadingHTTPServer((self.host, 0), handler)
-        self._server.daemon_threads = True
+        self._server = _QuietServer((self.host, 0), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="LocalSite", daemon=True)
         self._thread.start()
         return self

@@ -29,7 +29,6 @@ import base64
 import dataclasses
 import io
 import re
-from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from PIL import Image

@@ -137,6 +137,8 @@ def element_grounding(page: Mapping, rules: TaskRules = TaskRules()) -> TaskOutp
             problem = "repeats an ancestor's name"
         elif len(text) > rules.max_grounding_chars:
             problem = "name too long for grounding"
+        elif not node.get("interactive") and (len(text) < rules.min_ocr_chars or not any(c.isalpha() for c in text)):
+            problem = "trivial text"     # a fragment like "and" between two links names nothing
         elif index.is_duplicate(node):
             problem = "duplicate name on the page"
         else:

@@ -1,0 +1,204 @@
+"""multiui: rendered web pages and the nine MultiUI task types (PAPERS.md section 1)."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+
+from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
+from pipelines.dataset import Dataset
+from pipelines.llm_keys import check_llm, llm_keys, make_backend
+from schemas import multiui as schema
+from transforms.io.shards import TableSpec
+
+SAMPLE_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sites", "multiui")
+
+
+def _names(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def warc_files(c: dict) -> list[str]:
+    """The WARC files a `warc` value names: comma-separated paths or glob patterns."""
+    files = []
+    for pattern in _names(c["warc"]):
+        found = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not found:
+            raise ConfigError(f"warc: no file matches {pattern!r}")
+        files += [os.path.abspath(f) for f in found]
+    return files
+
+
+def sources(c: dict) -> list[tuple[str, str]]:
+    """(kind, absolute path) of every input; the sample site when none is given."""
+    out = [("urls", os.path.abspath(c["urls"]))] if c["urls"] else []
+    out += [("warc", f) for f in warc_files(c)]
+    if c["html_dir"]:
+        out.append(("local", os.path.abspath(c["html_dir"])))
+    return out or [("local", SAMPLE_SITE)]
+
+
+def _check(c: dict) -> None:
+    bad = [p for p in _names(c["platforms"]) if p not in schema.PLATFORMS]
+    if bad or not _names(c["platforms"]):
+        raise ConfigError(f"platforms: name desktop, mobile or both (got {c['platforms']!r})")
+    bad = [t for t in _names(c["tasks"]) if t not in schema.TASKS]
+    if bad or not _names(c["tasks"]):
+        raise ConfigError(f"tasks: unknown {bad or c['tasks']!r}; choose from {', '.join(schema.TASKS)}")
+    if c["html_dir"] and not os.path.isdir(c["html_dir"]):
+        raise ConfigError(f"html_dir {c['html_dir']!r} is not a folder")
+    warc_files(c)
+    if c["backend"] == "openai" and not c["base_url"] and (c["llm_tasks"] or c["llm_judge"]):
+        check_llm(c)
+    if c["vision_base_url"] and not c["vision_model"]:
+        raise ConfigError("vision_base_url needs vision_model (the model name the server serves)")
+    if not os.path.exists(c["chromium"]):
+        raise ConfigError(f"no Chromium at {c['chromium']}: apt-get install chromium (Debian), or set chromium=PATH")
+
+
+CONFIG = ConfigSpec(check=_check, keys=(
+    Key("urls", str, None, "a file of URLs to render, one per line (# comments)", optional=True, is_path=True,
+        gridable=False),
+    Key("warc", str, None, "WARC / WARC.gz files (comma-separated paths or globs), replayed with no live network",
+        optional=True, gridable=False),
+    Key("html_dir", str, None, "a folder of HTML pages, served from a loopback server the pipeline starts "
+        "(default when no input is given: the bundled sample site)", optional=True, gridable=False),
+    Key("platforms", str, "desktop,mobile", "desktop (Windows 10, H/W 0.5-1.5) and/or mobile (iPhone 12 Pro)"),
+    Key("seed", int, 0, "seed of viewports, link choice, templates and distractors", low=0),
+    Key("timeout_s", float, 15.0, "per-page time budget (each navigation)", low=0.5),
+    Key("max_page_mb", float, 16.0, "per-page size budget: bytes the page may load", low=0.01),
+    Key("max_screenshot_height", int, 4096, "screenshot height cap in pixels", low=64),
+    Key("follow_links", int, 3, "links clicked per page for action prediction", low=0),
+    Key("allow_private", bool, False, "let live URLs reach private (RFC 1918) addresses; loopback, link-local "
+        "and multicast stay refused"),
+    Key("allow_loopback", bool, False, "let live URLs reach loopback addresses (tests and local servers only)"),
+    Key("chromium", str, "/usr/bin/chromium", "the Chromium binary Playwright drives"),
+    Key("min_text_chars", int, 200, "curation: pages with less visible text are dropped", low=0),
+    Key("llm_judge", bool, False, "curation: also ask the LLM whether to keep each page"),
+    Key("tasks", str, ",".join(schema.TASKS), "comma-separated tasks to make"),
+    Key("max_per_task", int, 8, "samples (or LLM requests) per page and task", low=0),
+    Key("llm_tasks", bool, True, "make the LLM-written tasks (caption, QA, action grounding)"),
+    Key("caption_tokens", int, 200, "max tokens of a webpage caption", low=1),
+    Key("qa_tokens", int, 400, "max tokens of a webpage QA completion", low=1),
+    Key("instruction_tokens", int, 48, "max tokens of an action-grounding instruction", low=1),
+    Key("vision_base_url", str, None, "OpenAI-compatible server of a vision model for the embedded image tasks "
+        "(without it they are skipped and counted)", optional=True),
+    Key("vision_model", str, None, "the vision model's served name", optional=True),
+    *llm_keys(temperature=0.7, batch_size=8),
+))
+
+
+def _plan(c: dict):
+    from transforms.llm.requests import Sampling
+    from transforms.web.multiui import TaskPlan
+    from transforms.web.tasks import TaskRules
+
+    def sampling(max_tokens):
+        return Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=max_tokens, seed=c["seed"])
+
+    return TaskPlan(
+        tasks=tuple(_names(c["tasks"])), rules=TaskRules(max_per_task=c["max_per_task"]),
+        sampling={"webpage_caption": sampling(c["caption_tokens"]), "webpage_qa": sampling(c["qa_tokens"]),
+                  "action_grounding": sampling(c["instruction_tokens"]), "embedded_image": sampling(300)},
+        min_text_chars=c["min_text_chars"],
+        judge=Sampling(temperature=0.0, max_tokens=4) if c["llm_judge"] else None)
+
+
+def tables(resolved: Resolved) -> dict[str, TableSpec]:
+    # pages hold screenshots and HTML (about 1 MB each): a few hundred per shard
+    return {"pages": TableSpec(schema.PAGES, 4, row_group_rows=16),
+            "samples": TableSpec(schema.SAMPLES, 4, row_group_rows=1024)}
+
+
+def build(pipeline, resolved: Resolved, ledger):
+    if len(resolved.grid) != 1:
+        raise ConfigError(f"multiui runs one configuration at a time; these keys got lists: {resolved.swept}")
+    from transforms.web.capture import CaptureSettings
+    from transforms.web.multiui import BuildMultiUI
+    c = resolved.grid[0]
+    srcs = sources(c)
+    html = [path for kind, path in srcs if kind == "local"]
+    if len(html) > 1:
+        raise ConfigError("one html_dir per run")
+    settings = CaptureSettings(seed=c["seed"], timeout_ms=int(c["timeout_s"] * 1000),
+                               max_screenshot_height=c["max_screenshot_height"], follow_links=c["follow_links"],
+                               max_page_bytes=int(c["max_page_mb"] * 2**20), allow_private=c["allow_private"],
+                               allow_loopback=c["allow_loopback"],
+                               chromium=c["chromium"])
+    plan = _plan(c)
+    backend = make_backend(c) if c["llm_tasks"] or c["llm_judge"] else None
+    vision = None
+    if c["vision_base_url"]:
+        from transforms.llm.openai_backend import OpenAIBackend
+        vision = OpenAIBackend(c["vision_base_url"], c["vision_model"], batch_size=c["batch_size"])
+    return pipeline | "MultiUI" >> BuildMultiUI(
+        srcs, tuple(_names(c["platforms"])), settings, plan, ledger, backend=backend, vision_backend=vision,
+        cache_location=c["cache"] or None, html_folder=html[0] if html else None)
+
+
+def inputs(resolved: Resolved) -> dict[str, str]:
+    out = {}
+    for kind, path in sources(resolved.values):
+        if os.path.isdir(path):
+            digest = hashlib.sha256()
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    with open(os.path.join(root, name), "rb") as fh:
+                        digest.update(os.path.relpath(os.path.join(root, name), path).encode() + fh.read())
+            out[f"{kind}/{os.path.basename(path)}"] = f"{path} sha256:{digest.hexdigest()}"
+        else:
+            with open(path, "rb") as fh:
+                out[f"{kind}/{os.path.basename(path)}"] = f"{path} sha256:{hashlib.file_digest(fh, 'sha256').hexdigest()}"
+    return out
+
+
+def picture(path: str, png: str | None = None, *, sample_id: str | None = None, task: str | None = None) -> str:
+    """Write one sample as a PNG: its image with the target box, the question and answer beneath."""
+    import pyarrow.dataset as ds
+    from transforms.web.tasks.draw import render_sample_card
+    samples = ds.dataset(os.path.join(path, "samples"), format="parquet")
+    if sample_id:
+        chosen = samples.to_table(filter=ds.field("id") == sample_id).to_pylist()
+    else:
+        wanted = ds.field("task") == task if task else None
+        rows = samples.to_table(filter=wanted, columns=["id", "bbox"]).to_pylist()
+        rows.sort(key=lambda r: (r["bbox"] is None, r["id"]))   # a sample with a box shows the most
+        chosen = samples.to_table(filter=ds.field("id") == rows[0]["id"]).to_pylist() if rows else []
+    if not chosen:
+        raise ConfigError(f"no sample {'with id ' + sample_id if sample_id else 'of task ' + str(task)} in {path}")
+    sample = chosen[0]
+    image = sample["image"]
+    if image is None:
+        pages = ds.dataset(os.path.join(path, "pages"), format="parquet")
+        found = pages.to_table(filter=ds.field("id") == sample["page_id"], columns=["screenshot"]).to_pylist()
+        if not found or found[0]["screenshot"] is None:
+            raise ConfigError(f"sample {sample['id']}: its page {sample['page_id']} has no screenshot in {path}")
+        image = found[0]["screenshot"]
+    turns = sample["conversations"]
+    card = render_sample_card(image, None if sample["task"] == "element_ocr" else sample["bbox"],
+                              f"[{sample['task']}] " + turns[0]["value"].removeprefix("<image>\n"), turns[1]["value"] if len(turns) > 1 else "")
+    png = png or f"multiui-{sample['id']}.png"
+    with open(png, "wb") as fh:
+        fh.write(card)
+    return os.path.abspath(png)
+
+
+def train_setup(config: dict, manifest: dict) -> dict:
+    """model=tiny builds its tokenizer from the default LLM's (trainers cannot resolve models)."""
+    if config.get("model", "tiny") != "tiny" or config.get("tokenizer"):
+        return config
+    from transforms.llm.models import resolve_model
+    try:
+        return dict(config, tokenizer=str(resolve_model("smollm2-135m-instruct").path))
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        raise ConfigError(f"model=tiny needs a tokenizer: {exc}; pass --set tokenizer=PATH") from None
+
+
+DATASET = Dataset(
+    name=schema.DATASET,
+    summary="MultiUI: web pages rendered in Chromium (screenshot, accessibility tree) and nine task types",
+    config=CONFIG, tables=tables, build=build, inputs=inputs,
+    trainer="trainers.multiui:train", train_setup=train_setup,
+    filter_stages=("llm_parse", "vision_parse"), picture=picture,
+)

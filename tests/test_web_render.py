@@ -1,0 +1,322 @@
+"""transforms/web/render.py with a real Chromium against a loopback server started here.
+
+One Renderer (one browser) for the module; bad pages run against it in turn, each followed
+by a good page, so recovery is tested by the page after it.
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import pickle
+import threading
+import time
+
+import pytest
+
+from transforms.web import render as R
+from transforms.web.render import Renderer, RenderError, viewport_for
+
+pytestmark = pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")
+
+TIMEOUT_MS = 3000
+# on load the page records each element's getBoundingClientRect() in <html data-rects>, so the
+# returned HTML carries the browser's own boxes to compare with
+_RECTS_JS = """<script>addEventListener('load', () => {
+  const r = {};
+  for (const id of ['h', 'l', 'btn', 'inp', 'im', 'below']) {
+    const b = document.getElementById(id).getBoundingClientRect();
+    r[id] = [b.left, b.top, b.right, b.bottom];
+  }
+  r.scale = visualViewport.scale; r.dpr = devicePixelRatio;
+  document.documentElement.dataset.rects = JSON.stringify(r);
+});</script>"""
+HOME = f"""<!doctype html><html><head><title>Home page</title>{{meta}}{_RECTS_JS}</head>
+<body style="margin:8px;font:16px sans-serif">
+<h1 id=h>Hello heading</h1>
+<p><a id=l href="/b.html">Go to B</a> <a href="#top">Top</a> <a href="http://other.invalid/x">Elsewhere</a></p>
+<button id=btn>Press me</button> <input id=inp aria-label="Search query">
+<img id=im alt="A small cat" src="/cat.png" width=60 height=40>
+<div id=hid style="display:none">secret text</div>
+<div style="visibility:hidden">ghost text</div>
+<div style="height:1500px"></div>
+<p id=below>Below the fold</p></body></html>"""
+PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                        "1f15c4890000000d49444154789c6360000002000185d32d9f0000000049454e44ae426082")
+_release = threading.Event()
+
+PAGES = {
+    "/": ("text/html", HOME.replace("{meta}", "")),
+    "/m": ("text/html", HOME.replace("{meta}", '<meta name=viewport content="width=device-width">')),
+    "/b.html": ("text/html", "<title>Page B</title><p>b"),
+    "/cat.png": ("image/png", PNG_1PX),
+    "/jsloop": ("text/html", "<title>loop</title><script>while (true) {}</script>"),
+    "/jsloop-late": ("text/html", "<title>late loop</title><p>hi"
+                                  "<script>addEventListener('load', () => setTimeout(() => {while (true) {}}, 0))"
+                                  "</script>"),
+    "/png": ("image/png", PNG_1PX),
+    "/pdf": ("application/pdf", b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n"),
+    "/huge": ("text/html", "<title>huge</title>" + "<p>many words here</p>" * 20000),
+    "/popup": ("text/html", "<title>Opener</title><p>x<script>window.open('/b.html')</script>"),
+    "/to-data": ("text/html", "<title>To data</title><p>x"
+                              "<script>location.href = 'data:text/html,<title>pwned</title>'</script>"),
+    "/to-file": ("text/html", "<title>To file</title><p>x<script>location.href = 'file:///etc/passwd'</script>"),
+    "/dl-link": ("text/html", "<title>Has download</title><a id=d href=/download download>get</a>"
+                              "<script>addEventListener('load', () => document.getElementById('d').click())</script>"),
+}
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def _send(self, status, ctype, body, headers=()):
+        body = body.encode() if isinstance(body, str) else body
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        path = self.path.split("?")[0]
+        if path in PAGES:
+            return self._send(200, *PAGES[path])
+        if path == "/500":
+            return self._send(500, "text/html", "<title>oops</title>server error")
+        if path == "/loop":
+            return self._send(302, "text/html", "", [("Location", "/loop2")])
+        if path == "/loop2":
+            return self._send(302, "text/html", "", [("Location", "/loop")])
+        if path == "/to-file-redirect":
+            return self._send(302, "text/html", "", [("Location", "file:///etc/passwd")])
+        if path == "/download":
+            return self._send(200, "application/octet-stream", b"\0" * 100,
+                              [("Content-Disposition", "attachment; filename=x.bin")])
+        if path == "/hang":
+            _release.wait(30)  # hold the connection, send nothing
+            return
+        return self._send(404, "text/html", "not found")
+
+
+@pytest.fixture(scope="module")
+def site():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    _release.set()
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def renderer():
+    with Renderer(max_html_chars=200_000) as r:
+        yield r
+
+
+def _by_id(row):
+    return {n["node_id"]: n for n in row["nodes"]}
+
+
+def _find(row, role, name):
+    hits = [n for n in row["nodes"] if n["role"] == role and n["name"] == name]
+    assert hits, f"no {role} {name!r} in {[(n['role'], n['name']) for n in row['nodes']]}"
+    return hits[0]
+
+
+def _rects(row):
+    html = row["html"]
+    start = html.index('data-rects="') + len('data-rects="')
+    raw = html[start:html.index('"', start)].replace("&quot;", '"')
+    return json.loads(raw)
+
+
+def _png_size(png):
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def _check_tree(row):
+    nodes = row["nodes"]
+    assert [n["node_id"] for n in nodes] == list(range(len(nodes)))
+    assert nodes[0]["parent"] == -1 and nodes[0]["depth"] == 0 and nodes[0]["role"] == "RootWebArea"
+    W, H = row["screenshot_width"], row["screenshot_height"]
+    for n in nodes[1:]:
+        assert 0 <= n["parent"] < n["node_id"], n
+        assert n["depth"] == nodes[n["parent"]]["depth"] + 1, n
+    for n in nodes:
+        l, t, r, b = n["box"]
+        assert 0 <= l < r <= W and 0 <= t < b <= H, n
+        assert n["box_norm"] == pytest.approx([l / W, t / H, r / W, b / H], abs=1e-6)
+        assert set(n) == {"node_id", "parent", "depth", "role", "name", "tag", "box", "box_norm",
+                          "interactive", "href", "src", "alt"}
+
+
+@pytest.mark.parametrize("platform,path", [("desktop", "/"), ("mobile", "/m"), ("mobile", "/")])
+def test_page_tree_boxes_and_actions(renderer, site, platform, path):
+    row = renderer.render_page(site + path, platform, 7, timeout_ms=TIMEOUT_MS * 3)
+    assert tuple(row) == R.RESULT_KEYS
+    assert row["title"] == "Home page" and row["final_url"] == site + path and row["url"] == site + path
+    assert _png_size(row["screenshot"]) == (row["screenshot_width"], row["screenshot_height"])
+    rects = _rects(row)
+    scale = rects["scale"] * rects["dpr"]
+    dsf = 3.0 if platform == "mobile" else 1.0
+    assert row["device_scale_factor"] == dsf and rects["dpr"] == dsf
+    assert row["screenshot_width"] == round(row["viewport_width"] * dsf)
+    _check_tree(row)
+
+    heading, link = _find(row, "heading", "Hello heading"), _find(row, "link", "Go to B")
+    button, box = _find(row, "button", "Press me"), _find(row, "textbox", "Search query")
+    img = _find(row, "image", "A small cat")
+    for node, el in ((heading, "h"), (link, "l"), (button, "btn"), (box, "inp"), (img, "im")):
+        assert node["box"] == pytest.approx([v * scale for v in rects[el]], abs=1.0), (el, node)
+    assert link["href"] == site + "/b.html" and link["interactive"] and link["tag"] == "a"
+    assert button["interactive"] and box["interactive"] and not heading["interactive"]
+    assert img["alt"] == "A small cat" and img["src"] == site + "/cat.png" and img["tag"] == "img"
+    names = " ".join(n["name"] for n in row["nodes"])
+    assert "secret" not in names and "ghost" not in names
+    # below the fold: inside the capped screenshot on desktop, beyond 4096 px on mobile
+    below_bottom = rects["below"][3] * scale
+    below = [row["nodes"][n["parent"]] for n in row["nodes"] if n["name"] == "Below the fold"]
+    if below_bottom <= row["screenshot_height"]:
+        assert below and below[0]["role"] == "paragraph"
+        assert below[0]["box"] == pytest.approx([v * scale for v in rects["below"]], abs=1.0)
+    else:
+        assert not below and row["screenshot_height"] == 4096
+    assert row["text_chars"] >= len("Hello heading") + len("Go to B")
+    # the one same-site link was followed: the linked page's title
+    assert row["actions"] == [{"node_id": link["node_id"], "target_url": site + "/b.html", "target_title": "Page B"}]
+    assert row["render_ms"] > 0
+
+
+def test_viewport_ranges_and_seeding(renderer, site):
+    devices = renderer._submit(lambda w: w.devices, 30)
+    for seed in range(200):
+        d, m = viewport_for("desktop", seed, devices), viewport_for("mobile", seed, devices)
+        assert d["viewport"]["width"] == 1280 and 0.5 <= d["viewport"]["height"] / 1280 <= 1.5
+        assert m["viewport"]["width"] == 390 and 1.5 <= m["viewport"]["height"] / 390 <= 2.5
+        assert m["device_scale_factor"] == 3 and m["is_mobile"]
+    assert viewport_for("desktop", 3, devices) == viewport_for("desktop", 3, devices)
+    assert len({viewport_for("desktop", s, devices)["viewport"]["height"] for s in range(20)}) > 10
+    a = renderer.render_page(site + "/b.html", "desktop", 11, follow_links=0)
+    b = renderer.render_page(site + "/b.html", "desktop", 11, follow_links=0)
+    c = renderer.render_page(site + "/b.html", "mobile", 11, follow_links=0)
+    assert a["viewport_height"] == b["viewport_height"] == viewport_for("desktop", 11, devices)["viewport"]["height"]
+    assert c["viewport_height"] == viewport_for("mobile", 11, devices)["viewport"]["height"]
+    for row in (a, c):  # a short page: the screenshot is one viewport
+        assert _png_size(row["screenshot"]) == (row["screenshot_width"], row["screenshot_height"])
+        # (a mobile page without a viewport meta is zoomed out: allow the rounding of that scale)
+        assert abs(row["screenshot_height"] - row["viewport_height"] * row["device_scale_factor"]) <= 1
+
+
+BAD = [
+    ("/hang", "timeout"),
+    ("/jsloop", "timeout"),
+    ("/jsloop-late", "timeout"),
+    ("/500", "HTTP 500"),
+    ("/loop", "redirect loop"),
+    ("/huge", "page too large"),
+    ("/pdf", "application/pdf"),
+    ("/png", "non-HTML document: image/png"),
+    ("/download", "download"),
+    ("/to-file-redirect", ""),
+]
+
+
+@pytest.mark.parametrize("path,reason", BAD)
+def test_bad_page_raises_then_recovers(renderer, site, path, reason):
+    t0 = time.monotonic()
+    with pytest.raises(RenderError) as err:
+        renderer.render_page(site + path, "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)
+    assert reason in str(err.value)
+    assert time.monotonic() - t0 < TIMEOUT_MS / 1000 * 2 + 5
+    ok = renderer.render_page(site + "/b.html", "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)
+    assert ok["title"] == "Page B"
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "data:text/html,<title>x</title>"])
+def test_blocked_schemes(renderer, url):
+    with pytest.raises(RenderError, match="blocked scheme"):
+        renderer.render_page(url, "desktop", 1)
+
+
+@pytest.mark.parametrize("path,title", [("/popup", "Opener"), ("/to-data", "To data"), ("/to-file", "To file"),
+                                        ("/dl-link", "Has download")])
+def test_popups_downloads_and_local_navigations_blocked(renderer, site, path, title):
+    row = renderer.render_page(site + path, "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)
+    assert row["title"] == title and row["final_url"] == site + path
+
+
+def test_route_handler_and_policy(renderer, site):
+    seen = []
+
+    def handler(route, request):  # a replay-style handler: serves /virtual itself
+        seen.append(request.url)
+        if request.url.endswith("/virtual"):
+            return route.fulfill(status=200, content_type="text/html",
+                                 body="<title>Replayed</title><a href='/b.html'>b</a>")
+        return route.continue_()
+
+    class Policy:
+        def check_url(self, url):
+            return "robots.txt disallows" if "/b.html" in url else None
+
+    row = renderer.render_page(site + "/virtual", "desktop", 1, route_handler=handler)
+    assert row["title"] == "Replayed" and site + "/b.html" in seen  # followed link went through it
+    assert row["actions"][0]["target_title"] == "Page B"
+    row = renderer.render_page(site + "/virtual", "desktop", 1, route_handler=handler, policy=Policy())
+    assert row["actions"] == []  # the only link is refused by the policy
+    with pytest.raises(RenderError, match="refused by fetch policy: robots.txt disallows"):
+        renderer.render_page(site + "/b.html", "desktop", 1, policy=Policy())
+
+    class Refusing:  # the shape of transforms/web/routing.RouteHandler: refusals as (url, reason)
+        def __init__(self):
+            self.refusals = []
+
+        def __call__(self, route, request):
+            if request.url.endswith("/b.html"):
+                self.refusals.append((request.url, "private address"))
+                return route.abort("blockedbyclient")
+            return route.continue_()
+
+    with pytest.raises(RenderError, match="refused by fetch policy: private address"):
+        renderer.render_page(site + "/b.html", "desktop", 1, route_handler=Refusing(), timeout_ms=TIMEOUT_MS)
+
+
+def test_crash_restart_and_pickle(renderer, site):
+    before = renderer.restarts
+    renderer._kill_browser()  # as if Chromium crashed
+    row = renderer.render_page(site + "/b.html", "desktop", 1, follow_links=0)
+    assert row["title"] == "Page B" and renderer.restarts == before + 1
+    renderer.restart_after_pages, pages = 1, renderer.restarts
+    try:
+        renderer.render_page(site + "/b.html", "desktop", 2, follow_links=0)
+        assert renderer.restarts == pages + 1
+    finally:
+        renderer.restart_after_pages = 200
+    clone = pickle.loads(pickle.dumps(renderer))
+    assert clone._thread is None and clone._proc is None and clone.max_html_chars == 200_000
+
+
+def test_wedged_thread_is_abandoned_and_replaced(site):
+    """A route handler that never returns wedges the Playwright thread itself: the caller's
+    deadline kills the browser, gives up on the thread, and the next page gets a new one."""
+    gate = threading.Event()
+
+    def stuck(route, request):
+        gate.wait(20)
+        route.continue_()
+
+    with Renderer(watchdog_slack_s=1.0) as r:
+        t0 = time.monotonic()
+        with pytest.raises(RenderError, match="did not finish"):
+            r.render_page(site + "/b.html", "desktop", 1, route_handler=stuck, timeout_ms=1000, follow_links=0)
+        assert time.monotonic() - t0 < 8
+        gate.set()
+        row = r.render_page(site + "/b.html", "desktop", 1, follow_links=0)
+        assert row["title"] == "Page B"

@@ -1,0 +1,367 @@
+"""multiui samples -> model batches: lazy page screenshots, LLaVA conversations, answer-only labels.
+
+Three pieces, used by trainers/multiui.py:
+
+- `PageStore` finds a page's screenshot by id. It reads the `id` column of the `pages` table once
+  (per process) into a sorted index (id -> file, row group, row), and on a miss reads only the
+  `id` and `screenshot` columns of that row group (pyarrow column projection: the HTML and the
+  accessibility tree, most of a page row, are never read). Screenshots are kept as the encoded PNG
+  bytes in an LRU bounded by bytes (`page_cache_mb`) and decoded for each use.
+  Memory trade-off: a PNG screenshot is ~0.1-1 MB while the decoded RGB image is W*H*3 bytes
+  (~8 MB for 1280x2000), so caching bytes holds ~10x more pages for the price of one PNG decode
+  per sample. The index costs ~(id length + 16) bytes per page. Each DataLoader worker has its
+  own store (index + LRU), so memory is workers x (index + page_cache_mb). Parquet's unit of reading
+  is a column chunk per row group, so a miss costs the whole row group's screenshots in I/O:
+  write `pages` with small row groups (tens of rows) for training.
+- `Collator` turns (conversation, image) pairs into one padded batch: the chat text with the
+  image placeholder (expanded by the processor into the model's image tokens), labels -100
+  everywhere but the assistant (gpt) answers and the end-of-turn token right after each.
+- `SampleBatches` streams `samples` with ShardDataset, drops held-out pages (or keeps only them),
+  attaches images, and yields collated micro-batches that carry the `_stream`/`_offset` of every
+  row they consumed (for Position) and counts of what was skipped and why.
+
+Rows are skipped and counted, never fatal (ARCHITECTURE.md, contract 4): missing_page (the
+sample's page_id is not in `pages`), no_screenshot (the page row has a null screenshot), bad_image
+(the PNG does not decode), bad_conversation (no gpt turn, first turn not human, several <image>),
+too_long (the prompt with its image tokens leaves no answer token within max_length). The trainer
+fails when their share passes `max_skip_rate`.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from torch.utils.data import IterableDataset
+
+from trainers.data import OFFSET, STREAM, DatasetError, ShardDataset, open_table
+
+IGNORE = -100
+SAMPLE_COLUMNS = ["id", "page_id", "task", "conversations", "image"]
+LLAVA_IMAGE = "<image>"
+ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
+
+
+def page_hash_unit(page_id: str) -> float:
+    """Stable value in [0, 1) from a page id: the held-out slice is hash < eval_fraction, so every
+    sample of an eval page is held out (no page is seen in training and in eval)."""
+    return int.from_bytes(hashlib.sha256(page_id.encode()).digest()[:8], "big") / 2.0 ** 64
+
+
+def is_eval(page_id: str, eval_fraction: float) -> bool:
+    return page_hash_unit(page_id) < eval_fraction
+
+
+# ------------------------------------------------------------------------------------ pages
+
+class PageStore:
+    """Screenshot PNG bytes by page id, read lazily, LRU-cached by bytes (one per process)."""
+
+    def __init__(self, data_dir: str, cache_bytes: int):
+        self.info = open_table(data_dir, "pages")        # checks schema and files up front
+        self.cache_bytes = max(0, int(cache_bytes))
+        self._ids: np.ndarray | None = None              # sorted ids (bytes)
+        self._loc: np.ndarray | None = None              # (n, 3): file, row group, row in group
+        self._lru: OrderedDict[str, bytes] = OrderedDict()
+        self._held = 0
+        self.stats: Counter = Counter()
+
+    def __getstate__(self):                             # workers build their own index and cache
+        state = dict(self.__dict__)
+        state.update(_ids=None, _loc=None, _lru=OrderedDict(), _held=0, stats=Counter())
+        return state
+
+    def _index(self) -> None:
+        ids, locs = [], []
+        for f, finfo in enumerate(self.info.files):
+            pf = pq.ParquetFile(finfo.path)
+            for g in range(len(finfo.row_groups)):
+                col = pf.read_row_group(g, columns=["id"]).column("id").to_pylist()
+                ids += col
+                locs += [(f, g, r) for r in range(len(col))]
+        arr = np.array([i.encode() for i in ids], dtype=bytes) if ids else np.array([], dtype="S1")
+        order = np.argsort(arr, kind="stable")
+        self._ids = arr[order]
+        self._loc = np.array(locs, dtype=np.int64).reshape(-1, 3)[order]
+        self.stats["index_pages"] = len(ids)
+
+    def _find(self, page_id: str) -> tuple[int, int, int] | None:
+        key = page_id.encode()
+        i = int(np.searchsorted(self._ids, key))
+        if i < len(self._ids) and self._ids[i] == key:
+            return tuple(int(x) for x in self._loc[i])
+        return None
+
+    def _put(self, page_id: str, png: bytes) -> None:
+        if len(png) > self.cache_bytes:
+            return
+        self._lru[page_id] = png
+        self._held += len(png)
+        while self._held > self.cache_bytes:
+            _, old = self._lru.popitem(last=False)
+            self._held -= len(old)
+
+    def get_many(self, page_ids: list[str]) -> dict[str, bytes | str]:
+        """{page id: PNG bytes, or 'missing_page' / 'no_screenshot'}; misses are grouped so each
+        row group is read once per call."""
+        if self._ids is None:
+            self._index()
+        out: dict[str, bytes | str] = {}
+        wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
+        for pid in dict.fromkeys(page_ids):
+            if pid in self._lru:
+                self._lru.move_to_end(pid)
+                out[pid] = self._lru[pid]
+                self.stats["page_cache_hits"] += 1
+                continue
+            loc = self._find(pid)
+            if loc is None:
+                out[pid] = "missing_page"
+                continue
+            self.stats["page_cache_misses"] += 1
+            wanted.setdefault(loc[:2], []).append((pid, loc[2]))
+        for (f, g), items in wanted.items():
+            table = pq.ParquetFile(self.info.files[f].path).read_row_group(g, columns=["id", "screenshot"])
+            shots = table.column("screenshot")
+            self.stats["row_groups_read"] += 1
+            for pid, r in items:
+                png = shots[r].as_py()
+                if png is None:
+                    out[pid] = "no_screenshot"
+                    continue
+                self.stats["screenshot_bytes_read"] += len(png)
+                out[pid] = png
+                self._put(pid, png)
+        return out
+
+
+def decode_image(png: bytes):
+    from PIL import Image
+    img = Image.open(io.BytesIO(png))
+    img.load()
+    return img.convert("RGB")
+
+
+# ------------------------------------------------------------------------------------ collator
+
+class EncodeError(ValueError):
+    """A conversation this collator cannot turn into a training sequence (the reason is the message)."""
+
+
+class Collator:
+    """(LLaVA conversation, PIL image) pairs -> padded batch with answer-only labels.
+
+    The chat text comes from the processor's chat template (content lists with one image item,
+    so each model's own image placeholder is used) or, without one, the tokenizer's template with
+    `processor.image_token` in the text. It is cut at the answers: the part before the first
+    answer (which holds the image) goes through the processor, which expands the placeholder
+    into the model's image tokens; the answers, each with the end-of-turn token that follows it
+    in the chat text (eos), and the text between them are tokenized alone. So the labelled tokens
+    decode exactly to the answers + eos.
+    """
+
+    def __init__(self, processor, max_length: int, padding_side: str = "right"):
+        if padding_side not in ("left", "right"):
+            raise DatasetError(f"padding_side {padding_side!r}: use left or right")
+        self.processor, self.max_length, self.padding_side = processor, max_length, padding_side
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.image_token = getattr(processor, "image_token", None) or LLAVA_IMAGE
+        self.eos = self.tokenizer.eos_token or ""
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
+        self.use_processor_template = bool(getattr(processor, "chat_template", None))
+
+    # -- text
+    def messages(self, conversations) -> list[dict]:
+        """LLaVA turns -> chat messages; the one image goes where `<image>` was (first human turn
+        when there is none)."""
+        turns = [(ROLES.get(t["from"]), t["value"]) for t in conversations]
+        if not turns or any(r is None for r, _ in turns):
+            raise EncodeError("bad_conversation")
+        if sum(v.count(LLAVA_IMAGE) for _, v in turns) > 1:
+            raise EncodeError("bad_conversation")
+        if not any(r == "assistant" for r, _ in turns) or \
+                next(r for r, _ in turns if r != "system") != "user":
+            raise EncodeError("bad_conversation")
+        if not any(LLAVA_IMAGE in v for _, v in turns):
+            i = next(i for i, (r, _) in enumerate(turns) if r == "user")
+            turns[i] = ("user", LLAVA_IMAGE + "\n" + turns[i][1])
+        msgs = []
+        for role, value in turns:
+            if LLAVA_IMAGE in value and role != "user":
+                raise EncodeError("bad_conversation")
+            if self.use_processor_template:
+                before, _, after = value.partition(LLAVA_IMAGE) if LLAVA_IMAGE in value else (value, "", "")
+                content = [{"type": "text", "text": before}] if before else []
+                if LLAVA_IMAGE in value:
+                    content.append({"type": "image"})
+                    if after:
+                        content.append({"type": "text", "text": after})
+                msgs.append({"role": role, "content": content})
+            else:
+                msgs.append({"role": role, "content": value.replace(LLAVA_IMAGE, self.image_token)})
+        return msgs
+
+    def _render(self, msgs: list[dict], gen: bool = False) -> str:
+        owner = self.processor if self.use_processor_template else self.tokenizer
+        return owner.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+
+    def pieces(self, conversations) -> list[tuple[str, bool]]:
+        """The chat text cut into (text, is_answer) pieces; the first piece holds the image."""
+        msgs = self.messages(conversations)
+        full = self._render(msgs)
+        cursor, spans = 0, []
+        for i, m in enumerate(msgs):
+            if m["role"] != "assistant":
+                continue
+            answer = m["content"] if isinstance(m["content"], str) else \
+                "".join(c.get("text", "") for c in m["content"])
+            prefix = self._render(msgs[:i], gen=True)
+            hint = len(prefix) if full.startswith(prefix) else cursor
+            at = full.find(answer, max(hint, cursor))
+            if at < 0 and answer.strip():
+                answer = answer.strip()                      # templates that trim the content
+                at = full.find(answer, max(hint, cursor))
+            if at < 0 or not answer:
+                raise EncodeError("bad_conversation")
+            end = at + len(answer)
+            if self.eos and full.startswith(self.eos, end):
+                end += len(self.eos)
+            spans.append((at, end))
+            cursor = end
+        out, pos = [], 0
+        for a, b in spans:
+            out += [(full[pos:a], False), (full[a:b], True)]
+            pos = b
+        if pos < len(full):
+            out.append((full[pos:], False))
+        if any(self.image_token in t for t, _ in out[1:]):
+            raise EncodeError("bad_conversation")
+        return out
+
+    # -- tokens
+    def _process(self, firsts: list[str], images: list) -> dict[str, Any]:
+        return self.processor(text=firsts, images=[[im] for im in images], padding=True, return_tensors="pt")
+
+    def __call__(self, items: list[tuple[Any, Any]]) -> tuple[dict[str, torch.Tensor] | None, list[int], Counter]:
+        """items: (conversations, PIL image) -> (batch or None, indices of the items kept, skip counts)."""
+        skipped: Counter = Counter()
+        encoded: list[tuple[int, list[tuple[str, bool]], Any]] = []
+        for i, (conv, image) in enumerate(items):
+            try:
+                encoded.append((i, self.pieces(conv), image))
+            except EncodeError as exc:
+                skipped[str(exc)] += 1
+        while encoded:
+            proc = self._process([p[0][0] for _, p, _ in encoded], [im for _, _, im in encoded])
+            mask = proc["attention_mask"].bool()
+            seqs, too_long = [], []
+            for k, (_, pieces, _) in enumerate(encoded):
+                ids = proc["input_ids"][k][mask[k]].tolist()
+                first = len(ids)
+                labels = [IGNORE] * first
+                for text, is_answer in pieces[1:]:
+                    more = self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+                    ids += more
+                    labels += more if is_answer else [IGNORE] * len(more)
+                ids, labels = ids[:self.max_length], labels[:self.max_length]
+                if first >= self.max_length or all(x == IGNORE for x in labels):
+                    too_long.append(k)
+                seqs.append((ids, labels, first))
+            if too_long:                    # re-run the processor without them (image inputs are per batch)
+                skipped["too_long"] += len(too_long)
+                encoded = [e for k, e in enumerate(encoded) if k not in set(too_long)]
+                continue
+            return self._assemble(proc, mask, seqs), [i for i, _, _ in encoded], skipped
+        return None, [], skipped
+
+    def _assemble(self, proc: dict, mask: torch.Tensor, seqs: list) -> dict[str, torch.Tensor]:
+        n, width = len(seqs), max(len(ids) for ids, _, _ in seqs)
+        per_token = [k for k, v in proc.items() if k not in ("input_ids", "attention_mask")
+                     and isinstance(v, torch.Tensor) and v.shape == proc["input_ids"].shape]
+        out = {"input_ids": torch.full((n, width), self.pad_id, dtype=torch.long),
+               "attention_mask": torch.zeros((n, width), dtype=torch.long),
+               "labels": torch.full((n, width), IGNORE, dtype=torch.long)}
+        out.update({k: torch.zeros((n, width), dtype=proc[k].dtype) for k in per_token})
+        for i, (ids, labels, first) in enumerate(seqs):
+            sl = slice(0, len(ids)) if self.padding_side == "right" else slice(width - len(ids), width)
+            out["input_ids"][i, sl] = torch.tensor(ids)
+            out["labels"][i, sl] = torch.tensor(labels)
+            out["attention_mask"][i, sl] = 1
+            for k in per_token:              # e.g. token_type_ids: the processor's values, 0 on text after
+                vals = torch.zeros(len(ids), dtype=proc[k].dtype)
+                vals[:first] = proc[k][i][mask[i]][:first]
+                out[k][i, sl] = vals
+        for k, v in proc.items():
+            if k not in out and k not in per_token:
+                out[k] = v                   # pixel_values, image_sizes, pixel_attention_mask, ...
+        return out
+
+
+# ------------------------------------------------------------------------------------ stream
+
+class SampleBatches(IterableDataset):
+    """Collated micro-batches of `samples` for one epoch of a ShardDataset.
+
+    keep='train' drops rows of held-out pages, keep='eval' keeps only those. Each item is
+    {"inputs": batch or None, "ids", "tasks", "_stream", "_offset" (all rows consumed, for
+    Position), "counts" (skips by reason, held_out, rows, page cache stats)}. A batch has up to
+    `batch_size` rows that passed the held-out filter, fewer when some were skipped. Use with
+    DataLoader(batch_size=None); each worker has its own PageStore copy.
+    """
+
+    def __init__(self, samples: ShardDataset, pages: PageStore, collator: Collator, batch_size: int,
+                 keep: str = "train", eval_fraction: float = 0.0):
+        super().__init__()
+        if keep not in ("train", "eval"):
+            raise ValueError(f"keep {keep!r}: use train or eval")
+        self.samples, self.pages, self.collator = samples, pages, collator
+        self.batch_size, self.keep, self.eval_fraction = batch_size, keep, eval_fraction
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        rows, streams, offsets, counts = [], [], [], Counter()
+        for row in self.samples:
+            streams.append(int(row[STREAM]))
+            offsets.append(int(row[OFFSET]))
+            counts["rows"] += 1
+            if is_eval(row["page_id"], self.eval_fraction) != (self.keep == "eval"):
+                counts["held_out" if self.keep == "train" else "train_rows"] += 1
+                continue
+            rows.append(row)
+            if len(rows) == self.batch_size:
+                yield self._batch(rows, streams, offsets, counts)
+                rows, streams, offsets, counts = [], [], [], Counter()
+        if streams:
+            yield self._batch(rows, streams, offsets, counts)
+
+    def _batch(self, rows: list[dict], streams: list[int], offsets: list[int], counts: Counter) -> dict:
+        before = Counter(self.pages.stats)
+        need = [r["page_id"] for r in rows if r.get("image") is None]
+        shots = self.pages.get_many(need) if need else {}
+        items, kept_rows = [], []
+        for r in rows:
+            png = r["image"] if r.get("image") is not None else shots[r["page_id"]]
+            if isinstance(png, str):
+                counts[png] += 1             # missing_page / no_screenshot
+                continue
+            try:
+                image = decode_image(png)
+            except Exception:                # PIL raises several types for broken files
+                counts["bad_image"] += 1
+                continue
+            items.append((r["conversations"], image))
+            kept_rows.append(r)
+        inputs, kept, skipped = self.collator(items) if items else (None, [], Counter())
+        counts.update(skipped)
+        counts.update({k: v - before.get(k, 0) for k, v in self.pages.stats.items() if k != "index_pages"})
+        rows = [kept_rows[i] for i in kept]
+        return {"inputs": inputs, "ids": [r["id"] for r in rows], "tasks": [r["task"] for r in rows],
+                STREAM: streams, OFFSET: offsets, "counts": dict(counts)}
+
+
+SKIP_REASONS = ("missing_page", "no_screenshot", "bad_image", "bad_conversation", "too_long")

@@ -1,0 +1,142 @@
+"""The render stage of multiui: one (page target, platform) in, one `pages` row out.
+
+A `CapturePage` holds what a worker keeps for its lifetime (ARCHITECTURE contract 6): one
+Chromium (`Renderer`), the loopback server of an HTML folder, and the opened WARC archives.
+Every page gets its own route handler, so the fetch policy, its DNS cache and the byte budget
+are per page. Pages of an HTML folder are rendered from the worker's own loopback server
+but recorded under the port-free canonical URL, so rows are the same on every worker and run.
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Optional
+
+from transforms.io.ids import stable_id
+from transforms.web.fetch_policy import FetchPolicy
+from transforms.web.routing import make_route_handler
+from transforms.web.targets import PageTarget
+
+MAX_OPEN_ARCHIVES = 8
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """How pages are fetched and captured (the multiui config's render keys)."""
+
+    seed: int = 0
+    timeout_ms: int = 15000
+    max_screenshot_height: int = 4096
+    follow_links: int = 3
+    max_page_bytes: int = 16 * 2**20
+    allow_private: bool = False
+    allow_loopback: bool = False
+    restart_after_pages: int = 200
+    chromium: str = "/usr/bin/chromium"
+
+
+def page_id(target: PageTarget, platform: str, settings: CaptureSettings) -> str:
+    """Stable id of a page row: where it came from, the platform, and what shapes the capture."""
+    ref = target.url if target.source == "url" else target.source_ref
+    if target.source == "warc":  # the archive's name and record offset, wherever the file lies
+        path, _, offset = ref.rpartition("#")
+        ref = f"{os.path.basename(path)}#{offset}"
+    return stable_id("multiui-page", target.source, ref, platform, settings.seed, settings.max_screenshot_height,
+                     settings.follow_links)
+
+
+def viewport_seed(target: PageTarget, platform: str, seed: int) -> int:
+    """Each page draws its own aspect ratio, the same on every run."""
+    return int(stable_id("viewport", seed, target.source, target.source_ref, platform)[:12], 16)
+
+
+class CapturePage:
+    """Stage function: (PageTarget, platform) -> a `pages` row (not yet curated)."""
+
+    def __init__(self, settings: CaptureSettings, html_folder: Optional[str] = None):
+        self.settings, self.html_folder = settings, html_folder
+        self._renderer = self._site = None
+        self._archives: OrderedDict = OrderedDict()
+
+    def __getstate__(self):
+        return {"settings": self.settings, "html_folder": self.html_folder}
+
+    def __setstate__(self, state):
+        self.__init__(state["settings"], state["html_folder"])
+
+    def setup(self):
+        from transforms.web.render import Renderer
+        if self._renderer is None:
+            self._renderer = Renderer(self.settings.chromium, restart_after_pages=self.settings.restart_after_pages)
+        if self.html_folder and self._site is None:
+            from transforms.web.local_site import LocalSite
+            self._site = LocalSite(self.html_folder).__enter__()
+
+    def teardown(self):
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        if self._site is not None:
+            self._site.close()
+            self._site = None
+        self._archives.clear()
+
+    def _archive(self, source_ref: str):
+        from transforms.web.warc_archive import WarcArchive
+        path = source_ref.rsplit("#", 1)[0]
+        if path not in self._archives:
+            self._archives[path] = WarcArchive(path)
+            while len(self._archives) > MAX_OPEN_ARCHIVES:
+                self._archives.popitem(last=False)
+        self._archives.move_to_end(path)
+        return self._archives[path]
+
+    def __call__(self, job: tuple[PageTarget, str]):
+        target, platform = job
+        self.setup()
+        s = self.settings
+        refusals: list = []
+        url, canonical = target.url, None
+        if target.source == "warc":
+            # replay: the archive is the only network; nothing is resolved or fetched live
+            policy = None
+            handler = make_route_handler(FetchPolicy(max_bytes=s.max_page_bytes), self._archive(target.source_ref),
+                                         refusals)
+        elif target.source == "local":
+            if self._site is None:
+                raise RuntimeError(f"{target.source_ref}: no HTML folder is being served on this worker")
+            # loopback, and only this worker's own server: the one exception to the fetch policy
+            policy = FetchPolicy(allow_loopback=True, allowed_ports={self._site.port}, max_bytes=s.max_page_bytes)
+            handler = make_route_handler(policy, None, refusals)
+            url, canonical = self._site.from_canonical(target.url), self._site.to_canonical
+        else:
+            policy = FetchPolicy(allow_private=s.allow_private, allow_loopback=s.allow_loopback,
+                                 max_bytes=s.max_page_bytes)
+            handler = make_route_handler(policy, None, refusals)
+        try:
+            page = self._renderer.render_page(
+                url, platform, viewport_seed(target, platform, s.seed), route_handler=handler, policy=policy,
+                timeout_ms=s.timeout_ms, max_screenshot_height=s.max_screenshot_height, follow_links=s.follow_links)
+        except Exception as exc:
+            # the browser only says net::ERR_FAILED; the route handler knows why (refused, too many
+            # redirects, over the size budget, a network error): say that first
+            why = [f"{reason} ({u[:200]})" for u, reason in refusals + handler.failures if _same_doc(u, url)]
+            if why:
+                from transforms.web.render import RenderError
+                raise RenderError(f"{'; '.join(why)}; {exc}") from None
+            raise
+        if canonical is not None:
+            page["url"], page["final_url"] = canonical(page["url"]), canonical(page["final_url"])
+            page["actions"] = [dict(a, target_url=canonical(a["target_url"])) for a in page["actions"]]
+        if target.source != "url":
+            page["url"] = target.url
+        row = dict(page, id=page_id(target, platform, s), source=target.source, source_ref=target.source_ref,
+                   platform=platform, kept=True, reject_reason=None)
+        return [row]
+
+
+
+def _same_doc(a: str, b: str) -> bool:
+    """Whether a handler's record is about the page's own document (not a sub-resource)."""
+    return a.split("#", 1)[0].rstrip("/") == b.split("#", 1)[0].rstrip("/")

@@ -1,0 +1,234 @@
+"""Beam wiring of multiui: targets -> render (desktop, mobile) -> curation -> nine task generators.
+
+    sources ─ targets ─ render ─ curate ─┬─ (LLM judge) ─ pages
+                                         ├─ title pool ─┐
+                                         ├──────────────┴─ rule tasks ───────────────┐
+                                         ├─ llm plan ─ Generate ─ llm parse ──────────┤─ samples
+                                         └─ vision plan ─ Generate (vision) ─ parse ──┘
+
+Joins use CoGroupByKey and events travel through `Ledger.stage`, so the graph runs on every
+runner shardsmith supports (no side inputs, no tagged outputs). Screenshots travel with the page
+row only as far as the stages that draw on them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import apache_beam as beam
+
+from schemas import multiui as schema
+from transforms.io.ids import stable_id
+from transforms.io.rejected import Skipped
+from transforms.io.stage import Ledger, payloads
+from transforms.llm.generate import Generate
+from transforms.llm.requests import Sampling
+from transforms.web import curation
+from transforms.web.capture import CapturePage, CaptureSettings
+from transforms.web.tasks import TaskRules, embedded_image_tasks, llm_requests, parse_completion, rule_samples
+from transforms.web.tasks.tree_text import tree_text
+
+DISTRACTORS_PER_PAGE = 32
+RULE_TASKS = ("heading_ocr", "element_ocr", "element_grounding", "action_prediction")
+LLM_TASKS = ("webpage_caption", "webpage_qa", "action_grounding")
+VISION_TASKS = ("embedded_image_caption", "embedded_image_qa")
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """Which tasks to make and with what sampling (per LLM task)."""
+
+    tasks: tuple[str, ...] = schema.TASKS
+    rules: TaskRules = TaskRules()
+    sampling: dict = field(default_factory=dict)   # task -> Sampling
+    min_text_chars: int = 200
+    judge: Optional[Sampling] = None                # the LLM judge runs when set
+
+
+def read_sources(source: tuple[str, str]):
+    """Stage function: one input (kind, path) -> its PageTargets and Rejected lines/records."""
+    from transforms.web.targets import read_url_list, scan_html_folder, scan_warc
+    kind, path = source
+    if kind == "urls":
+        return read_url_list(path)
+    if kind == "warc":
+        return scan_warc(path)
+    return scan_html_folder(path)
+
+
+def curate(page: dict, min_text_chars: int) -> dict:
+    """The rules' verdict on a page; a dropped page keeps its row without the screenshot."""
+    reason = curation.rule_reason(page, min_text_chars)
+    return drop(page, reason) if reason else page
+
+
+def drop(page: dict, reason: str) -> dict:
+    return dict(page, kept=False, reject_reason=reason, screenshot=None, screenshot_width=0, screenshot_height=0)
+
+
+def page_titles(page: dict) -> list[str]:
+    return [t for t in [page["title"]] + [a["target_title"] for a in page["actions"]] if t and t.strip()]
+
+
+def distractors_for(pages: list[tuple[str, list[str]]], k: int = DISTRACTORS_PER_PAGE):
+    """(page id, up to k titles of other pages) for every page: a seeded draw from the pool of all
+    titles, so action prediction's wrong options are real page titles from the same crawl."""
+    pool = sorted({t for _, titles in pages for t in titles})
+    for pid, titles in pages:
+        own = set(titles)
+        others = [t for t in pool if t not in own]
+        rng = __import__("random").Random(int(pid[:12], 16))
+        yield pid, sorted(rng.sample(others, min(k, len(others))))
+
+
+def outputs_of(results: dict):
+    """TaskOutputs -> samples, Skipped counts (reason prefixed with the task) and Rejected."""
+    for task, out in results.items():
+        yield from out.samples
+        for reason, n in out.skipped.items():
+            yield Skipped(f"{task}: {reason}", n)
+        yield from out.rejected
+
+
+class BuildMultiUI(beam.PTransform):
+    """{"pages": rows, "samples": rows} from (kind, path) sources; kind is urls | warc | local."""
+
+    def __init__(self, sources: list[tuple[str, str]], platforms: tuple[str, ...], settings: CaptureSettings,
+                 plan: TaskPlan, ledger: Ledger, *, backend=None, vision_backend=None,
+                 cache_location: Optional[str] = None, html_folder: Optional[str] = None):
+        super().__init__()
+        self.sources, self.platforms, self.settings, self.plan, self.ledger = sources, platforms, settings, plan, ledger
+        self.backend, self.vision_backend, self.cache = backend, vision_backend, cache_location
+        self.html_folder = html_folder
+
+    def expand(self, pbegin):
+        ledger, plan, platforms = self.ledger, self.plan, self.platforms
+        targets = (pbegin | "Sources" >> beam.Create(self.sources)
+                   | ledger.stage("targets", read_sources))
+        jobs = (targets
+                | "Platforms" >> beam.FlatMap(lambda t: [(t, p) for p in platforms])
+                | "SpreadJobs" >> beam.Reshuffle())
+        rendered = jobs | ledger.stage("render", CapturePage(self.settings, self.html_folder))
+        min_chars = plan.min_text_chars
+        pages = rendered | ledger.stage("curate", lambda page: [curate(page, min_chars)])
+        if plan.judge is not None and self.backend is not None:
+            pages = self._judge(pages)
+        kept = pages | "Kept" >> beam.Filter(lambda p: p["kept"])
+        samples = [self._rule_samples(kept)]
+        if self.backend is not None and any(t in plan.tasks for t in LLM_TASKS):
+            samples.append(self._llm_samples(kept))
+        if any(t in plan.tasks for t in VISION_TASKS):
+            samples.append(self._vision_samples(kept))
+        return {"pages": pages, "samples": tuple(samples)}
+
+    # -- rule tasks: they need other pages' titles (action prediction's distractors) -------------
+
+    def _rule_samples(self, kept):
+        tasks, rules, ledger = set(self.plan.tasks), self.plan.rules, self.ledger
+        pools = (kept
+                 | "Titles" >> beam.Map(lambda p: (None, (p["id"], page_titles(p))))
+                 | "AllTitles" >> beam.GroupByKey()
+                 | "Distractors" >> beam.FlatMap(lambda kv: distractors_for(sorted(kv[1]))))
+
+        def make(keyed):
+            _, grouped = keyed
+            (page,) = grouped["page"]
+            (pool,) = list(grouped["pool"]) or [[]]
+            results = {t: out for t, out in rule_samples(page, pool, rules).items() if t in tasks}
+            return outputs_of(results)
+
+        return ({"page": kept | "PageKey" >> beam.Map(lambda p: (p["id"], p)), "pool": pools}
+                | "JoinPool" >> beam.CoGroupByKey()
+                | ledger.stage("rule_tasks", make))
+
+    # -- LLM tasks over the accessibility tree --------------------------------------------------
+
+    def _llm_samples(self, kept):
+        tasks, rules, sampling = set(self.plan.tasks), self.plan.rules, self.plan.sampling
+
+        def plan_page(page):
+            results = {t: out for t, out in llm_requests(page, rules, **sampling).items() if t in tasks}
+            for out in results.values():
+                for request, meta in out.requests:
+                    yield "request", request
+                    yield "meta", (request.id, meta)
+            for task, out in results.items():
+                for reason, n in out.skipped.items():
+                    yield Skipped(f"{task}: {reason}", n)
+                yield from out.rejected
+
+        return self._generate_and_parse(kept, plan_page, self.backend, "llm")
+
+    def _vision_samples(self, kept):
+        tasks, rules, vision = set(self.plan.tasks), self.plan.rules, self.vision_backend is not None
+        sampling = self.plan.sampling.get("embedded_image", Sampling(max_tokens=300))
+
+        def plan_page(page):
+            results = {t: out for t, out in embedded_image_tasks(page, vision, rules, sampling).items() if t in tasks}
+            for out in results.values():
+                for request, meta in out.requests:
+                    yield "request", request
+                    yield "meta", (request.id, meta)
+            for task, out in results.items():
+                for reason, n in out.skipped.items():
+                    yield Skipped(f"{task}: {reason}", n)
+                yield from out.rejected
+
+        if not vision:
+            return kept | self.ledger.stage("vision_plan", plan_page) | "NoVisionSamples" >> beam.Filter(lambda _: False)
+        return self._generate_and_parse(kept, plan_page, self.vision_backend, "vision")
+
+    def _generate_and_parse(self, kept, plan_page, backend, name: str):
+        ledger = self.ledger
+        planned = kept | ledger.stage(f"{name}_plan", plan_page)
+        done = (payloads(planned, "request", f"{name.title()}Requests")
+                | f"{name.title()}Generate" >> Generate(backend, ledger, cache_location=self.cache,
+                                                        stage=f"{name}_generate"))
+
+        def parse(keyed):
+            _, grouped = keyed
+            metas, completions = list(grouped["meta"]), list(grouped["done"])
+            if not completions:      # its request failed: that is already a dead letter of generate
+                return []
+            result = parse_completion(metas[0], completions[0])
+            return [result] if not isinstance(result, list) else result
+
+        return ({"meta": payloads(planned, "meta", f"{name.title()}Meta"),
+                 "done": done | f"{name.title()}DoneKey" >> beam.Map(lambda c: (c.request_id, c))}
+                | f"{name.title()}Join" >> beam.CoGroupByKey()
+                | ledger.stage(f"{name}_parse", parse))
+
+    # -- the optional LLM judge -----------------------------------------------------------------
+
+    def _judge(self, pages):
+        sampling, ledger = self.plan.judge, self.ledger
+
+        def ask(page):
+            if page["kept"]:
+                request = curation.judge_request(page, tree_text(page["nodes"], max_chars=3000), sampling)
+                yield "request", request
+                yield "page", (request.id, page)
+            else:
+                yield "page", (stable_id("multiui-judge", page["id"]), page)
+
+        asked = pages | ledger.stage("judge_plan", ask)
+        verdicts = (payloads(asked, "request", "JudgeRequests")
+                    | "JudgeGenerate" >> Generate(self.backend, ledger, cache_location=self.cache,
+                                                  stage="judge_generate")
+                    | "VerdictKey" >> beam.Map(lambda c: (c.request_id, c)))
+
+        def apply(keyed):
+            _, grouped = keyed
+            (page,) = grouped["page"]
+            verdict = list(grouped["verdict"])
+            if not page["kept"] or not verdict:   # no verdict: the request is a dead letter; keep
+                return [page]
+            reason, problem = curation.judge_reason(verdict[0])
+            out = [drop(page, reason) if reason else page]
+            if problem:
+                out.append(Skipped(f"judge: unreadable verdict (page kept)"))
+            return out
+
+        return ({"page": payloads(asked, "page", "JudgedPages"), "verdict": verdicts}
+                | "JoinVerdict" >> beam.CoGroupByKey()
+                | ledger.stage("judge", apply))

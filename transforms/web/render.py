@@ -1,0 +1,620 @@
+"""Render a web page in headless Chromium: screenshot, HTML, enhanced accessibility tree, actions.
+
+`Renderer` holds one Chromium per worker (ARCHITECTURE contract 6): started lazily or in a
+DoFn's setup, restarted when it crashed or after `restart_after_pages` pages (renderer memory
+leaks), closed in teardown; it pickles without the browser. `render_page` gives each page a
+fresh browser context, so cookies, storage and routes never leak between pages.
+
+How the work is split, and why:
+- Playwright (sync API) drives navigation: contexts, device emulation, routing through the
+  fetch policy's route handler, popups and downloads.
+- The capture (DOM snapshot, accessibility tree, screenshot) goes over our own DevTools
+  WebSocket (`cdp.py`), all commands in flight at once, so parsing the big replies in Python
+  overlaps the browser painting the screenshot; see bench/render.py for the cost.
+- All browser work runs on one private thread per Renderer. The caller waits with a deadline;
+  when it passes (a page that wedged the browser, a driver that stopped answering) the caller
+  kills the browser's process group, which unblocks that thread, and the next page gets a new
+  browser. So a bad page costs at most its deadline, never the worker.
+
+Bad pages raise `RenderError` with the reason (the pipeline turns it into a dead-letter row):
+HTTP errors ("HTTP 500"), redirect loops, timeouts, non-HTML documents ("non-HTML document:
+application/pdf"), downloads, schemes other than http(s), pages over the size caps, and pages
+the fetch policy refuses.
+"""
+from __future__ import annotations
+
+import atexit
+import base64
+import functools
+import json
+import os
+import queue
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, TimeoutError as FutureTimeout
+from typing import Any, Callable
+from urllib.parse import urldefrag, urlsplit
+
+from transforms.web.ax_tree import SnapshotIndex, build_nodes
+from transforms.web.cdp import CDPConnection, CDPError
+
+CHROMIUM = "/usr/bin/chromium"
+DEFAULT_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run")
+# what Playwright's own launcher adds and a screenshot depends on
+_BASE_ARGS = ("--headless", "--hide-scrollbars", "--mute-audio", "--force-color-profile=srgb",
+              "--disable-dev-shm-usage", "--no-default-browser-check", "--disable-extensions",
+              "--disable-background-timer-throttling", "--disable-backgrounding-occluded-windows",
+              "--disable-renderer-backgrounding", "--disable-breakpad", "--password-store=basic",
+              "--use-mock-keychain", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1")
+
+PLATFORMS = ("desktop", "mobile")
+DESKTOP_WIDTH = 1280
+DESKTOP_RATIO = (0.5, 1.5)   # H/W, PAPERS.md section 1
+MOBILE_DEVICE = "iPhone 12 Pro"
+MOBILE_RATIO = (1.5, 2.5)
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+RESULT_KEYS = ("url", "final_url", "title", "html", "screenshot", "screenshot_width", "screenshot_height",
+               "viewport_width", "viewport_height", "device_scale_factor", "nodes", "actions", "text_chars",
+               "render_ms")
+
+# one round trip before the capture: scroll to the top, sizes, title, HTML (page.content()'s recipe)
+_PAGE_STATE_JS = """(() => {
+  window.scrollTo({left: 0, top: 0, behavior: 'instant'});
+  const d = document, e = d.documentElement;
+  let html = '';
+  if (d.doctype) html = new XMLSerializer().serializeToString(d.doctype);
+  if (e) html += e.outerHTML;
+  return JSON.stringify({
+    url: location.href, title: d.title, html: html, ps: window.visualViewport ? visualViewport.scale : 1,
+    w: window.innerWidth, h: Math.max(e ? e.scrollHeight : 0, d.body ? d.body.scrollHeight : 0, window.innerHeight),
+  });
+})()"""
+
+
+class RenderError(RuntimeError):
+    """A page that cannot be rendered into a row; the message says why."""
+
+
+class Renderer:
+    """One headless Chromium per worker, driven from a private thread.
+
+    Usable as a context manager, or from a Beam DoFn: construct in __init__ (it pickles as its
+    options only), `start()` in setup (optional: the first page starts it), `close()` in teardown.
+    """
+
+    def __init__(self, executable_path: str = CHROMIUM, args: tuple[str, ...] | list[str] = DEFAULT_ARGS,
+                 restart_after_pages: int = 200, launch_timeout_s: float = 30.0,
+                 max_html_chars: int = 5_000_000, max_dom_nodes: int = 60_000, watchdog_slack_s: float = 10.0):
+        self.executable_path = executable_path
+        self.args = tuple(args)
+        self.restart_after_pages = restart_after_pages
+        self.launch_timeout_s = launch_timeout_s
+        self.max_html_chars = max_html_chars
+        self.max_dom_nodes = max_dom_nodes
+        self.watchdog_slack_s = watchdog_slack_s
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError as e:
+            raise ImportError("the renderer needs Playwright: pip install 'shardsmith[web]' "
+                              "(a Chromium is expected at executable_path; no `playwright install` needed)") from e
+        if not os.path.exists(executable_path):
+            raise FileNotFoundError(f"no Chromium at {executable_path}: apt-get install -y chromium, "
+                                    "or pass Renderer(executable_path=...)")
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._jobs: queue.Queue | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None  # read by the caller's watchdog
+        self.restarts = 0          # browsers started after the first (crash, wedge or page count)
+        self.pages_rendered = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items()
+                if k in ("executable_path", "args", "restart_after_pages", "launch_timeout_s",
+                         "max_html_chars", "max_dom_nodes", "watchdog_slack_s")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    def __enter__(self) -> "Renderer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the browser thread and the browser (idempotent)."""
+        self._submit(lambda w: w.ensure_browser(), timeout_s=self.launch_timeout_s + 30)
+
+    def close(self) -> None:
+        """Close the browser and stop the thread; the Renderer can be started again."""
+        with self._lock:
+            jobs, thread = self._jobs, self._thread
+            self._jobs = self._thread = None
+        if jobs is None:
+            return
+        jobs.put(None)
+        thread.join(timeout=20)
+        if thread.is_alive():
+            self._kill_browser()
+            thread.join(timeout=5)
+
+    def _ensure_thread(self) -> queue.Queue:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._jobs = queue.Queue()
+                self._thread = threading.Thread(target=_Worker(self, self._jobs).run, name="renderer", daemon=True)
+                self._thread.start()
+            return self._jobs
+
+    def _submit(self, fn: Callable[["_Worker"], Any], timeout_s: float) -> Any:
+        fut: Future = Future()
+        self._ensure_thread().put((fn, fut))
+        try:
+            return fut.result(timeout_s)
+        except FutureTimeout:
+            # the browser (or the driver) stopped answering: kill it so the thread comes back
+            self._kill_browser()
+            try:
+                fut.result(min(10.0, self.watchdog_slack_s))
+            except FutureTimeout:
+                # the thread itself is stuck (e.g. in a route handler that never returns): abandon
+                # it (daemon; it exits when it gets back to its queue) and start afresh next time
+                with self._lock:
+                    if self._jobs is not None:
+                        self._jobs.put(None)
+                    self._jobs = self._thread = None
+            except Exception:
+                pass
+            raise RenderError(f"render did not finish within {timeout_s:.0f} s; browser killed and restarted")
+
+    def _kill_browser(self) -> None:
+        if self._proc is not None:
+            _kill_group(self._proc)
+
+    # ------------------------------------------------------------ the work
+
+    def render_page(self, target_url: str, platform: str, seed: int, *, route_handler=None, policy=None,
+                    timeout_ms: int = 15000, max_screenshot_height: int = 4096, follow_links: int = 3) -> dict:
+        """Render one page; see `render_page` (module level) for the result."""
+        if platform not in PLATFORMS:
+            raise ValueError(f"platform must be one of {PLATFORMS}, not {platform!r}")
+        _check_scheme(target_url)
+        if policy is not None:
+            reason = policy.check_url(target_url)
+            if reason:
+                raise RenderError(f"refused by fetch policy: {reason}: {target_url}")
+        # goto, capture and each followed link get timeout_ms; past this the browser is killed
+        budget_s = timeout_ms / 1000 * (3 + follow_links) + self.watchdog_slack_s
+        return self._submit(lambda w: w.render(target_url, platform, seed, route_handler, policy, timeout_ms,
+                                               max_screenshot_height, follow_links), budget_s)
+
+    def bare_capture(self, url: str, width: int = DESKTOP_WIDTH, height: int = 900,
+                     max_screenshot_height: int = 4096, timeout_ms: int = 15000) -> bytes:
+        """The benchmark baseline: fresh context, Playwright goto + the same capped full-page
+        screenshot, nothing else."""
+        return self._submit(lambda w: w.bare(url, width, height, max_screenshot_height, timeout_ms),
+                            timeout_ms / 1000 * 2 + 10)
+
+
+def render_page(target_url: str, platform: str, seed: int, *, renderer: Renderer | None = None, **kw) -> dict:
+    """Render `target_url` on `platform` ("desktop" | "mobile"), viewport seeded by `seed`.
+
+    Returns a dict with exactly RESULT_KEYS: url, final_url, title, html, screenshot (PNG bytes),
+    screenshot_width/height (pixels), viewport_width/height (CSS px), device_scale_factor,
+    nodes (NODE dicts, schemas/multiui.py), actions ({node_id, target_url, target_title}),
+    text_chars, render_ms. Raises RenderError for a page that cannot become a row.
+    Without `renderer`, a browser is started and closed for this one call."""
+    if renderer is not None:
+        return renderer.render_page(target_url, platform, seed, **kw)
+    with Renderer() as r:
+        return r.render_page(target_url, platform, seed, **kw)
+
+
+def viewport_for(platform: str, seed: int, devices: dict | None = None) -> dict:
+    """Context options for a platform: desktop = Windows 10 Chrome, 1280 wide, H/W ~ U(0.5, 1.5);
+    mobile = Playwright's iPhone 12 Pro descriptor with H/W ~ U(1.5, 2.5). Seeded."""
+    rng = random.Random(f"viewport:{platform}:{seed}")
+    if platform == "desktop":
+        w = DESKTOP_WIDTH
+        h = round(w * rng.uniform(*DESKTOP_RATIO))
+        return {"viewport": {"width": w, "height": h}, "screen": {"width": w, "height": h},
+                "device_scale_factor": 1, "is_mobile": False, "has_touch": False}
+    if devices is None:
+        from playwright.sync_api import sync_playwright
+        with sync_playwright() as pw:
+            devices = pw.devices
+    d = {k: v for k, v in devices[MOBILE_DEVICE].items() if k != "default_browser_type"}
+    w = d["viewport"]["width"]
+    h = round(w * rng.uniform(*MOBILE_RATIO))
+    d["viewport"] = {"width": w, "height": h}
+    d["screen"] = {"width": w, "height": h}
+    return d
+
+
+def _check_scheme(url: str) -> None:
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in ("http", "https"):
+        raise RenderError(f"blocked scheme {scheme or '(none)'!r}: only http and https pages are rendered "
+                          f"({url[:100]})")
+
+
+def _same_site(a: str, b: str) -> bool:
+    ha, hb = (urlsplit(a).hostname or ""), (urlsplit(b).hostname or "")
+    strip = lambda h: h[4:] if h.startswith("www.") else h  # noqa: E731
+    return bool(ha) and strip(ha) == strip(hb)
+
+
+def _error_reason(err: Exception, doc: dict) -> str:
+    """A clear reason for a failed navigation, from Playwright's message and what the main
+    document's response said."""
+    msg = str(err).split("\n", 1)[0]
+    ctype = doc.get("content_type")
+    if doc.get("refused"):
+        return f"refused by fetch policy: {doc['refused']}"
+    if "ERR_BLOCKED_BY_CLIENT" in msg:
+        # the route handler refused it; routing.RouteHandler keeps (url, reason) in .refusals
+        refusals = list(getattr(doc.get("handler"), "refusals", None) or ())
+        for url, reason in reversed(refusals):
+            if url == doc.get("url"):
+                return f"refused by fetch policy: {reason}: {url}"
+        if refusals:  # a redirect hop of the navigation
+            return f"refused by fetch policy: {refusals[-1][1]}: {refusals[-1][0]}"
+    if "Download is starting" in msg or doc.get("download"):
+        return f"download blocked (the page is a download{': ' + ctype if ctype else ''})"
+    if ctype and not ctype.startswith(HTML_TYPES):
+        return f"non-HTML document: {ctype}"
+    if "ERR_TOO_MANY_REDIRECTS" in msg:
+        return "redirect loop (net::ERR_TOO_MANY_REDIRECTS)"
+    if "Timeout" in type(err).__name__ or "Timeout" in msg:
+        return f"timeout: {msg}"
+    return msg
+
+
+class _Worker:
+    """Lives on the renderer thread; owns Playwright, the browser process and the CDP socket."""
+
+    def __init__(self, owner: Renderer, jobs: queue.Queue):
+        self.owner, self.jobs = owner, jobs
+        self.pw = self.browser = self.conn = self.proc = None
+        self.profile_dir: str | None = None
+        self.pages_since_start = 0
+        self.started = False
+        self._atexit = None
+        self.ua_version = "120.0.0.0"
+
+    def run(self) -> None:
+        from playwright.sync_api import sync_playwright
+        with sync_playwright() as pw:
+            self.pw = pw
+            self.devices = pw.devices
+            try:
+                while True:
+                    job = self.jobs.get()
+                    if job is None:
+                        break
+                    fn, fut = job
+                    if not fut.set_running_or_notify_cancel():
+                        continue
+                    try:
+                        fut.set_result(fn(self))
+                    except BaseException as e:  # noqa: BLE001 - handed to the caller
+                        fut.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))
+                        if not self.alive():
+                            self.stop_browser()
+            finally:
+                self.stop_browser()
+
+    # ------------------------------------------------------------ browser
+
+    def alive(self) -> bool:
+        return (self.proc is not None and self.proc.poll() is None and self.browser is not None
+                and self.browser.is_connected() and self.conn is not None and not self.conn.closed)
+
+    def ensure_browser(self) -> None:
+        if self.alive() and self.pages_since_start < self.owner.restart_after_pages:
+            return
+        if self.started:
+            self.owner.restarts += 1
+        self.started = True
+        self.stop_browser()
+        self.profile_dir = tempfile.mkdtemp(prefix="shardsmith-chromium-")
+        cmd = [self.owner.executable_path, *self.owner.args, *_BASE_ARGS,
+               f"--user-data-dir={self.profile_dir}", "about:blank"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        # a worker that exits without teardown must not leave a browser behind
+        self._atexit = functools.partial(_kill_group, self.proc)
+        atexit.register(self._atexit)
+        self.owner._proc = self.proc
+        port_file = os.path.join(self.profile_dir, "DevToolsActivePort")
+        deadline = time.monotonic() + self.owner.launch_timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RenderError(f"Chromium exited at start with code {self.proc.returncode}: "
+                                  f"{' '.join(cmd[:3])} ...; check executable_path and args")
+            try:
+                with open(port_file) as fh:
+                    port, path = fh.read().split()[:2]
+                break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                self.stop_browser()
+                raise RenderError(f"Chromium did not open DevTools within {self.owner.launch_timeout_s:.0f} s")
+            time.sleep(0.05)
+        ws = f"ws://127.0.0.1:{port}{path}"
+        self.conn = CDPConnection(ws)
+        self.browser = self.pw.chromium.connect_over_cdp(ws, timeout=self.owner.launch_timeout_s * 1000)
+        self.ua_version = self.browser.version.split(".")[0] + ".0.0.0"
+        self.pages_since_start = 0
+
+    def stop_browser(self) -> None:
+        for closer in (lambda: self.browser and self.browser.close(), lambda: self.conn and self.conn.close()):
+            if self.proc is not None and self.proc.poll() is None:
+                try:
+                    closer()
+                except Exception:  # noqa: BLE001 - best effort, the kill below is the guarantee
+                    pass
+        if self.proc is not None:
+            _kill_group(self.proc)
+            atexit.unregister(self._atexit)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.conn is not None and not self.conn.closed:
+            self.conn.close()
+        if self.profile_dir:
+            shutil.rmtree(self.profile_dir, ignore_errors=True)
+        self.browser = self.conn = self.proc = None
+        self.profile_dir = None
+
+    def new_context(self, options: dict, route_handler, policy, doc: dict):
+        ctx = self.browser.new_context(**options, accept_downloads=False, service_workers="block")
+
+        def handler(route, request):
+            url = request.url
+            if request.is_navigation_request() and urlsplit(url).scheme.lower() not in ("http", "https"):
+                return route.abort("blockedbyclient")
+            if policy is not None:
+                reason = policy.check_url(url)
+                if reason:
+                    if request.is_navigation_request() and request.frame == doc.get("frame"):
+                        doc["refused"] = f"{reason}: {url}"
+                    return route.abort("blockedbyclient")
+            if route_handler is not None:
+                return route_handler(route, request)
+            return route.continue_()
+
+        if route_handler is not None or policy is not None:
+            # without either, nothing needs the interception (Chromium itself refuses file: and
+            # data: navigations from http pages), and routing every request through Python
+            # costs a round trip per request
+            ctx.route("**/*", handler)
+        if hasattr(route_handler, "route_websocket"):  # transforms/web/routing.py: WebSockets bypass route()
+            ctx.route_web_socket("**/*", route_handler.route_websocket)
+        doc["handler"] = route_handler
+        return ctx
+
+    # ------------------------------------------------------------ pages
+
+    def open_page(self, ctx, doc: dict, timeout_ms: int):
+        page = ctx.new_page()
+        doc["frame"] = page.main_frame
+        page.set_default_timeout(timeout_ms)
+
+        def on_response(resp):
+            if resp.frame == page.main_frame and resp.request.is_navigation_request():
+                doc["status"] = resp.status
+                doc["content_type"] = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
+
+        page.on("response", on_response)
+        page.on("popup", lambda p: _quietly(p.close))
+        page.on("download", lambda d: (doc.__setitem__("download", True), _quietly(d.cancel)))
+        page.on("crash", lambda p: doc.__setitem__("crashed", True))
+        return page
+
+    def navigate(self, page, url: str, doc: dict, timeout_ms: int):
+        doc["url"] = url
+        try:
+            resp = page.goto(url, wait_until="load", timeout=timeout_ms)
+        except Exception as e:  # noqa: BLE001 - Playwright's errors, turned into a reason
+            raise RenderError(_error_reason(e, doc)) from None
+        if doc.get("crashed"):
+            raise RenderError("the page crashed the renderer")
+        status = resp.status if resp is not None else doc.get("status")
+        if status is not None and status >= 400:
+            raise RenderError(f"HTTP {status}")
+        ctype = doc.get("content_type") or ""
+        if resp is not None:
+            ctype = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
+        if ctype and not ctype.startswith(HTML_TYPES):
+            raise RenderError(f"non-HTML document: {ctype}")
+        _check_scheme(page.url)
+        return resp
+
+    def render(self, url, platform, seed, route_handler, policy, timeout_ms, max_shot_h, follow_links) -> dict:
+        t0 = time.perf_counter()
+        self.ensure_browser()
+        options = viewport_for(platform, seed, self.devices)
+        if platform == "desktop":
+            options["user_agent"] = (f"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
+                                     f"(KHTML, like Gecko) Chrome/{self.ua_version} Safari/537.36")
+        doc: dict = {}
+        try:
+            ctx = self.new_context(options, route_handler, policy, doc)
+        except Exception:  # noqa: BLE001 - the browser died since the last page: once more, fresh
+            self.stop_browser()
+            self.ensure_browser()
+            ctx = self.new_context(options, route_handler, policy, doc)
+        self.pages_since_start += 1
+        self.owner.pages_rendered += 1
+        session = None
+        try:
+            page = self.open_page(ctx, doc, timeout_ms)
+            self.navigate(page, url, doc, timeout_ms)
+            tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
+            session = self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
+                                     timeout=timeout_ms / 1000)["sessionId"]
+            row = self.capture(session, options, max_shot_h, timeout_ms)
+            row["url"] = url
+            row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms, policy)
+                              if follow_links else [])
+        except RenderError:
+            self.recover(session)
+            raise
+        except CDPError as e:
+            self.recover(session)
+            raise RenderError(f"capture failed: {e}") from None
+        except FutureTimeout:
+            self.recover(session)
+            raise RenderError(f"timeout: the page stopped answering during capture (> {timeout_ms} ms); "
+                              "JavaScript stopped, context closed") from None
+        except Exception as e:  # noqa: BLE001 - Playwright errors (a crashed or closed browser)
+            self.recover(session)
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise RenderError(f"render failed: {type(e).__name__}: {first}") from None
+        finally:
+            _quietly(ctx.close)
+        row["render_ms"] = (time.perf_counter() - t0) * 1000
+        return {k: row[k] for k in RESULT_KEYS}
+
+    def recover(self, session) -> None:
+        """After a failure: stop a runaway script so closing the context cannot hang on it, and
+        check that the browser still answers; a wedged one is killed (the next page restarts it)."""
+        if self.conn is None or self.conn.closed:
+            self.stop_browser()
+            return
+        try:
+            if session is not None:
+                self.conn.send("Runtime.terminateExecution", {}, session)
+            self.conn.call("Browser.getVersion", timeout=5)
+        except (CDPError, FutureTimeout):
+            self.stop_browser()
+
+    def capture(self, session: str, options: dict, max_shot_h: int, timeout_ms: int) -> dict:
+        wait = timeout_ms / 1000
+        send = self.conn.send
+        dsf = float(options.get("device_scale_factor") or 1)
+        vw, vh = options["viewport"]["width"], options["viewport"]["height"]
+        screen = options.get("screen") or options["viewport"]
+        # This session's own copy of the context's device metrics: captureBeyondViewport restores
+        # the metrics of the session that asked for the screenshot, and without them it would
+        # reset Playwright's emulation (device scale 3 -> 1) under the capture.
+        send("Emulation.setDeviceMetricsOverride", {
+            "width": vw, "height": vh, "deviceScaleFactor": dsf, "mobile": bool(options.get("is_mobile")),
+            "screenWidth": screen["width"], "screenHeight": screen["height"],
+            "screenOrientation": {"angle": 0, "type": "portraitPrimary"}}, session)
+        state = send("Runtime.evaluate", {"expression": _PAGE_STATE_JS, "returnByValue": True}, session)
+        snap_f = send("DOMSnapshot.captureSnapshot", {"computedStyles": ["visibility"]}, session)
+        ax_f = send("Accessibility.getFullAXTree", {}, session)
+        st = state.result(wait)
+        if "exceptionDetails" in st:
+            raise RenderError(f"page state script failed: {st['exceptionDetails'].get('text')}")
+        st = json.loads(st["result"]["value"])
+        if len(st["html"]) > self.owner.max_html_chars:
+            raise RenderError(f"page too large: {len(st['html']):,} characters of HTML "
+                              f"(cap {self.owner.max_html_chars:,})")
+        # layout px -> screenshot px: the page scale (a mobile page without a viewport meta is
+        # laid out 980 px wide and zoomed out to the screen) times the device scale factor
+        page_scale = float(st["ps"]) or 1.0
+        scale = page_scale * dsf
+        layout_w = float(st["w"])
+        css_h = max(1.0, min(float(st["h"]), max_shot_h / scale))
+        shot_f = send("Page.captureScreenshot", {
+            "format": "png", "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": layout_w, "height": css_h, "scale": page_scale}}, session)
+        snap = SnapshotIndex(snap_f.result(wait))
+        if snap.dom_nodes > self.owner.max_dom_nodes:
+            raise RenderError(f"page too large: {snap.dom_nodes:,} DOM nodes (cap {self.owner.max_dom_nodes:,})")
+        ax = ax_f.result(wait)["nodes"]
+        png = base64.b64decode(shot_f.result(wait)["data"])
+        shot_w, shot_h = _png_size(png)
+        nodes, text_chars = build_nodes(ax, snap, scale=scale, width=shot_w, height=shot_h, page_url=st["url"])
+        return {"final_url": st["url"], "title": st["title"], "html": st["html"], "screenshot": png,
+                "screenshot_width": shot_w, "screenshot_height": shot_h, "viewport_width": vw,
+                "viewport_height": vh, "device_scale_factor": dsf, "nodes": nodes, "text_chars": text_chars}
+
+    def follow(self, ctx, row: dict, seed: int, platform: str, k: int, timeout_ms: int, policy) -> list[dict]:
+        """Open up to k visible same-site links (seeded choice) in the same context, each in a new
+        tab that goes through the same routes; record the titles. At most 2k tries, so dead
+        links cannot eat the page's time budget."""
+        here = urldefrag(row["final_url"])[0]
+        seen, cands = set(), []
+        for n in row["nodes"]:
+            href = n["href"]
+            if n["role"] != "link" or not href or urlsplit(href).scheme not in ("http", "https"):
+                continue
+            target = urldefrag(href)[0]
+            if target == here or target in seen or not _same_site(target, row["final_url"]):
+                continue
+            if policy is not None and policy.check_url(href):
+                continue
+            seen.add(target)
+            cands.append((n["node_id"], href))
+        rng = random.Random(f"links:{platform}:{seed}")
+        actions = []
+        for node_id, href in rng.sample(cands, len(cands))[:2 * k]:
+            if len(actions) >= k:
+                break
+            doc: dict = {}
+            page = self.open_page(ctx, doc, timeout_ms)
+            try:
+                self.navigate(page, href, doc, timeout_ms)
+                title = page.title()
+            except RenderError:
+                continue  # a dead link is not an action; try the next candidate
+            finally:
+                _quietly(page.close)
+            if title.strip():
+                actions.append({"node_id": node_id, "target_url": href, "target_title": title})
+        return actions
+
+    def bare(self, url, width, height, max_shot_h, timeout_ms) -> bytes:
+        self.ensure_browser()
+        self.pages_since_start += 1
+        ctx = self.browser.new_context(viewport={"width": width, "height": height})
+        try:
+            page = ctx.new_page()
+            page.goto(url, timeout=timeout_ms)
+            h = min(page.evaluate("Math.max(document.documentElement.scrollHeight, innerHeight)"), max_shot_h)
+            return page.screenshot(full_page=True, clip={"x": 0, "y": 0, "width": width, "height": h},
+                                   timeout=timeout_ms)
+        finally:
+            _quietly(ctx.close)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the browser's process group: ours alone, it was started with start_new_session."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _quietly(fn) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - closing something that may already be gone
+        pass
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise RenderError("screenshot is not a PNG")
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
