@@ -90,6 +90,19 @@ def outputs_of(results: dict):
         yield from out.rejected
 
 
+def planned_events(results: dict):
+    """TaskOutputs of request-planning generators -> ("request", r), ("meta", (id, meta)) events,
+    Skipped counts and Rejected, for a stage to split."""
+    for out in results.values():
+        for request, meta in out.requests:
+            yield "request", request
+            yield "meta", (request.id, meta)
+    for task, out in results.items():
+        for reason, n in out.skipped.items():
+            yield Skipped(f"{task}: {reason}", n)
+        yield from out.rejected
+
+
 class BuildMultiUI(beam.PTransform):
     """{"pages": rows, "samples": rows} from (kind, path) sources; kind is urls | warc | local."""
 
@@ -147,15 +160,7 @@ class BuildMultiUI(beam.PTransform):
         tasks, rules, sampling = set(self.plan.tasks), self.plan.rules, self.plan.sampling
 
         def plan_page(page):
-            results = {t: out for t, out in llm_requests(page, rules, **sampling).items() if t in tasks}
-            for out in results.values():
-                for request, meta in out.requests:
-                    yield "request", request
-                    yield "meta", (request.id, meta)
-            for task, out in results.items():
-                for reason, n in out.skipped.items():
-                    yield Skipped(f"{task}: {reason}", n)
-                yield from out.rejected
+            return planned_events({t: out for t, out in llm_requests(page, rules, **sampling).items() if t in tasks})
 
         return self._generate_and_parse(kept, plan_page, self.backend, "llm")
 
@@ -164,15 +169,8 @@ class BuildMultiUI(beam.PTransform):
         sampling = self.plan.sampling.get("embedded_image", Sampling(max_tokens=300))
 
         def plan_page(page):
-            results = {t: out for t, out in embedded_image_tasks(page, vision, rules, sampling).items() if t in tasks}
-            for out in results.values():
-                for request, meta in out.requests:
-                    yield "request", request
-                    yield "meta", (request.id, meta)
-            for task, out in results.items():
-                for reason, n in out.skipped.items():
-                    yield Skipped(f"{task}: {reason}", n)
-                yield from out.rejected
+            return planned_events({t: out for t, out in embedded_image_tasks(page, vision, rules, sampling).items()
+                                   if t in tasks})
 
         if not vision:
             return kept | self.ledger.stage("vision_plan", plan_page) | "NoVisionSamples" >> beam.Filter(lambda _: False)
@@ -226,7 +224,7 @@ class BuildMultiUI(beam.PTransform):
             reason, problem = curation.judge_reason(verdict[0])
             out = [drop(page, reason) if reason else page]
             if problem:
-                out.append(Skipped(f"judge: unreadable verdict (page kept)"))
+                out.append(Skipped("judge: unreadable verdict (page kept)"))
             return out
 
         return ({"page": payloads(asked, "page", "JudgedPages"), "verdict": verdicts}

@@ -248,3 +248,20 @@ def pick(candidates: Sequence[Mapping], limit: int, *seed_parts: Any) -> list:
 
 def rejected_page(page: Mapping, task: str, reason: str) -> Rejected:
     return Rejected(reason, {"page_id": page.get("id"), "task": task, "url": page.get("url")})
+
+
+def grounding_problem(node: Mapping, index: "PageIndex", page: Mapping, rules: TaskRules) -> Optional[str]:
+    """Why an element makes a poor grounding target (no name, a name its ancestor already says, too
+    long, ambiguous on the page, a static fragment like "and", a box too small or off-screen), or None."""
+    name = clean_text(node.get("name"))
+    if not name:
+        return "empty name"
+    if index.is_shadow(node):
+        return "repeats an ancestor's name"
+    if len(name) > rules.max_grounding_chars:
+        return "name too long for grounding"
+    if not node.get("interactive") and (len(name) < rules.min_ocr_chars or not any(c.isalpha() for c in name)):
+        return "trivial text"
+    if index.is_duplicate(node):
+        return "duplicate name on the page"
+    return box_problem(node, page, rules.min_box_px)

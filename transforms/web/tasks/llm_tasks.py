@@ -40,7 +40,8 @@ from transforms.text.self_instruct import REFUSALS
 from transforms.web.tasks import templates
 from transforms.web.tasks.elements import (GROUNDING_ROLES, IMAGE_ROLES, PageIndex, TaskOutput, TaskRules,
                                            box_problem, clean_text, describe, format_box, make_sample,
-                                           norm_bbox, page_problem, pick, reading_order, role_of)
+                                           grounding_problem, norm_bbox, page_problem, pick, reading_order,
+                                           role_of)
 from transforms.web.tasks.tree_text import tree_text
 
 LLM_TASKS = ("webpage_caption", "webpage_qa", "action_grounding")
@@ -141,19 +142,8 @@ def action_grounding_requests(page: Mapping, sampling: Sampling = Sampling(max_t
     for node in index.nodes:
         if not node.get("interactive"):
             continue
-        name = clean_text(node.get("name"))
-        if role_of(node) not in GROUNDING_ROLES:
-            problem = "not a named control"
-        elif not name:
-            problem = "empty name"
-        elif index.is_shadow(node):
-            problem = "repeats an ancestor's name"
-        elif len(name) > rules.max_grounding_chars:
-            problem = "name too long for grounding"
-        elif index.is_duplicate(node):
-            problem = "duplicate name on the page"
-        else:
-            problem = box_problem(node, page, rules.min_box_px)
+        problem = "not a named control" if role_of(node) not in GROUNDING_ROLES else \
+            grounding_problem(node, index, page, rules)
         if problem:
             out.skip(problem)
         else:

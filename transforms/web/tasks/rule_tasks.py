@@ -18,7 +18,7 @@ from transforms.web.tasks.draw import draw_box_on, open_rgb
 from transforms.web.tasks.elements import (GROUNDING_ROLES, TEXT_ROLES, PageIndex, TaskOutput, TaskRules,
                                            box_problem, clean_text, describe, format_box, is_heading,
                                            make_sample, name_key, norm_bbox, page_problem, pick, reading_order,
-                                           rejected_page, rng_for, role_of)
+                                           grounding_problem, rejected_page, rng_for, role_of)
 
 OPTION_LETTERS = "ABCDEFGH"
 DISTRACTORS = len(OPTION_LETTERS) - 1
@@ -129,20 +129,7 @@ def element_grounding(page: Mapping, rules: TaskRules = TaskRules()) -> TaskOutp
     for node in index.nodes:
         if role_of(node) not in GROUNDING_ROLES:
             continue
-        text = clean_text(node.get("name"))
-        problem = None
-        if not text:
-            problem = "empty name"
-        elif index.is_shadow(node):
-            problem = "repeats an ancestor's name"
-        elif len(text) > rules.max_grounding_chars:
-            problem = "name too long for grounding"
-        elif not node.get("interactive") and (len(text) < rules.min_ocr_chars or not any(c.isalpha() for c in text)):
-            problem = "trivial text"     # a fragment like "and" between two links names nothing
-        elif index.is_duplicate(node):
-            problem = "duplicate name on the page"
-        else:
-            problem = box_problem(node, page, rules.min_box_px)
+        problem = grounding_problem(node, index, page, rules)
         if problem:
             out.skip(problem)
         else:
