@@ -2,7 +2,7 @@
 # make test: set up everything, then run the tests.
 PYTHON ?= python3.11
 VENV ?= .venv
-EXTRAS ?= train,dask,llm,web,dev
+EXTRAS ?= train,dask,llm,web,lidar,dev
 OUT ?= out
 BIN := $(VENV)/bin
 comma := ,

@@ -26,7 +26,7 @@ def _one_line_error(capsys, argv, code=2):
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["run", "no-such-dataset"], "unknown dataset 'no-such-dataset'; known: multiui, pruned-synth"),
+    (["run", "no-such-dataset"], "unknown dataset 'no-such-dataset'; known: concretizer, multiui, pruned-synth"),
     (["run", "pruned-synth", "--set", "epsilonn=0.2"], "unknown key 'epsilonn' (did you mean 'epsilon'?)"),
     (["run", "pruned-synth", "--set", "m=many"], "key 'm' expects an int, got 'many'"),
     (["run", "pruned-synth", "--set", "rho=1.5"], "key 'rho' must be in [0, 1], got 1.5"),

@@ -1,0 +1,206 @@
+"""Benchmark of hard voxelization (transforms/lidar/voxelize.py) against spconv and open3d.
+
+    python bench/voxelize.py [--rounds R] [--modes train,test] [--data DIR] [--json PATH]
+
+Workload: the 3 real KITTI frames in shared/data/kitti/training/velodyne (115k-127k points each,
+raw scans as read from disk), KITTI preset (range [0, -40, -3, 70.4, 40, 1], voxel
+[0.05, 0.05, 0.1], 5 points per voxel, 16000 voxels for train / 40000 for test).
+
+Parts, each holding its heavy object as a worker would (built once, not timed):
+- `numpy`: transforms.lidar.voxelize.Voxelizer (its scratch table and buffers reused).
+- `spconv`: spconv.pytorch.utils.PointToVoxel on CPU, torch.set_num_threads(1) (the baseline of
+  shared/TARGETS.md: >= 1.0x its points/s, identical voxels). The input tensor is made with
+  torch.from_numpy (no copy) outside the timed region.
+- `open3d`: open3d.geometry.VoxelGrid.create_from_point_cloud with a 0.05 m cube on the whole
+  scan, on an open3d PointCloud built beforehand (the numpy -> Vector3dVector copy, about 0.6 ms a
+  frame, is not timed, which favours open3d). Not the same computation (cubic voxels, no range,
+  no caps, no point lists): a reference for the speed of a general-purpose library only.
+
+Before timing, the script asserts that numpy and spconv give identical voxels, coordinates and
+point counts on every frame and mode. Timing: R rounds; each round times every part once over the
+3 frames, in turn, so machine noise hits all parts alike. Reported: the median round of each part,
+points/s (raw points in, per second), and the ratio spconv time / numpy time (>1: numpy faster),
+both as ratio of medians and as the median of the per-round ratios. "Other load" (CPU used by other
+processes during the rounds) is recorded; above 0.25 cores a warning is printed.
+
+`pipeline_frames_per_s` is a hook for the whole concretizer pipeline (frames/s); it returns None
+until the pipeline exists.
+
+Output: a table, a final RESULT line, and bench/results/voxelize.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+
+from load_meter import machine_busy  # noqa: E402
+from transforms.lidar import presets, readers  # noqa: E402
+from transforms.lidar.voxelize import Voxelizer  # noqa: E402
+
+DATA = os.path.join(ROOT, "..", "shared", "data", "kitti", "training", "velodyne")
+RESULTS = os.path.join(HERE, "results", "voxelize.json")
+TARGET = 1.0
+BUSY_WARN_CORES = 0.25
+PRESET = "kitti"
+
+
+def load_frames(folder: str) -> list[tuple[str, np.ndarray]]:
+    names = sorted(f for f in os.listdir(folder) if f.endswith(".bin"))
+    if not names:
+        raise SystemExit(f"no .bin scans in {folder}")
+    return [(n, readers.read_points(os.path.join(folder, n), "kitti")) for n in names]
+
+
+def make_parts(mode: str, frames):
+    """{part: callable running that part over all frames}; heavy objects built here, untimed."""
+    import torch
+    import open3d as o3d
+    from spconv.pytorch.utils import PointToVoxel
+
+    p = presets.get_preset(PRESET)
+    ours = Voxelizer(PRESET, mode)
+    gen = PointToVoxel(vsize_xyz=list(p["voxel_size"]), coors_range_xyz=list(p["point_cloud_range"]),
+                       num_point_features=4, max_num_voxels=presets.max_voxels(p, mode),
+                       max_num_points_per_voxel=p["max_points_per_voxel"])
+    arrays = [pts for _, pts in frames]
+    tensors = [torch.from_numpy(pts) for pts in arrays]
+    clouds = [o3d.geometry.PointCloud(o3d.utility.Vector3dVector(pts[:, :3].astype(np.float64)))
+              for pts in arrays]
+    cube = float(p["voxel_size"][0])
+
+    # identical voxels, or no figures at all
+    for (name, _), pts, t in zip(frames, arrays, tensors):
+        mine, theirs = ours(pts), [x.numpy() for x in gen(t)]
+        for label, a, b in zip(("voxels", "coords", "num_points"), mine, theirs):
+            if a.shape != b.shape or not np.array_equal(a, b):
+                raise SystemExit(f"{name} ({mode}): {label} differ from spconv ({a.shape} vs {b.shape})")
+
+    def run_numpy():
+        for pts in arrays:
+            ours(pts)
+
+    def run_spconv():
+        for t in tensors:
+            gen(t)
+
+    def run_open3d():
+        for c in clouds:
+            o3d.geometry.VoxelGrid.create_from_point_cloud(c, cube)
+
+    return {"numpy": run_numpy, "spconv": run_spconv, "open3d": run_open3d}
+
+
+def pipeline_frames_per_s(frames) -> dict | None:
+    """Hook: frames/s of the whole concretizer pipeline (read -> crop/FOV -> voxelize -> MeanVFE ->
+    backbone -> shards) on these frames. Returns None until the pipeline exists; fill it in then."""
+    return None
+
+
+def measure(mode: str, frames, rounds: int) -> dict:
+    parts = make_parts(mode, frames)
+    for fn in parts.values():  # warm-up: table pages, buffers, caches
+        fn()
+        fn()
+    times = {k: [] for k in parts}
+    busy0, cpu0, wall0 = machine_busy(), time.process_time(), time.perf_counter()
+    for _ in range(rounds):
+        for name, fn in parts.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    wall = time.perf_counter() - wall0
+    busy1, cpu1 = machine_busy(), time.process_time()
+    other = (None if busy0 is None or busy1 is None
+             else max(0.0, (busy1 - busy0) - (cpu1 - cpu0)) / wall)
+    n_points = sum(len(p) for _, p in frames)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    per_round = [s / n for s, n in zip(times["spconv"], times["numpy"])]
+    return {
+        "mode": mode,
+        "max_voxels": presets.max_voxels(PRESET, mode),
+        "median_s_per_round": {k: round(v, 6) for k, v in med.items()},
+        "ms_per_frame": {k: round(v / len(frames) * 1e3, 3) for k, v in med.items()},
+        "points_per_s": {k: round(n_points / v) for k, v in med.items()},
+        "ratio_vs_spconv": round(med["spconv"] / med["numpy"], 3),
+        "median_round_ratio_vs_spconv": round(statistics.median(per_round), 3),
+        "ratio_vs_open3d": round(med["open3d"] / med["numpy"], 3),
+        "other_load_cores": None if other is None else round(other, 3),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=200, help="timed rounds (each: every part over all frames)")
+    ap.add_argument("--modes", default="train,test", help="train, test or both (comma-separated)")
+    ap.add_argument("--data", default=DATA, help="folder of KITTI velodyne .bin scans")
+    ap.add_argument("--json", default=RESULTS, help="where to write the figures")
+    args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or set(modes) - set(presets.MODES):
+        ap.error("--modes takes train and/or test")
+
+    import torch
+    torch.set_num_threads(1)
+    frames = load_frames(args.data)
+    n_points = sum(len(p) for _, p in frames)
+    print(f"workload: {len(frames)} KITTI frames ({n_points:,} points: "
+          f"{', '.join(f'{n} {len(p):,}' for n, p in frames)}), preset {PRESET}, "
+          f"{args.rounds} rounds; torch threads {torch.get_num_threads()}; {os.cpu_count()} CPUs", flush=True)
+
+    results = [measure(mode, frames, args.rounds) for mode in modes]
+    print(f"\n{'mode':<6} {'part':<8} {'ms/frame':>9} {'M points/s':>11} {'spconv/part':>12}")
+    for r in results:
+        for part in ("numpy", "spconv", "open3d"):
+            ratio = r["median_s_per_round"]["spconv"] / r["median_s_per_round"][part]
+            print(f"{r['mode']:<6} {part:<8} {r['ms_per_frame'][part]:9.3f} "
+                  f"{r['points_per_s'][part] / 1e6:11.1f} {ratio:11.2f}x")
+        load = r["other_load_cores"]
+        print(f"{r['mode']:<6} numpy vs spconv {r['ratio_vs_spconv']:.2f}x (median of per-round ratios "
+              f"{r['median_round_ratio_vs_spconv']:.2f}x), vs open3d {r['ratio_vs_open3d']:.2f}x; "
+              f"voxels identical to spconv; other load "
+              + ("n/a" if load is None else f"{load:.2f} cores"))
+    busiest = max((r["other_load_cores"] or 0.0) for r in results)
+    if busiest > BUSY_WARN_CORES:
+        print(f"WARNING: other processes used up to {busiest:.2f} cores during a measurement; "
+              f"the ratios are skewed, rerun on a quiet machine")
+    pipe = pipeline_frames_per_s(frames)
+    print("pipeline frames/s: " + ("not measured yet (bench/voxelize.py pipeline_frames_per_s hook)"
+                                   if pipe is None else json.dumps(pipe)))
+
+    out = {
+        "workload": {"frames": [n for n, _ in frames], "points": n_points, "preset": PRESET,
+                     "rounds": args.rounds},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform()},
+        "results": results,
+        "pipeline": pipe,
+        "target": {"ratio_vs_spconv_min": TARGET},
+        "met": all(r["ratio_vs_spconv"] >= TARGET for r in results),
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as fh:
+        json.dump(out, fh, indent=2)
+        fh.write("\n")
+    print(f"\nfigures written to {os.path.relpath(args.json)}")
+    print("RESULT voxelize: " + "; ".join(
+        f"{r['mode']} numpy {r['points_per_s']['numpy'] / 1e6:.1f} M points/s = "
+        f"{r['ratio_vs_spconv']:.2f}x spconv ({r['points_per_s']['spconv'] / 1e6:.1f} M), "
+        f"{r['ratio_vs_open3d']:.2f}x open3d" for r in results)
+        + f" (target >={TARGET:g}x spconv, identical voxels)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""concretizer: LiDAR scans to voxels, frozen backbone features and occupancy targets (PAPERS.md section 5)."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+
+from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
+from pipelines.dataset import Dataset
+from schemas import concretizer as schema
+from transforms.io.shards import TableSpec
+
+SAMPLE_KITTI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples", "kitti", "training")
+LAYOUTS = ("kitti", "waymo", "nuscenes", "pcd", "ply")
+
+
+def _names(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def scan_files(c: dict) -> list[str]:
+    """The scans `scans` names (comma-separated paths or globs), or the bundled KITTI frame."""
+    if not c["scans"]:
+        return sorted(glob.glob(os.path.join(SAMPLE_KITTI, "velodyne", "*.bin"))) if c["bundled"] else []
+    files = []
+    for pattern in _names(c["scans"]):
+        found = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not found:
+            raise ConfigError(f"scans: no file matches {pattern!r}")
+        files += [os.path.abspath(f) for f in found]
+    return files
+
+
+def jobs(c: dict):
+    from transforms.lidar.frames import FrameJob
+    layout = c["layout"] or ("waymo" if c["preset"] == "waymo" else "kitti")
+    out = [FrameJob(source=layout, path=path, layout=layout) for path in scan_files(c)]
+    out += [FrameJob(source="sim", sim_seed=c["seed"], index=i) for i in range(c["simulated"])]
+    return out
+
+
+def _check(c: dict) -> None:
+    if c["layout"] and c["layout"] not in LAYOUTS:
+        raise ConfigError(f"layout must be one of {', '.join(LAYOUTS)} (the point layout is never guessed)")
+    bad = [layer for layer in _names(c["layers"]) if layer not in schema.LAYERS + ("bev",)]
+    if bad or not _names(c["layers"]):
+        raise ConfigError(f"layers: unknown {bad or c['layers']!r}; choose from conv1, conv2, conv3, conv4, bev")
+    if not c["weights"].startswith("seed:") and not os.path.isfile(c["weights"]):
+        raise ConfigError(f"weights {c['weights']!r}: give seed:<n> or the path of an OpenPCDet checkpoint")
+    if not jobs(c):
+        raise ConfigError("no frames: give scans=GLOB, or simulated=N, or leave bundled=true")
+
+
+CONFIG = ConfigSpec(check=_check, keys=(
+    Key("scans", str, None, "scan files: comma-separated paths or globs (KITTI .bin with calib/ and label_2/ "
+        "beside velodyne/, Waymo or nuScenes .bin, .pcd, .ply)", optional=True, gridable=False),
+    Key("layout", str, None, "point layout of the scans: kitti (N x 4), waymo (N x 6), nuscenes (N x 5), pcd, ply "
+        "(default: the preset's)", optional=True),
+    Key("bundled", bool, True, "without scans: use the bundled real KITTI frame"),
+    Key("simulated", int, 3, "frames from the LiDAR simulator (64 beams, procedural scenes)", low=0),
+    Key("seed", int, 0, "seed of the simulated scenes", low=0),
+    Key("preset", str, "kitti", "voxelization preset (OpenPCDet): kitti or waymo", choices=("kitti", "waymo")),
+    Key("mode", str, "test", "the preset's voxel cap: train (KITTI 16,000) or test (40,000)", choices=("train", "test")),
+    Key("weights", str, "seed:0", "backbone weights: seed:<n> or an OpenPCDet checkpoint (.pth)"),
+    Key("layers", str, "conv1,conv2,conv3,conv4,bev", "backbone layers to store"),
+    Key("feature_dtype", str, "float16", "element type of stored features", choices=("float16", "float32")),
+))
+
+
+def tables(resolved: Resolved) -> dict[str, TableSpec]:
+    return {"frames": TableSpec(schema.FRAMES, 2, row_group_rows=16),
+            "voxels": TableSpec(schema.VOXELS, 2, row_group_rows=16),
+            "features": TableSpec(schema.FEATURES, 4, row_group_rows=16),
+            "occupancy": TableSpec(schema.OCCUPANCY, 2, row_group_rows=32)}
+
+
+def build(pipeline, resolved: Resolved, ledger):
+    if len(resolved.grid) != 1:
+        raise ConfigError(f"concretizer runs one configuration at a time; these keys got lists: {resolved.swept}")
+    from transforms.lidar.concretizer import BuildConcretizer, FeatureSettings
+    from transforms.lidar.readers import POINT_FEATURES
+    c = resolved.grid[0]
+    channels = len(POINT_FEATURES[c["layout"] or ("waymo" if c["preset"] == "waymo" else "kitti")])
+    features = FeatureSettings(weights=c["weights"], layers=tuple(_names(c["layers"])), dtype=c["feature_dtype"])
+    return pipeline | "Concretizer" >> BuildConcretizer(jobs(c), c["preset"], c["mode"], channels, features, ledger)
+
+
+def inputs(resolved: Resolved) -> dict[str, str]:
+    out = {}
+    for path in scan_files(resolved.values):
+        with open(path, "rb") as fh:
+            out[f"scan/{os.path.basename(path)}"] = f"{path} sha256:{hashlib.file_digest(fh, 'sha256').hexdigest()}"
+    w = resolved.values["weights"]
+    if not w.startswith("seed:"):
+        with open(w, "rb") as fh:
+            out["weights"] = f"{w} sha256:{hashlib.file_digest(fh, 'sha256').hexdigest()}"
+    return out
+
+
+DATASET = Dataset(
+    name=schema.DATASET,
+    summary="ConcreTizer: LiDAR scans (KITTI, Waymo, nuScenes, PCD/PLY, simulated) to voxels, "
+            "VoxelBackBone8x features and occupancy targets",
+    config=CONFIG, tables=tables, build=build, inputs=inputs,
+    trainer="trainers.concretizer:train",
+)

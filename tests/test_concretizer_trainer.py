@@ -1,0 +1,216 @@
+"""concretizer trainer: the inversion network on a hand-made concretizer dataset (CPU).
+
+The dataset is written like the sink writes it: frames/, features/ and occupancy/ part files and a
+_manifest.json. Four synthetic scans (a tilted ground plane, a wall, two boxes) on a KITTI voxel
+size over a small range (grid [17, 64, 64]); occupancy at strides 1, 2, 4, 8 by floor division;
+conv2 features on the sites a stride-2 kernel-3 sparse convolution would activate (so dilated, as
+the backbone's), each a fixed random projection of the 2x2x2 stride-1 occupancy under it.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("spconv")
+
+import torch  # noqa: E402
+
+from schemas import concretizer as schema  # noqa: E402
+from trainers import concretizer  # noqa: E402
+from trainers.concretizer_model import expand_coords, offsets, pack, unpack, upsample_sites  # noqa: E402
+from trainers.data import DatasetError  # noqa: E402
+
+VOXEL = [0.05, 0.05, 0.1]
+RANGE = [0.0, -1.6, -0.8, 3.2, 1.6, 0.9]
+GRID = (17, 64, 64)                     # z, y, x
+FRAMES = 4
+# 60 steps of 2 frames: a few seconds on one core, and F1 far above the baseline with the default focal loss
+RUN = dict(layer="conv2", max_steps=60, batch_size=2, lr=3e-3, eval_fraction=0.25, checkpoint_every=30,
+           keep_checkpoints=0, device="cpu", seed=0, chamfer_points=4000)
+
+
+def _scan(rng) -> np.ndarray:
+    """(n, 4) x, y, z, intensity on a ground plane, a wall and two boxes."""
+    parts = []
+    n = 6000
+    x, y = rng.uniform(0, 3.2, n), rng.uniform(-1.6, 1.6, n)
+    a, b = rng.uniform(-0.05, 0.05, 2)
+    parts.append(np.column_stack([x, y, -0.6 + a * x + b * y]))
+    x0 = rng.uniform(2.4, 3.0)
+    parts.append(np.column_stack([np.full(2500, x0), rng.uniform(-1.6, 1.6, 2500), rng.uniform(-0.6, 0.8, 2500)]))
+    for _ in range(2):
+        c = np.array([rng.uniform(0.5, 2.0), rng.uniform(-1.0, 1.0), -0.6])
+        size = rng.uniform(0.3, 0.7, 3)
+        pts = rng.uniform(0, 1, (2000, 3)) * size
+        face = rng.integers(0, 5, 2000)          # 4 sides and the top
+        for i, (axis, value) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1), (2, 1)]):
+            pts[face == i, axis] = value * size[axis]
+        parts.append(pts + c - [size[0] / 2, size[1] / 2, 0])
+    xyz = np.concatenate(parts)
+    xyz = xyz[np.all((xyz >= RANGE[:3]) & (xyz < RANGE[3:]), 1)]
+    return np.column_stack([xyz, rng.uniform(0, 1, len(xyz))]).astype(np.float32)
+
+
+def _occupancy(points: np.ndarray) -> dict[int, tuple[np.ndarray, tuple]]:
+    idx = np.floor((points[:, :3] - RANGE[:3]) / VOXEL).astype(np.int32)[:, ::-1]   # z, y, x
+    idx = np.minimum(idx, np.array(GRID) - 1)
+    out, shape = {}, np.array(GRID)
+    for s in schema.STRIDES:
+        out[s] = (np.unique(idx // s, axis=0).astype(np.int32), tuple(int(v) for v in shape))
+        shape = (shape + 1) // 2
+    return out
+
+
+def _conv2_sites(occ1: np.ndarray, shape2) -> np.ndarray:
+    """Active outputs of a stride-2, kernel-3, padding-1 sparse convolution over `occ1`."""
+    sites = []
+    for e in itertools.product((-1, 0, 1), repeat=3):
+        o = (occ1 + e) // 2
+        ok = np.all((2 * o - 1 <= occ1) & (occ1 <= 2 * o + 1) & (o >= 0) & (o < shape2), 1)
+        sites.append(o[ok])
+    return np.unique(np.concatenate(sites), axis=0).astype(np.int32)
+
+
+def _features(occ1: np.ndarray, sites: np.ndarray, proj: np.ndarray, rng) -> np.ndarray:
+    occupied = {tuple(c) for c in occ1.tolist()}
+    bits = np.array([[(2 * z + dz, 2 * y + dy, 2 * x + dx) in occupied
+                      for dz, dy, dx in itertools.product((0, 1), repeat=3)] for z, y, x in sites.tolist()], np.float32)
+    return np.maximum(bits @ proj + 0.05 * rng.standard_normal((len(sites), proj.shape[1])), 0).astype(np.float16)
+
+
+def _write(root, table, rows: list[dict]) -> dict:
+    os.makedirs(os.path.join(root, table.table), exist_ok=True)
+    rel = f"{table.table}/part-00000-of-00001.parquet"
+    with pq.ParquetWriter(os.path.join(root, rel), table.arrow) as writer:
+        for i in range(0, len(rows), 2):                    # two rows per row group
+            writer.write_table(table.to_arrow(rows[i:i + 2]))
+    return {"schema": table.name, "version": table.version, "fingerprint": table.fingerprint, "rows": len(rows),
+            "splits": dict(collections.Counter(r[table.split_field] for r in rows)) if table.split_field else {},
+            "files": [{"path": rel, "rows": len(rows), "bytes": os.path.getsize(os.path.join(root, rel))}]}
+
+
+def write_concretizer(root, frames: int = FRAMES, truncate_values: bool = False) -> None:
+    proj = np.random.default_rng(123).standard_normal((8, 32)).astype(np.float32)
+    frame_rows, feature_rows, occ_rows = [], [], []
+    for i in range(frames):
+        rng = np.random.default_rng(i)
+        pts = _scan(rng)
+        fid = f"frame-{i:02d}"
+        frame_rows.append({"id": fid, "source": "sim", "source_ref": f"sim:0:{i}", "preset": "kitti",
+                           "point_features": ["x", "y", "z", "intensity"], "points": pts.tobytes(),
+                           "num_points": len(pts), "num_points_raw": len(pts), "labels": [],
+                           "grid_size": list(GRID), "point_cloud_range": RANGE, "voxel_size": VOXEL})
+        occ = _occupancy(pts)
+        for s, (coords, shape) in occ.items():
+            occ_rows.append({"id": f"{fid}-s{s}", "frame_id": fid, "stride": s, "stride_name": f"s{s}",
+                             "spatial_shape": list(shape), "coords": coords.tolist()})
+        sites = _conv2_sites(occ[1][0], np.array(occ[2][1]))
+        feats = _features(occ[1][0], sites, proj, rng)
+        feature_rows.append({"id": f"{fid}-conv2", "frame_id": fid, "layer": "conv2", "stride": [2, 2, 2],
+                             "spatial_shape": list(occ[2][1]), "coords": sites.tolist(), "channels": 32,
+                             "dtype": "float16", "values": feats.astype("<f2").tobytes()[:-2 if truncate_values else None],
+                             "backbone": "seed:0"})
+    tables = {"frames": _write(root, schema.FRAMES, frame_rows),
+              "features": _write(root, schema.FEATURES, feature_rows),
+              "occupancy": _write(root, schema.OCCUPANCY, occ_rows)}
+    manifest = {"format": "shardsmith.manifest/1", "dataset": "concretizer", "tables": tables,
+                "dead_letters": {"count": 0, "files": []}, "config": {}}
+    with open(os.path.join(root, "_manifest.json"), "w") as fh:
+        json.dump(manifest, fh)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    torch.set_num_threads(1)
+    root = str(tmp_path_factory.mktemp("concretizer") / "concretizer")
+    write_concretizer(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(data, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("concretizer_train"))
+    return out, concretizer.train(data, out, dict(RUN))
+
+
+def _finite(x):
+    return x is not None and math.isfinite(x)
+
+
+def test_trains_and_beats_naive_baseline(trained):
+    out, metrics = trained
+    m = metrics["per_layer"]["conv2"]
+    tr = m["train"]
+    assert tr["step"] == list(range(1, 61)) and all(map(_finite, tr["loss"]))
+    assert set(tr["stage_loss"]) == {"s2", "s1"} and all(len(v) == 60 for v in tr["stage_loss"].values())
+    assert np.mean(tr["loss"][-5:]) < 0.7 * np.mean(tr["loss"][:5]), tr["loss"]
+    assert m["split"]["eval_frames"] >= 1 and not m["split"]["eval_on_train"]
+    assert not set(m["split"]["eval_ids"]) & {f for step in tr["frames"] for f in step}   # held out
+    ev = m["eval"]
+    model, base = ev["model"], ev["baseline"]
+    assert base["recall"] > 0.95                     # every child of every site: near-complete, imprecise
+    assert model["f1"] > base["f1"] + 0.1, (model, base)
+    for e in (model, base):
+        assert _finite(e["chamfer"]) and _finite(e["restored_to_original"]) and _finite(e["original_to_restored"])
+    assert set(model["stages"]) == {"s2", "s1"}
+    assert os.path.getsize(ev["bev_png"]) > 1000 and ev["bev_png"] == os.path.join(out, "conv2", "bev.png")
+    with open(os.path.join(out, "metrics.json")) as fh:
+        assert json.load(fh)["per_layer"]["conv2"]["eval"]["model"]["f1"] == model["f1"]
+    text = concretizer.report(metrics)
+    assert "baseline" in text and "conv2" in text
+
+
+def test_bad_layer_is_a_clear_error(data, tmp_path):
+    with pytest.raises(DatasetError, match="layer 'conv9': use one or more of conv1, conv2, conv3, conv4"):
+        concretizer.train(data, str(tmp_path), dict(RUN, layer="conv9"))
+    with pytest.raises(DatasetError, match="no features of layer 'conv4'; layers here: \\['conv2'\\]"):
+        concretizer.train(data, str(tmp_path), dict(RUN, layer="conv4"))
+
+
+def test_resume_continues_at_saved_step(data, trained, tmp_path):
+    out, metrics = trained
+    first = metrics["per_layer"]["conv2"]["train"]
+    src = os.path.join(out, "conv2", "checkpoints", "step-00000030")
+    assert os.path.isfile(os.path.join(src, "model.pt")) and os.path.isfile(os.path.join(src, "optimizer.pt"))
+    dst = os.path.join(str(tmp_path), "conv2", "checkpoints", "step-00000030")
+    shutil.copytree(src, dst)
+    resumed = concretizer.train(data, str(tmp_path),
+                                dict(RUN, max_steps=36))["per_layer"]["conv2"]
+    assert resumed["resumed_from"] == dst
+    assert resumed["train"]["step"] == list(range(1, 37))
+    assert resumed["train"]["loss"][:30] == first["loss"][:30]
+    # same data order (Position) and optimizer state: steps 31..36 repeat the first run's
+    assert resumed["train"]["frames"][30:] == first["frames"][30:36]
+    assert resumed["train"]["loss"][30:] == pytest.approx(first["loss"][30:36], rel=1e-4)
+    model = concretizer.load_model(resumed["final_checkpoint"])
+    assert model.layer == "conv2" and model.strides == [2, 1]
+
+
+
+def test_truncated_values_are_a_clear_error(tmp_path):
+    root = str(tmp_path / "concretizer")
+    write_concretizer(root, frames=2, truncate_values=True)
+    with pytest.raises(DatasetError, match="values hold .* bytes, expected .* x 32 float16; regenerate"):
+        concretizer.train(root, str(tmp_path / "out"), dict(RUN, max_steps=1))
+
+
+def test_children_geometry():
+    parents = torch.tensor([[0, 0, 0, 0], [1, 8, 3, 31]])             # batch, z, y, x at stride 2
+    child, parent, off = expand_coords(parents, (17, 64, 64), offsets(2))
+    assert len(child) == 8 + 4                                        # z 2*8+1 = 17 is outside a 17-high grid
+    assert torch.equal(unpack(pack(child)), child)
+    assert set(map(tuple, child[parent == 1].tolist())) == {(1, 16, y, x) for y in (6, 7) for x in (62, 63)}
+    assert int(off.max()) == 7
+    child3, _, _ = expand_coords(parents[:1], (17, 64, 64), offsets(3))
+    assert len(child3) == 8                                           # 2p + {-1, 0, 1}, negatives clipped
+    # the naive baseline: stride 4 -> every stride-1 cell under it (within the grid)
+    base = upsample_sites(torch.tensor([[0, 4, 0, 0]]), [(9, 32, 32), (17, 64, 64)], offsets(2))
+    assert len(base) == 4 * 4 and int(base[:, 1].min()) == 16           # z 16 only: 17..19 are outside

@@ -1,0 +1,1 @@
+"""LiDAR: readers, simulator, voxelization, the frozen VoxelBackBone8x and occupancy targets."""

@@ -1,0 +1,93 @@
+"""One LiDAR frame from any source, cropped the way its preset says, as plain data.
+
+A job names where a frame comes from: a scan file of a named point layout (with the KITTI
+calibration and labels beside it, in KITTI's folder layout), or the simulator's (seed, index).
+`load_frame` reads it, keeps the points inside the preset's range (and, for presets that use it,
+camera 2's field of view) and returns the frame with its labels; bad scans raise ValueError
+with the reason, which the pipeline turns into a dead letter.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from transforms.io.ids import stable_id
+from transforms.lidar.presets import get_preset
+from transforms.lidar.readers import POINT_FEATURES, fov_mask, read_kitti_calib, read_kitti_labels, read_points
+from transforms.lidar.voxelize import crop
+
+KITTI_HALF_FOV_COT = 721.5 / 621.0   # x > |y| * cot(half the horizontal field of view)
+
+
+@dataclass(frozen=True)
+class FrameJob:
+    """Where a frame comes from: a file (path, layout) or the simulator (sim_seed, index)."""
+
+    source: str                    # kitti | waymo | nuscenes | pcd | ply | sim
+    path: str = ""
+    layout: str = "kitti"
+    sim_seed: int = 0
+    index: int = 0
+
+    @property
+    def ref(self) -> str:
+        """A reference that does not depend on where the data folder lies."""
+        if self.source == "sim":
+            return f"sim:{self.sim_seed}:{self.index}"
+        parent = os.path.basename(os.path.dirname(self.path))
+        return f"{parent}/{os.path.basename(self.path)}" if parent else os.path.basename(self.path)
+
+
+def kitti_sidecar(scan_path: str, folder: str, suffix: str) -> str:
+    """KITTI keeps calib/ and label_2/ beside velodyne/: .../velodyne/000000.bin -> .../calib/000000.txt."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(scan_path)))
+    stem = os.path.splitext(os.path.basename(scan_path))[0]
+    return os.path.join(root, folder, stem + suffix)
+
+
+def frame_id(job: FrameJob, preset: str, mode: str) -> str:
+    return stable_id("concretizer-frame", job.source, job.ref, job.layout, preset, mode)
+
+
+def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
+    """The frame as a dict: id, source, source_ref, preset, point_features, points (float32 array,
+    cropped), num_points_raw and labels."""
+    p = get_preset(preset)
+    labels: list = []
+    if job.source == "sim":
+        from transforms.lidar.simulate import simulate_scan, simulate_scene
+        scene_seed = job.sim_seed * 100_003 + job.index
+        points, sim_labels = simulate_scan(simulate_scene(scene_seed), scene_seed)
+        labels = [{"type": lab["type"], "box": [float(v) for v in lab["box"]]} for lab in sim_labels]
+        layout = "kitti"
+    else:
+        layout = job.layout
+        points = read_points(job.path, layout)
+    if len(points) == 0:
+        raise ValueError(f"{job.ref}: the scan has no points")
+    raw = len(points)
+    calib: Optional[dict] = None
+    if p.get("use_fov") and job.source != "sim":
+        calib_path = kitti_sidecar(job.path, "calib", ".txt")
+        if not os.path.isfile(calib_path):
+            raise ValueError(f"{job.ref}: preset {preset!r} keeps the camera's field of view only and needs the "
+                             f"calibration {calib_path}; add it, or use a preset without the FOV filter")
+        calib = read_kitti_calib(calib_path)
+        points = points[fov_mask(points, calib, p.get("image_shape"))]
+        label_path = kitti_sidecar(job.path, "label_2", ".txt")
+        if os.path.isfile(label_path):
+            labels = read_kitti_labels(label_path, calib)
+    elif p.get("use_fov") and job.source == "sim":
+        # the simulator has no camera: keep what KITTI's camera 2 sees, 81.5 deg wide (1242 px, f = 721 px)
+        points = points[points[:, 0] > np.abs(points[:, 1]) * KITTI_HALF_FOV_COT]
+    points = crop(points, preset)
+    if len(points) == 0:
+        lo, hi = p["point_cloud_range"][:3], p["point_cloud_range"][3:]
+        raise ValueError(f"{job.ref}: no point inside the range {list(lo)} .. {list(hi)} m of preset {preset!r}; "
+                         "is the layout or the preset right?")
+    return {"id": frame_id(job, preset, mode), "source": job.source, "source_ref": job.ref, "preset": preset,
+            "point_features": list(POINT_FEATURES[layout]), "points": np.ascontiguousarray(points, np.float32),
+            "num_points_raw": raw, "labels": labels}

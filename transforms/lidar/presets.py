@@ -1,0 +1,87 @@
+"""Voxelization presets with OpenPCDet's values (PAPERS.md section 5).
+
+Two grids are in play, and both are stored here under different names so nobody has to guess:
+
+- `voxel_grid(preset)`: the grid hard voxelization quantizes into, (z, y, x). OpenPCDet's
+  DataProcessor computes `grid_size = round((range_max - range_min) / voxel_size)` per axis (x, y, z)
+  and spconv's PointToVoxel computes the same; voxel coordinates always lie inside it.
+  KITTI: (40, 1600, 1408).
+- `grid_size(preset)`: the grid the frozen VoxelBackBone8x runs on, (z, y, x). OpenPCDet's backbone
+  builds its sparse tensor on `grid_size[::-1] + [1, 0, 0]`, one extra z level, so conv_out ends
+  with 2 z levels. KITTI: (41, 1600, 1408), the value the `concretizer` schema's `grid_size` field
+  records.
+
+A preset is a plain dict; functions here accept a preset name or a dict with the same keys.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Tuple, Union
+
+# OpenPCDet tools/cfgs/dataset_configs/kitti_dataset.yaml and waymo_dataset.yaml
+# (DATA_PROCESSOR: mask_points_and_boxes_outside_range, transform_points_to_voxels).
+PRESETS = {
+    "kitti": {
+        "point_cloud_range": (0.0, -40.0, -3.0, 70.4, 40.0, 1.0),
+        "voxel_size": (0.05, 0.05, 0.1),
+        "max_points_per_voxel": 5,
+        "max_voxels": {"train": 16000, "test": 40000},
+        "use_fov": True,           # FOV_POINTS_ONLY: keep the points camera 2 sees
+        "layout": "kitti",
+        "image_shape": (375, 1242),  # (height, width) of KITTI's image_2 when no image is at hand
+    },
+    "waymo": {
+        "point_cloud_range": (-75.2, -75.2, -2.0, 75.2, 75.2, 4.0),
+        "voxel_size": (0.1, 0.1, 0.15),
+        "max_points_per_voxel": 5,
+        "max_voxels": {"train": 150000, "test": 150000},
+        "use_fov": False,
+        "layout": "waymo",
+        "image_shape": None,
+    },
+}
+
+MODES = ("train", "test")
+
+Preset = Union[str, Mapping]
+
+
+def get_preset(preset: Preset) -> Mapping:
+    """The preset dict for a name, or the dict itself after checking its keys."""
+    if isinstance(preset, str):
+        try:
+            return PRESETS[preset]
+        except KeyError:
+            raise ValueError(f"unknown voxelization preset {preset!r}; choose one of "
+                             f"{sorted(PRESETS)} or pass a dict with the same keys") from None
+    missing = {"point_cloud_range", "voxel_size", "max_points_per_voxel", "max_voxels"} - set(preset)
+    if missing:
+        raise ValueError(f"voxelization preset lacks {sorted(missing)}; see transforms/lidar/presets.py")
+    return preset
+
+
+def max_voxels(preset: Preset, mode: str) -> int:
+    """The preset's voxel cap for `mode` ("train" or "test")."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'train' or 'test', got {mode!r}")
+    cap = get_preset(preset)["max_voxels"]
+    return int(cap[mode] if isinstance(cap, Mapping) else cap)
+
+
+def voxel_grid(preset: Preset) -> Tuple[int, int, int]:
+    """(z, y, x) grid that voxel coordinates live in: round((max - min) / voxel) per axis, computed
+    in float32 as spconv does. KITTI: (40, 1600, 1408)."""
+    import numpy as np
+
+    p = get_preset(preset)
+    lo = np.asarray(p["point_cloud_range"][:3], np.float32)
+    hi = np.asarray(p["point_cloud_range"][3:], np.float32)
+    vs = np.asarray(p["voxel_size"], np.float32)
+    x, y, z = (int(v) for v in np.round((hi - lo) / vs))
+    return (z, y, x)
+
+
+def grid_size(preset: Preset) -> Tuple[int, int, int]:
+    """(z, y, x) sparse shape of the backbone: voxel_grid plus one z level (OpenPCDet's
+    `grid_size[::-1] + [1, 0, 0]`). KITTI: (41, 1600, 1408)."""
+    z, y, x = voxel_grid(preset)
+    return (z + 1, y, x)
