@@ -1,10 +1,10 @@
 """Schema registry: every table any dataset writes, by `dataset/table` name."""
-from schemas import concretizer, dead_letter, multiui, pruned_synth, selfmoe
+from schemas import concretizer, dead_letter, multiui, pruned_synth, rmaxts, selfmoe
 from schemas.table import Field, SchemaError, TableSchema
 
 DEAD_LETTER = dead_letter.TABLE
 
-_DATASETS = {d.DATASET: d.TABLES for d in (pruned_synth, selfmoe, multiui, concretizer)}
+_DATASETS = {d.DATASET: d.TABLES for d in (pruned_synth, selfmoe, multiui, concretizer, rmaxts)}
 
 
 def tables(dataset: str) -> tuple[TableSchema, ...]:
