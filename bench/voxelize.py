@@ -23,8 +23,8 @@ points/s (raw points in, per second), and the ratio spconv time / numpy time (>1
 both as ratio of medians and as the median of the per-round ratios. "Other load" (CPU used by other
 processes during the rounds) is recorded; above 0.25 cores a warning is printed.
 
-`pipeline_frames_per_s` is a hook for the whole concretizer pipeline (frames/s); it returns None
-until the pipeline exists.
+`pipeline_frames_per_s` runs the whole concretizer pipeline (local runner) on the same real frames plus
+five simulated ones and reports frames/s and the busy time per frame of each stage.
 
 Output: a table, a final RESULT line, and bench/results/voxelize.json.
 """
@@ -102,10 +102,22 @@ def make_parts(mode: str, frames):
     return {"numpy": run_numpy, "spconv": run_spconv, "open3d": run_open3d}
 
 
-def pipeline_frames_per_s(frames) -> dict | None:
-    """Hook: frames/s of the whole concretizer pipeline (read -> crop/FOV -> voxelize -> MeanVFE ->
-    backbone -> shards) on these frames. Returns None until the pipeline exists; fill it in then."""
-    return None
+def pipeline_frames_per_s(folder: str, simulated: int = 5) -> dict:
+    """Frames/s of the whole concretizer pipeline (read -> crop/FOV -> voxelize -> MeanVFE -> frozen
+    backbone -> occupancy -> shards) on the local runner: the real frames in `folder` plus
+    `simulated` simulated ones, start-up included; and the per-frame busy time of each stage."""
+    import tempfile
+    sys.path.insert(0, os.path.dirname(HERE))
+    from pipelines import registry
+    from pipelines.run import run
+    with tempfile.TemporaryDirectory() as out:
+        t = time.perf_counter()
+        manifest = run(registry.get("concretizer"), out=out, sets=[f"scans={folder}/*.bin", f"simulated={simulated}"])
+        wall = time.perf_counter() - t
+    frames = manifest["tables"]["frames"]["rows"]
+    return {"frames": frames, "wall_s": round(wall, 2), "frames_per_s": round(frames / wall, 3),
+            "busy_s_per_frame": {k: round(v["busy_s"] / max(1, v["inputs"]), 3)
+                                 for k, v in manifest["stages"].items()}}
 
 
 def measure(mode: str, frames, rounds: int) -> dict:
@@ -175,9 +187,8 @@ def main(argv=None) -> int:
     if busiest > BUSY_WARN_CORES:
         print(f"WARNING: other processes used up to {busiest:.2f} cores during a measurement; "
               f"the ratios are skewed, rerun on a quiet machine")
-    pipe = pipeline_frames_per_s(frames)
-    print("pipeline frames/s: " + ("not measured yet (bench/voxelize.py pipeline_frames_per_s hook)"
-                                   if pipe is None else json.dumps(pipe)))
+    pipe = pipeline_frames_per_s(args.data)
+    print("pipeline: " + json.dumps(pipe))
 
     out = {
         "workload": {"frames": [n for n, _ in frames], "points": n_points, "preset": PRESET,
