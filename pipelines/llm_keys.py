@@ -50,3 +50,21 @@ def make_backend(c: dict):
             raise ConfigError(f"backend=vllm: {exc}") from None
     from transforms.llm.transformers_backend import TransformersBackend
     return TransformersBackend(c["model"], device=c["device"], batch_size=c["batch_size"])
+
+
+def base_model_setup(config: dict, manifest: dict) -> dict:
+    """Trainer set-up of datasets an LLM wrote (selfmoe, rmaxts): the model to fine-tune is
+    `base_model` if given, else the local folder of the model that wrote the data."""
+    if config.get("base_model"):
+        if not os.path.isdir(config["base_model"]):
+            raise ConfigError(f"base_model {config['base_model']!r} is not a model folder")
+        return config
+    made_by = manifest.get("config", {})
+    if made_by.get("backend", "transformers") != "transformers":
+        raise ConfigError("the data came from a served model: pass --set base_model=PATH (a local HF folder)")
+    from transforms.llm.models import resolve_model
+    try:
+        path = resolve_model(made_by.get("model", "smollm2-135m-instruct")).path
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        raise ConfigError(f"cannot find the base model: {exc}; pass --set base_model=PATH") from None
+    return dict(config, base_model=str(path))

@@ -7,7 +7,7 @@ import os
 
 from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
 from pipelines.dataset import Dataset
-from pipelines.llm_keys import check_llm, llm_keys, make_backend
+from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import selfmoe as schema
 from transforms.io.shards import TableSpec
 
@@ -105,26 +105,9 @@ def inputs(resolved: Resolved) -> dict[str, str]:
     return out
 
 
-def train_setup(config: dict, manifest: dict) -> dict:
-    """The base model the experts adapt: `base_model` if given, else the model that wrote the data."""
-    if config.get("base_model"):
-        if not os.path.isdir(config["base_model"]):
-            raise ConfigError(f"base_model {config['base_model']!r} is not a model folder")
-        return config
-    made_by = manifest.get("config", {})
-    if made_by.get("backend", "transformers") != "transformers":
-        raise ConfigError("the data came from a served model: pass --set base_model=PATH (a local HF folder)")
-    from transforms.llm.models import resolve_model
-    try:
-        path = resolve_model(made_by.get("model", "smollm2-135m-instruct")).path
-    except (ValueError, FileNotFoundError, ImportError) as exc:
-        raise ConfigError(f"cannot find the base model: {exc}; pass --set base_model=PATH") from None
-    return dict(config, base_model=str(path))
-
-
 DATASET = Dataset(
     name=schema.DATASET,
     summary="Self-MoE self-specialization data per domain (brainstorm, ROUGE-L dedup, responses, filters)",
     config=CONFIG, tables=tables, build=build, inputs=inputs,
-    trainer="trainers.selfmoe:train", train_setup=train_setup,
+    trainer="trainers.selfmoe:train", train_setup=base_model_setup,
 )
