@@ -6,8 +6,9 @@ from pipelines.dataset import Dataset
 
 
 def datasets() -> dict[str, Dataset]:
-    from pipelines import concretizer, multiui, pruned_synth, selfmoe
-    return {d.name: d for d in (pruned_synth.DATASET, selfmoe.DATASET, multiui.DATASET, concretizer.DATASET)}
+    from pipelines import concretizer, multiui, pruned_synth, rmaxts, selfmoe
+    return {d.name: d for d in (pruned_synth.DATASET, selfmoe.DATASET, multiui.DATASET, concretizer.DATASET,
+                                rmaxts.DATASET)}
 
 
 def get(name: str) -> Dataset:

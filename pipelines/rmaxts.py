@@ -1,0 +1,111 @@
+"""rmaxts: RMaxTS proof search traces with a Lean REPL verifier (DeepSeek-Prover-V1.5; PAPERS.md section 4)."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shlex
+
+from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
+from pipelines.dataset import Dataset
+from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
+from schemas import rmaxts as schema
+from transforms.io.shards import TableSpec
+
+SAMPLE_PROBLEMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples", "lean", "minif2f_sample.jsonl")
+LEAN_PROJECT_ENV = "SHARDSMITH_LEAN_PROJECT"
+
+
+def _files(text: str | None, what: str) -> list[str]:
+    files = []
+    for pattern in [t.strip() for t in (text or "").split(",") if t.strip()]:
+        found = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not found:
+            raise ConfigError(f"{what}: no file matches {pattern!r}")
+        files += [os.path.abspath(f) for f in found]
+    return files
+
+
+def problem_files(c: dict) -> list[str]:
+    return _files(c["problems"], "problems") or [SAMPLE_PROBLEMS]
+
+
+def repl_command(c: dict) -> tuple[list[str], str | None]:
+    """(command, working folder) of the Lean REPL: repl_command if given, else `lake exe repl` in
+    the Lean project (lean_project or $SHARDSMITH_LEAN_PROJECT); a ConfigError says what to install."""
+    if c["repl_command"]:
+        return shlex.split(c["repl_command"]), None
+    from transforms.lean.repl_pool import LeanNotFound, find_repl
+    project = c["lean_project"] or os.environ.get(LEAN_PROJECT_ENV)
+    try:
+        return find_repl(project), project
+    except LeanNotFound as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _check(c: dict) -> None:
+    problem_files(c)
+    _files(c["leandojo"], "leandojo")
+    check_llm(c)
+    repl_command(c)
+
+
+CONFIG = ConfigSpec(check=_check, keys=(
+    Key("problems", str, None, "problem files: DeepSeek-style .jsonl or .lean files of `theorem ... := by sorry` "
+        "(comma-separated paths or globs; default: 8 bundled miniF2F problems)", optional=True, gridable=False),
+    Key("leandojo", str, None, "LeanDojo traced theorems (.json / .jsonl) converted to transitions",
+        optional=True, gridable=False),
+    Key("lean_project", str, None, f"a Lean 4 project with Mathlib and the REPL built (`lake build repl`); "
+        f"default ${LEAN_PROJECT_ENV}", optional=True, gridable=False),
+    Key("repl_command", str, None, "run this instead of `lake exe repl` (a REPL-compatible program)",
+        optional=True, gridable=False),
+    Key("pool_size", int, 2, "REPL processes per worker", low=1),
+    Key("check_timeout_s", float, 300.0, "time limit of one proof check (the paper: 300 s)", low=1.0),
+    Key("memory_mb", int, 10240, "memory limit of a REPL process (the paper: 10 GB)", low=256),
+    Key("recycle_after", int, 200, "checks before a REPL process is replaced (REPLs grow)", low=1),
+    Key("budget", int, 16, "proofs sampled per problem (the paper: 6400 per tree)", low=1),
+    Key("batch", int, 4, "expansions sampled at once (virtual loss keeps them apart)", low=1),
+    Key("max_tokens", int, 512, "max tokens of a sampled proof (the paper: 2048)", low=1),
+    Key("seed", int, 0, "seed of sampling and tie-breaking", low=0),
+    Key("checkpoint_dir", str, None, "save each problem's tree here after every round and resume from it",
+        optional=True, gridable=False),
+    *llm_keys(temperature=1.0, batch_size=8),
+))
+
+
+def tables(resolved: Resolved) -> dict[str, TableSpec]:
+    return {"problems": TableSpec(schema.PROBLEMS, 1), "attempts": TableSpec(schema.ATTEMPTS, 2),
+            "nodes": TableSpec(schema.NODES, 1), "transitions": TableSpec(schema.TRANSITIONS, 1)}
+
+
+def build(pipeline, resolved: Resolved, ledger):
+    if len(resolved.grid) != 1:
+        raise ConfigError(f"rmaxts runs one configuration at a time; these keys got lists: {resolved.swept}")
+    from transforms.lean.prove import BuildRmaxts, SearchProblem, SearchSettings
+    from transforms.lean.repl_pool import ReplPoolConfig
+    from transforms.llm.requests import Sampling
+    c = resolved.grid[0]
+    command, cwd = repl_command(c)
+    pool = ReplPoolConfig(command=tuple(command), cwd=cwd, size=c["pool_size"], timeout_s=c["check_timeout_s"],
+                          memory_mb=c["memory_mb"], recycle_after=c["recycle_after"])
+    sampling = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["max_tokens"], seed=c["seed"])
+    settings = SearchSettings(budget=c["budget"], batch=c["batch"], seed=c["seed"],
+                              checkpoint_dir=c["checkpoint_dir"])
+    search = SearchProblem(make_backend(c), pool, sampling, settings, c["cache"] or None)
+    return pipeline | "Rmaxts" >> BuildRmaxts(problem_files(c), _files(c["leandojo"], "leandojo"), search, ledger)
+
+
+def inputs(resolved: Resolved) -> dict[str, str]:
+    out = {}
+    for path in problem_files(resolved.values) + _files(resolved.values["leandojo"], "leandojo"):
+        with open(path, "rb") as fh:
+            out[os.path.basename(path)] = f"{path} sha256:{hashlib.file_digest(fh, 'sha256').hexdigest()}"
+    return out
+
+
+DATASET = Dataset(
+    name=schema.DATASET,
+    summary="RMaxTS proof search: sampled proofs checked by a Lean REPL pool, tree nodes, tactic transitions",
+    config=CONFIG, tables=tables, build=build, inputs=inputs,
+    trainer="trainers.rmaxts:train", train_setup=base_model_setup,
+)

@@ -1,0 +1,156 @@
+"""Beam wiring of rmaxts: problems -> RMaxTS per problem (LLM policy + Lean REPL pool) -> four tables.
+
+    problem files ─ problems ─ Reshuffle ─ search ─┬─ problems, attempts, nodes, transitions
+    LeanDojo traces ─ leandojo ────────────────────┴─ transitions
+
+The search of one problem is sequential (select, sample, verify, back up), so it runs inside one
+stage call; the worker holds the model (through the LLM layer's response cache: a search restarted
+after a kill replays every finished completion) and a pool of REPL processes for its lifetime.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import apache_beam as beam
+
+from transforms.io.ids import stable_id
+from transforms.io.rejected import Rejected
+from transforms.io.stage import Ledger, payloads
+from transforms.llm.cache import ResponseCache
+from transforms.llm.cached import generate_with_cache
+from transforms.llm.requests import Completion, Request, Sampling
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    budget: int = 16
+    batch: int = 4
+    seed: int = 0
+    checkpoint_dir: Optional[str] = None
+
+
+def read_problems(path: str):
+    """Stage function: a problem file (.jsonl DeepSeek style, or .lean statements with sorry)."""
+    from transforms.lean.problems import read_jsonl, read_lean_file
+    reader = read_lean_file if path.endswith(".lean") else read_jsonl
+    for item in reader(path):
+        yield item if isinstance(item, Rejected) else dataclasses.asdict(item)
+
+
+def read_leandojo(path: str):
+    from transforms.lean.problems import read_leandojo as read
+    for item in read(path):
+        yield item if not isinstance(item, dict) else dict(item, id=item.get("id") or stable_id(
+            "leandojo", item["state_before"], item["tactic"], item["state_after"]))
+
+
+class Policy:
+    """The prover: a batch of prompts -> one sampled completion each, through the response cache.
+
+    The k-th prompt a problem's search asks for gets seed (seed, problem, k): the same prompt
+    asked twice (the root is expanded many times) gets two different samples, and a rerun asks
+    the same questions in the same order, so every finished completion comes from the cache."""
+
+    def __init__(self, backend, cache: Optional[ResponseCache], sampling: Sampling, problem_id: str):
+        self.backend, self.cache, self.sampling, self.problem_id = backend, cache, sampling, problem_id
+        self.asked = 0
+        self.completions: list[Completion] = []
+
+    def __call__(self, prompts: list[str]) -> list[str]:
+        requests = []
+        for prompt in prompts:
+            seed = int(stable_id(self.sampling.seed, self.problem_id, self.asked)[:15], 16)
+            requests.append(Request(stable_id("rmaxts", self.problem_id, self.asked), prompt,
+                                    dataclasses.replace(self.sampling, seed=seed)))
+            self.asked += 1
+        results = generate_with_cache(self.backend, self.cache, requests)
+        texts = []
+        for result in results:
+            if isinstance(result, Completion):
+                self.completions.append(result)
+                texts.append(result.text)
+            else:                       # a failed generation is an attempt with no code, not a lost problem
+                texts.append("")
+        return texts
+
+
+class SearchProblem:
+    """Stage function: one problem -> its rows in the four tables. Holds the model and a REPL pool
+    per worker (setup), closes them in teardown."""
+
+    def __init__(self, backend, pool_config, sampling: Sampling, settings: SearchSettings,
+                 cache_location: Optional[str]):
+        self.backend, self.pool_config, self.sampling = backend, pool_config, sampling
+        self.settings, self.cache_location = settings, cache_location
+        self._pool = self._cache = None
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in ("backend", "pool_config", "sampling", "settings", "cache_location")}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def setup(self):
+        from transforms.lean.repl_pool import ReplPool
+        if self._pool is None:
+            self._pool = ReplPool.from_config(self.pool_config)
+            self.backend = self.backend.load()
+            self._cache = ResponseCache(self.cache_location) if self.cache_location else None
+
+    def teardown(self):
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        close = getattr(self.backend, "close", None)
+        if close:
+            close()
+
+    def __call__(self, problem: dict):
+        from transforms.lean.rmaxts import problem_id_of, search
+        self.setup()
+        pid = problem_id_of(problem)
+        header = problem.get("header") or ""
+        policy = Policy(self.backend, self._cache, self.sampling, pid)
+        s = self.settings
+        checkpoint = os.path.join(s.checkpoint_dir, f"{pid}.json") if s.checkpoint_dir else None
+        result = search(dict(problem, id=pid), policy, lambda code: self._pool.check(header, code[len(header):]),
+                        budget=s.budget, batch=s.batch, seed=s.seed, checkpoint=checkpoint)
+        yield "problems", {
+            "id": pid, "name": problem["name"], "split": problem.get("split") or "", "source": problem["source"],
+            "header": header, "informal_prefix": problem.get("informal_prefix") or "",
+            "formal_statement": problem["formal_statement"], "goal": problem.get("goal") or "",
+            "attempts": len(result.attempts), "solved": result.solved, "proof": result.proof}
+        for row in result.attempts:
+            yield "attempts", row
+        for row in result.nodes:
+            yield "nodes", row
+        for row in result.transitions:
+            yield "transitions", dict(row, source="search")
+
+
+class BuildRmaxts(beam.PTransform):
+    """{"problems", "attempts", "nodes", "transitions"} from problem files and LeanDojo traces."""
+
+    def __init__(self, problem_files: list[str], leandojo_files: list[str], search_fn: SearchProblem,
+                 ledger: Ledger):
+        super().__init__()
+        self.problem_files, self.leandojo_files, self.search_fn, self.ledger = (
+            problem_files, leandojo_files, search_fn, ledger)
+
+    def expand(self, pbegin):
+        ledger = self.ledger
+        problems = (pbegin | "ProblemFiles" >> beam.Create(self.problem_files)
+                    | ledger.stage("problems", read_problems)
+                    | "Spread" >> beam.Reshuffle())
+        found = problems | ledger.stage("search", self.search_fn)
+        transitions = [payloads(found, "transitions", "SearchTransitions")]
+        if self.leandojo_files:
+            transitions.append(pbegin | "TraceFiles" >> beam.Create(self.leandojo_files)
+                               | ledger.stage("leandojo", read_leandojo))
+        return {"problems": payloads(found, "problems", "ProblemRows"),
+                "attempts": payloads(found, "attempts", "AttemptRows"),
+                "nodes": payloads(found, "nodes", "NodeRows"),
+                "transitions": tuple(transitions)}
