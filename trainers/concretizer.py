@@ -34,7 +34,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import time
 from collections import Counter, OrderedDict
 
@@ -45,6 +44,8 @@ import torch
 
 from schemas.concretizer import LAYERS
 from trainers.concretizer_model import LAYER_STRIDE, InversionNet, focal_loss, pack, upsample_sites
+from trainers import loop
+from trainers.loop import CKPT_DIR, OPTIM_FILE, STATE_FILE, checkpoint_name, latest_checkpoint, pick_device
 from trainers.data import DatasetError, Position, ShardDataset, open_table
 
 CONFIG = {
@@ -79,7 +80,7 @@ CONFIG = {
     "device": (str, None, "cpu or cuda (default: cuda when available)"),
 }
 
-CKPT_DIR, STATE_FILE, MODEL_FILE, OPTIM_FILE = "checkpoints", "trainer_state.json", "model.pt", "optimizer.pt"
+MODEL_FILE = "model.pt"
 ARCH_KEYS = ("layer", "in_channels", "expand", "blocks", "width")
 FEATURE_COLUMNS = ["frame_id", "layer", "stride", "spatial_shape", "coords", "channels", "dtype", "values"]
 OCCUPANCY_COLUMNS = ["frame_id", "stride", "spatial_shape", "coords"]
@@ -398,41 +399,10 @@ def plot_bev(path: str, frame_id: str, original: np.ndarray, restored: np.ndarra
 
 # ------------------------------------------------------------------------------------ checkpoints
 
-def _ckpt_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def latest_checkpoint(layer_dir: str) -> str | None:
-    root = os.path.join(layer_dir, CKPT_DIR)
-    if not os.path.isdir(root):
-        return None
-    done = sorted(d for d in os.listdir(root)
-                  if d.startswith("step-") and not d.endswith(".tmp")
-                  and os.path.isfile(os.path.join(root, d, STATE_FILE)))
-    return os.path.join(root, done[-1]) if done else None
-
-
 def save_checkpoint(layer_dir: str, model: InversionNet, arch: dict, optimizer, state: dict, keep: int) -> str:
-    """Written to a temporary folder and renamed, so a crash never leaves a half checkpoint."""
-    root = os.path.join(layer_dir, CKPT_DIR)
-    final = os.path.join(root, _ckpt_name(state["step"]))
-    tmp = final + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    torch.save({"model": model.state_dict(), "arch": arch, "step": state["step"]}, os.path.join(tmp, MODEL_FILE))
-    rng = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({"optimizer": optimizer.state_dict(), "rng": rng, "step": state["step"]}, os.path.join(tmp, OPTIM_FILE))
-    with open(os.path.join(tmp, STATE_FILE), "w") as fh:
-        json.dump(state, fh, indent=1)
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
-    if keep:
-        steps = sorted(d for d in os.listdir(root) if d.startswith("step-") and not d.endswith(".tmp"))
-        for old in steps[:-keep]:
-            shutil.rmtree(os.path.join(root, old), ignore_errors=True)
-    return final
+    def write(folder):
+        torch.save({"model": model.state_dict(), "arch": arch, "step": state["step"]}, os.path.join(folder, MODEL_FILE))
+    return loop.save_checkpoint(layer_dir, write, optimizer, state, keep)
 
 
 def load_model(checkpoint: str, device: str | torch.device = "cpu") -> InversionNet:
@@ -449,12 +419,7 @@ def load_model(checkpoint: str, device: str | torch.device = "cpu") -> Inversion
 # ------------------------------------------------------------------------------------ training
 
 def _device(name: str | None) -> torch.device:
-    name = name or ("cuda" if torch.cuda.is_available() else "cpu")
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise ConcretizerConfigError(f"device {name!r}: use cpu or cuda")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConcretizerConfigError("device cuda requested but torch sees no CUDA device")
-    return torch.device(name)
+    return pick_device(name, ConcretizerConfigError)
 
 
 def _resolve(config: dict) -> tuple[dict, list[str]]:
@@ -614,7 +579,7 @@ def train_layer(data_dir: str, layer_dir: str, layer: str, cfg: dict, device: to
     metrics["skipped"] = dict(loader.skipped)
     metrics["seconds"] = time.time() - t_start
     checkpoint(pos)
-    metrics["final_checkpoint"] = os.path.join(layer_dir, CKPT_DIR, _ckpt_name(step))
+    metrics["final_checkpoint"] = os.path.join(layer_dir, CKPT_DIR, checkpoint_name(step))
     with open(os.path.join(layer_dir, "metrics.json"), "w") as fh:
         json.dump(metrics, fh, indent=1)
     return metrics

@@ -34,7 +34,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import time
 from collections import Counter
 
@@ -42,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from trainers import loop
+from trainers.loop import CKPT_DIR, OPTIM_FILE, STATE_FILE, checkpoint_name, latest_checkpoint, pick_device
 from trainers.data import DatasetError, Position, ShardDataset
 from trainers.multiui_data import (IGNORE, SAMPLE_COLUMNS, SKIP_REASONS, Collator, PageStore,
                                    SampleBatches)
@@ -84,7 +85,6 @@ TINY_TEMPLATE = (
     "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}{{ '<|im_end|>\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 TINY_PATCH = 16
-CKPT_DIR, STATE_FILE, OPTIM_FILE = "checkpoints", "trainer_state.json", "optimizer.pt"
 
 
 class MultiUIConfigError(DatasetError):
@@ -147,12 +147,7 @@ def load_pretrained(path: str):
 
 
 def _device(name: str | None) -> torch.device:
-    name = name or ("cuda" if torch.cuda.is_available() else "cpu")
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise MultiUIConfigError(f"device {name!r}: use cpu or cuda")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise MultiUIConfigError("device cuda requested but torch sees no CUDA device")
-    return torch.device(name)
+    return pick_device(name, MultiUIConfigError)
 
 
 def _to(batch: dict, device) -> dict:
@@ -194,41 +189,11 @@ def evaluate(model, batches: list[dict], device, autocast: bool) -> dict | None:
 
 # ------------------------------------------------------------------------------------ checkpoints
 
-def _ckpt_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def latest_checkpoint(out_dir: str) -> str | None:
-    root = os.path.join(out_dir, CKPT_DIR)
-    if not os.path.isdir(root):
-        return None
-    done = sorted(d for d in os.listdir(root)
-                  if d.startswith("step-") and os.path.isfile(os.path.join(root, d, STATE_FILE)))
-    return os.path.join(root, done[-1]) if done else None
-
-
 def save_checkpoint(out_dir: str, model, processor, optimizer, state: dict, keep: int) -> str:
-    """Written to a temporary folder and renamed, so a crash never leaves a half checkpoint."""
-    root = os.path.join(out_dir, CKPT_DIR)
-    final = os.path.join(root, _ckpt_name(state["step"]))
-    tmp = final + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    model.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
-    rng = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({"optimizer": optimizer.state_dict(), "rng": rng}, os.path.join(tmp, OPTIM_FILE))
-    with open(os.path.join(tmp, STATE_FILE), "w") as fh:
-        json.dump(state, fh, indent=1)
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
-    if keep:
-        steps = sorted(d for d in os.listdir(root) if d.startswith("step-") and not d.endswith(".tmp"))
-        for old in steps[:-keep]:
-            shutil.rmtree(os.path.join(root, old), ignore_errors=True)
-    return final
+    def write(folder):
+        model.save_pretrained(folder)
+        processor.save_pretrained(folder)
+    return loop.save_checkpoint(out_dir, write, optimizer, state, keep)
 
 
 # ------------------------------------------------------------------------------------ training
@@ -428,7 +393,7 @@ def train(data_dir: str, out_dir: str, config: dict) -> dict:
             checkpoint(pos)
     if pos is None:                          # resumed at max_steps: nothing left to do
         metrics.setdefault("tokens_per_second", 0.0)
-    metrics["final_checkpoint"] = os.path.join(out_dir, CKPT_DIR, _ckpt_name(step))
+    metrics["final_checkpoint"] = os.path.join(out_dir, CKPT_DIR, checkpoint_name(step))
     metrics["seconds"] = time.time() - t_start
     return metrics
 

@@ -41,7 +41,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import time
 from collections import Counter
 
@@ -49,6 +48,9 @@ import pyarrow.compute as pc
 import torch
 import torch.nn.functional as F
 
+from trainers import loop
+from trainers.loop import (CKPT_DIR, OPTIM_FILE, STATE_FILE, checkpoint_name, latest_checkpoint, load_base,
+                           pick_device)
 from trainers.data import DatasetError, read_arrow
 
 DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
@@ -87,7 +89,7 @@ SAME_ON_RESUME = ("base_model", "mix", "whole_proofs", "batch_size", "grad_accum
 IGNORE = -100
 INSTRUCTION = "Complete the following Lean 4 code with explanatory comments preceding each line of code:\n\n"
 FENCE = "```lean4\n"
-CKPT_DIR, STATE_FILE, OPTIM_FILE, ADAPTER_DIR = "checkpoints", "trainer_state.json", "optimizer.pt", "adapter"
+ADAPTER_DIR = "adapter"
 
 
 class RMaxTSConfigError(DatasetError):
@@ -271,68 +273,18 @@ def evaluate(model, examples: list[dict], batch_size: int, pad_id: int, device) 
             "examples": len(examples), "tokens": sum(count.values())}
 
 
+# ------------------------------------------------------------------------------------ checkpoints
+
 def _device(name: str | None) -> torch.device:
-    name = name or ("cuda" if torch.cuda.is_available() else "cpu")
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise RMaxTSConfigError(f"device {name!r}: use cpu or cuda")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RMaxTSConfigError("device cuda requested but torch sees no CUDA device")
-    return torch.device(name)
+    return pick_device(name, RMaxTSConfigError)
 
 
 def check_base_model(path: str | None) -> str:
-    if not path:
-        raise RMaxTSConfigError("base_model is not set: pass base_model=<local Hugging Face model folder>")
-    if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, "config.json")):
-        raise RMaxTSConfigError(f"base_model {path!r} is not a Hugging Face model folder "
-                                f"(no {os.path.join(path, 'config.json')})")
-    return os.path.abspath(path)
-
-
-def load_base(path: str, device: torch.device):
-    from transformers import AutoModelForCausalLM
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    model.config.use_cache = False
-    return model.to(device)
-
-
-# ------------------------------------------------------------------------------------ checkpoints
-
-def _ckpt_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def latest_checkpoint(out_dir: str) -> str | None:
-    root = os.path.join(out_dir, CKPT_DIR)
-    if not os.path.isdir(root):
-        return None
-    done = sorted(d for d in os.listdir(root)
-                  if d.startswith("step-") and os.path.isfile(os.path.join(root, d, STATE_FILE)))
-    return os.path.join(root, done[-1]) if done else None
+    return loop.check_base_model(path, RMaxTSConfigError)
 
 
 def save_checkpoint(out_dir: str, model, optimizer, state: dict, keep: int) -> str:
-    """Written to a temporary folder and renamed, so a crash never leaves a half checkpoint."""
-    root = os.path.join(out_dir, CKPT_DIR)
-    final = os.path.join(root, _ckpt_name(state["step"]))
-    tmp = final + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    model.save_pretrained(tmp)
-    rng = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({"optimizer": optimizer.state_dict(), "rng": rng}, os.path.join(tmp, OPTIM_FILE))
-    with open(os.path.join(tmp, STATE_FILE), "w") as fh:
-        json.dump(state, fh, indent=1)
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
-    if keep:
-        steps = sorted(d for d in os.listdir(root) if d.startswith("step-") and not d.endswith(".tmp"))
-        for old in steps[:-keep]:
-            shutil.rmtree(os.path.join(root, old), ignore_errors=True)
-    return final
+    return loop.save_checkpoint(out_dir, model.save_pretrained, optimizer, state, keep)
 
 
 # ------------------------------------------------------------------------------------ training
@@ -473,7 +425,7 @@ def train(data_dir: str, out_dir: str, config: dict) -> dict:
     model.save_pretrained(adapter)
     tokenizer.save_pretrained(adapter)
     metrics["adapter"] = adapter
-    metrics["final_checkpoint"] = os.path.join(out_dir, CKPT_DIR, _ckpt_name(step))
+    metrics["final_checkpoint"] = os.path.join(out_dir, CKPT_DIR, checkpoint_name(step))
     metrics["seconds"] = time.time() - t_start
     checkpoint()
     return metrics

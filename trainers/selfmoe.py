@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainers import loop
+from trainers.loop import load_base, pick_device
 from trainers.data import DatasetError, read_arrow
 
 DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
@@ -357,29 +359,11 @@ def router_usage(model: nn.Module, batch_list: list[dict], device, n_experts: in
 
 
 def _device(config: dict) -> torch.device:
-    name = config.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise SelfMoEConfigError(f"device {name!r}: use cpu or cuda")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise SelfMoEConfigError("device cuda requested but torch sees no CUDA device")
-    return torch.device(name)
+    return pick_device(config.get("device"), SelfMoEConfigError)
 
 
 def check_base_model(path: str | None) -> str:
-    if not path:
-        raise SelfMoEConfigError("base_model is not set: pass base_model=<local Hugging Face model folder>")
-    if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, "config.json")):
-        raise SelfMoEConfigError(f"base_model {path!r} is not a Hugging Face model folder "
-                                 f"(no {os.path.join(path, 'config.json')})")
-    return os.path.abspath(path)
-
-
-def load_base(path: str, device: torch.device):
-    from transformers import AutoModelForCausalLM
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    model.config.use_cache = False
-    return model.to(device)
+    return loop.check_base_model(path, SelfMoEConfigError)
 
 
 def load_mixture(out_dir: str, base_model: str | None = None, device: str | torch.device = "cpu") -> nn.Module:
