@@ -5,7 +5,7 @@ import glob
 import hashlib
 import os
 
-from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
+from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names
 from pipelines.dataset import Dataset
 from schemas import concretizer as schema
 from transforms.io.shards import TableSpec
@@ -14,21 +14,11 @@ SAMPLE_KITTI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples
 LAYOUTS = ("kitti", "waymo", "nuscenes", "pcd", "ply")
 
 
-def _names(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]
-
-
 def scan_files(c: dict) -> list[str]:
     """The scans `scans` names (comma-separated paths or globs), or the bundled KITTI frame."""
     if not c["scans"]:
         return sorted(glob.glob(os.path.join(SAMPLE_KITTI, "velodyne", "*.bin"))) if c["bundled"] else []
-    files = []
-    for pattern in _names(c["scans"]):
-        found = sorted(glob.glob(os.path.expanduser(pattern)))
-        if not found:
-            raise ConfigError(f"scans: no file matches {pattern!r}")
-        files += [os.path.abspath(f) for f in found]
-    return files
+    return matching_files(c["scans"], "scans")
 
 
 def jobs(c: dict):
@@ -42,8 +32,8 @@ def jobs(c: dict):
 def _check(c: dict) -> None:
     if c["layout"] and c["layout"] not in LAYOUTS:
         raise ConfigError(f"layout must be one of {', '.join(LAYOUTS)} (the point layout is never guessed)")
-    bad = [layer for layer in _names(c["layers"]) if layer not in schema.LAYERS + ("bev",)]
-    if bad or not _names(c["layers"]):
+    bad = [layer for layer in names(c["layers"]) if layer not in schema.LAYERS + ("bev",)]
+    if bad or not names(c["layers"]):
         raise ConfigError(f"layers: unknown {bad or c['layers']!r}; choose from conv1, conv2, conv3, conv4, bev")
     if not c["weights"].startswith("seed:") and not os.path.isfile(c["weights"]):
         raise ConfigError(f"weights {c['weights']!r}: give seed:<n> or the path of an OpenPCDet checkpoint")
@@ -81,7 +71,7 @@ def build(pipeline, resolved: Resolved, ledger):
     from transforms.lidar.readers import POINT_FEATURES
     c = resolved.grid[0]
     channels = len(POINT_FEATURES[c["layout"] or ("waymo" if c["preset"] == "waymo" else "kitti")])
-    features = FeatureSettings(weights=c["weights"], layers=tuple(_names(c["layers"])), dtype=c["feature_dtype"])
+    features = FeatureSettings(weights=c["weights"], layers=tuple(names(c["layers"])), dtype=c["feature_dtype"])
     return pipeline | "Concretizer" >> BuildConcretizer(jobs(c), c["preset"], c["mode"], channels, features, ledger)
 
 

@@ -162,3 +162,21 @@ class Resolved:
     values: dict
     swept: list[str]
     grid: list[dict]
+
+
+def names(text: str | None) -> list[str]:
+    """The items of a comma-separated value, stripped, empty ones dropped."""
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def matching_files(text: str | None, key: str) -> list[str]:
+    """The absolute paths a value of comma-separated paths or glob patterns names, in order; a
+    pattern that matches nothing is a ConfigError naming the key."""
+    import glob
+    files = []
+    for pattern in names(text):
+        found = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not found:
+            raise ConfigError(f"{key}: no file matches {pattern!r}")
+        files += [os.path.abspath(f) for f in found]
+    return files

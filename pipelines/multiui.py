@@ -1,11 +1,10 @@
 """multiui: rendered web pages and the nine MultiUI task types (PAPERS.md section 1)."""
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 
-from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
+from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names
 from pipelines.dataset import Dataset
 from pipelines.llm_keys import check_llm, llm_keys, make_backend
 from schemas import multiui as schema
@@ -14,19 +13,8 @@ from transforms.io.shards import TableSpec
 SAMPLE_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sites", "multiui")
 
 
-def _names(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]
-
-
 def warc_files(c: dict) -> list[str]:
-    """The WARC files a `warc` value names: comma-separated paths or glob patterns."""
-    files = []
-    for pattern in _names(c["warc"]):
-        found = sorted(glob.glob(os.path.expanduser(pattern)))
-        if not found:
-            raise ConfigError(f"warc: no file matches {pattern!r}")
-        files += [os.path.abspath(f) for f in found]
-    return files
+    return matching_files(c["warc"], "warc")
 
 
 def sources(c: dict) -> list[tuple[str, str]]:
@@ -39,11 +27,11 @@ def sources(c: dict) -> list[tuple[str, str]]:
 
 
 def _check(c: dict) -> None:
-    bad = [p for p in _names(c["platforms"]) if p not in schema.PLATFORMS]
-    if bad or not _names(c["platforms"]):
+    bad = [p for p in names(c["platforms"]) if p not in schema.PLATFORMS]
+    if bad or not names(c["platforms"]):
         raise ConfigError(f"platforms: name desktop, mobile or both (got {c['platforms']!r})")
-    bad = [t for t in _names(c["tasks"]) if t not in schema.TASKS]
-    if bad or not _names(c["tasks"]):
+    bad = [t for t in names(c["tasks"]) if t not in schema.TASKS]
+    if bad or not names(c["tasks"]):
         raise ConfigError(f"tasks: unknown {bad or c['tasks']!r}; choose from {', '.join(schema.TASKS)}")
     if c["html_dir"] and not os.path.isdir(c["html_dir"]):
         raise ConfigError(f"html_dir {c['html_dir']!r} is not a folder")
@@ -97,7 +85,7 @@ def _plan(c: dict):
         return Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=max_tokens, seed=c["seed"])
 
     return TaskPlan(
-        tasks=tuple(_names(c["tasks"])), rules=TaskRules(max_per_task=c["max_per_task"]),
+        tasks=tuple(names(c["tasks"])), rules=TaskRules(max_per_task=c["max_per_task"]),
         sampling={"webpage_caption": sampling(c["caption_tokens"]), "webpage_qa": sampling(c["qa_tokens"]),
                   "action_grounding": sampling(c["instruction_tokens"]), "embedded_image": sampling(300)},
         min_text_chars=c["min_text_chars"],
@@ -132,7 +120,7 @@ def build(pipeline, resolved: Resolved, ledger):
         from transforms.llm.openai_backend import OpenAIBackend
         vision = OpenAIBackend(c["vision_base_url"], c["vision_model"], batch_size=c["batch_size"])
     return pipeline | "MultiUI" >> BuildMultiUI(
-        srcs, tuple(_names(c["platforms"])), settings, plan, ledger, backend=backend, vision_backend=vision,
+        srcs, tuple(names(c["platforms"])), settings, plan, ledger, backend=backend, vision_backend=vision,
         cache_location=c["cache"] or None, html_folder=html[0] if html else None)
 
 

@@ -1,12 +1,11 @@
 """rmaxts: RMaxTS proof search traces with a Lean REPL verifier (DeepSeek-Prover-V1.5; PAPERS.md section 4)."""
 from __future__ import annotations
 
-import glob
 import hashlib
 import os
 import shlex
 
-from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
+from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files
 from pipelines.dataset import Dataset
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import rmaxts as schema
@@ -16,18 +15,8 @@ SAMPLE_PROBLEMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samp
 LEAN_PROJECT_ENV = "SHARDSMITH_LEAN_PROJECT"
 
 
-def _files(text: str | None, what: str) -> list[str]:
-    files = []
-    for pattern in [t.strip() for t in (text or "").split(",") if t.strip()]:
-        found = sorted(glob.glob(os.path.expanduser(pattern)))
-        if not found:
-            raise ConfigError(f"{what}: no file matches {pattern!r}")
-        files += [os.path.abspath(f) for f in found]
-    return files
-
-
 def problem_files(c: dict) -> list[str]:
-    return _files(c["problems"], "problems") or [SAMPLE_PROBLEMS]
+    return matching_files(c["problems"], "problems") or [SAMPLE_PROBLEMS]
 
 
 def repl_command(c: dict) -> tuple[list[str], str | None]:
@@ -45,7 +34,7 @@ def repl_command(c: dict) -> tuple[list[str], str | None]:
 
 def _check(c: dict) -> None:
     problem_files(c)
-    _files(c["leandojo"], "leandojo")
+    matching_files(c["leandojo"], "leandojo")
     check_llm(c)
     repl_command(c)
 
@@ -92,12 +81,12 @@ def build(pipeline, resolved: Resolved, ledger):
     settings = SearchSettings(budget=c["budget"], batch=c["batch"], seed=c["seed"],
                               checkpoint_dir=c["checkpoint_dir"])
     search = SearchProblem(make_backend(c), pool, sampling, settings, c["cache"] or None)
-    return pipeline | "Rmaxts" >> BuildRmaxts(problem_files(c), _files(c["leandojo"], "leandojo"), search, ledger)
+    return pipeline | "Rmaxts" >> BuildRmaxts(problem_files(c), matching_files(c["leandojo"], "leandojo"), search, ledger)
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:
     out = {}
-    for path in problem_files(resolved.values) + _files(resolved.values["leandojo"], "leandojo"):
+    for path in problem_files(resolved.values) + matching_files(resolved.values["leandojo"], "leandojo"):
         with open(path, "rb") as fh:
             out[os.path.basename(path)] = f"{path} sha256:{hashlib.file_digest(fh, 'sha256').hexdigest()}"
     return out
