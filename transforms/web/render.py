@@ -532,8 +532,12 @@ class _Worker:
         # layout px -> screenshot px: the page scale (a mobile page without a viewport meta is
         # laid out 980 px wide and zoomed out to the screen) times the device scale factor
         page_scale = float(st["ps"]) or 1.0
-        scale = page_scale * dsf
         layout_w = float(st["w"])
+        if options.get("is_mobile") and layout_w * page_scale > vw + 0.5:
+            # content wider than the phone: the phone shows it zoomed out to the screen width, so
+            # does the screenshot (a viewport-wide image, whatever the page's layout width)
+            page_scale = vw / layout_w
+        scale = page_scale * dsf
         css_h = max(1.0, min(float(st["h"]), max_shot_h / scale))
         shot_f = send("Page.captureScreenshot", {
             "format": "png", "captureBeyondViewport": True,
