@@ -57,6 +57,10 @@ PAGES = {
     "/png": ("image/png", PNG_1PX),
     "/pdf": ("application/pdf", b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n"),
     "/huge": ("text/html", "<title>huge</title>" + "<p>many words here</p>" * 20000),
+    "/wide": ("text/html", "<html><head><meta name=viewport content='width=device-width, initial-scale=1'>"
+                           "<title>Wide</title></head><body style='margin:0'><h1>Price list</h1>"
+                           "<table style='width:1000px' border=1><tr><td>Boot repair</td><td>$40</td></tr></table>"
+                           "<button style='margin-left:900px'>Far right</button></body></html>"),
     "/popup": ("text/html", "<title>Opener</title><p>x<script>window.open('/b.html')</script>"),
     "/to-data": ("text/html", "<title>To data</title><p>x"
                               "<script>location.href = 'data:text/html,<title>pwned</title>'</script>"),
@@ -320,3 +324,12 @@ def test_wedged_thread_is_abandoned_and_replaced(site):
         gate.set()
         row = r.render_page(site + "/b.html", "desktop", 1, follow_links=0)
         assert row["title"] == "Page B"
+
+
+def test_mobile_page_wider_than_the_phone_is_captured_zoomed_out(renderer, site):
+    row = renderer.render_page(site + "/wide", "mobile", seed=3, timeout_ms=10000)
+    width, height = _png_size(row["screenshot"])
+    assert width == row["screenshot_width"] == 390 * 3              # the phone's screen, not the layout
+    button = _find(row, "button", "Far right")
+    assert 0.85 < button["box_norm"][0] < button["box_norm"][2] <= 1.0  # the far-right button, near the right edge
+    _check_tree(row)
