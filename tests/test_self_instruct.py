@@ -49,3 +49,13 @@ def test_response_messages_interleave_demonstrations():
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert messages[3]["content"] == "Convert the temperature to Celsius.\n\n98.6 F"
     assert messages[-1]["content"] == "Add 2 and 3."
+
+
+def test_a_domain_short_of_per_domain_is_counted():
+    from transforms.io.rejected import Skipped
+    from transforms.text.self_specialization import cap_domain_counted
+    rows = [{"kept": True, "reject_reason": None, "order": [0, i]} for i in range(2)]
+    out = cap_domain_counted("math", rows, 5)
+    (short,) = [o for o in out if isinstance(o, Skipped)]
+    assert short.count == 3 and "math: kept 2 of per_domain 5" in short.reason
+    assert not any(isinstance(o, Skipped) for o in cap_domain_counted("math", rows, 2))

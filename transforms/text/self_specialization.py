@@ -12,6 +12,7 @@ import random
 
 from schemas import selfmoe as schema
 from transforms.io.ids import stable_id
+from transforms.io.rejected import Skipped
 from transforms.llm.requests import Completion, Request, Sampling
 from transforms.text.rouge_dedup import RougeDedup
 from transforms.text.self_instruct import (brainstorm_prompt, instruction_problem, normalised_instructions,
@@ -129,4 +130,15 @@ def cap_domain(rows: list[dict], per_domain: int) -> list[dict]:
             else:
                 kept += 1
         out.append(row)
+    return out
+
+
+def cap_domain_counted(domain: str, rows: list[dict], per_domain: int) -> list:
+    """cap_domain, plus a Skipped count when the domain fell short of per_domain, so the manifest
+    says which domains need more brainstorming (raise oversample, or per_domain is out of reach)."""
+    out = cap_domain(rows, per_domain)
+    kept = sum(r["kept"] for r in out)
+    if kept < per_domain:
+        out.append(Skipped(f"{domain}: kept {kept} of per_domain {per_domain} (raise oversample)",
+                           per_domain - kept))
     return out

@@ -77,7 +77,7 @@ class SpecializeDomains(beam.PTransform):
                      | "Generated" >> beam.Flatten()
                      | "RowKey" >> beam.Map(lambda r: (r["domain"], r))
                      | "RowsPerDomain" >> beam.GroupByKey()
-                     | ledger.stage("cap", lambda kv: ss.cap_domain(list(kv[1]), per_domain)))
+                     | ledger.stage("cap", lambda kv: ss.cap_domain_counted(kv[0], list(kv[1]), per_domain)))
         seed_rows = seeds | "SeedRows" >> beam.Map(ss.seed_row)
         return {"examples": (generated, seed_rows)}
 
