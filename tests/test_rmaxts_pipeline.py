@@ -91,9 +91,15 @@ def test_bad_repl_and_model_behaviour_are_recorded_and_the_run_goes_on(tmp_path)
               names[3]: "\n  GARBAGE\n```",                           # the REPL prints non-JSON
               names[4]: "\n  #eval IO.println \"hi\"\n```",           # the sandbox refuses it
               names[5]: "\n  exact fail_me\n```"}                     # Lean reports an error
+    traced = tmp_path / "traced.jsonl"       # LeanDojo's layout, written here (not a real trace)
+    traced.write_text(json.dumps({
+        "url": "u", "commit": "c", "file_path": "Mathlib/X.lean", "full_name": "one_add_one", "start": [1, 1],
+        "end": [2, 2], "traced_tactics": [{"tactic": "norm_num", "annotated_tactic": ["norm_num", []],
+                                           "state_before": "⊢ 1 + 1 = 2", "state_after": "no goals"}]}) + "\n")
     policy = ScriptedPolicy(script)
     try:
         manifest = run(registry.get("rmaxts"), out=str(tmp_path / "out"), max_error_rate=1.0, sets=[
+            f"leandojo={traced}",
             f"problems={_problems(tmp_path, names)}", f"repl_command={STANDIN}", "backend=openai",
             f"base_url={policy.url}", "model=scripted", "budget=2", "batch=1", "check_timeout_s=3",
             "pool_size=1", f"cache={tmp_path / 'cache'}"])
@@ -123,6 +129,8 @@ def test_bad_repl_and_model_behaviour_are_recorded_and_the_run_goes_on(tmp_path)
     nodes = _rows(path, "nodes")
     assert {n["problem_id"] for n in nodes} == {p["id"] for p in problems.values()}
     assert manifest["stages"]["search"]["dead"] == 0
+    dojo = [t for t in _rows(path, "transitions") if t["source"] == "leandojo"]
+    assert [(t["state_before"], t["tactic"], t["state_after"]) for t in dojo] == [("⊢ 1 + 1 = 2", "norm_num", "")]
     problems_ok, _ = validate(path)
     assert problems_ok == []
 
