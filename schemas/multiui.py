@@ -76,7 +76,6 @@ PAGES = TableSchema(
         Field("reject_reason", pa.string(),
               "Why curation dropped it: error_page, parked, too_little_text, adult, gambling, violent, "
               "llm_judge; null when kept.", nullable=True),
-        Field("render_ms", pa.float64(), "Wall time of the capture in milliseconds."),
     ),
 )
 

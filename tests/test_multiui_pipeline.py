@@ -49,6 +49,7 @@ def test_bundled_site_pages_and_rule_tasks(site_run):
     names = sorted(f for f in os.listdir(SITE) if f.endswith(".html"))
     assert sorted(p["source_ref"] for p in pages) == names
     assert all(p["url"] == "http://local-site.invalid/" + p["source_ref"] for p in pages)   # no port in rows
+    assert not any("127.0.0.1" in (n["href"] or "") + (n["src"] or "") for p in pages for n in p["nodes"])
     kept = [p for p in pages if p["kept"]]
     assert len(kept) >= len(names) - 2
     for p in kept:
@@ -96,8 +97,8 @@ def test_rerun_gives_the_same_rows(site_run, tmp_path):
                       "tasks=heading_ocr,element_grounding"])
     ids = {s["id"] for s in _rows(path, "samples") if s["task"] in ("heading_ocr", "element_grounding")}
     assert {s["id"] for s in _rows(os.path.join(str(tmp_path), "multiui"), "samples")} == ids
-    assert {p["id"] for p in _rows(os.path.join(str(tmp_path), "multiui"), "pages")} == \
-        {p["id"] for p in _rows(path, "pages")}
+    by_id = lambda rows: {p["id"]: p for p in rows}   # noqa: E731
+    assert by_id(_rows(os.path.join(str(tmp_path), "multiui"), "pages")) == by_id(_rows(path, "pages"))
     assert again["tables"]["pages"]["rows"] == len(_rows(path, "pages"))
 
 

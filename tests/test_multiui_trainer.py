@@ -59,7 +59,7 @@ def _page(pid, platform, size, color) -> dict:
             "nodes": [{"node_id": 0, "parent": -1, "depth": 0, "role": "RootWebArea", "name": pid, "tag": "html",
                        "box": box, "box_norm": [0.0, 0.0, 1.0, 1.0], "interactive": False,
                        "href": None, "src": None, "alt": None}],
-            "actions": [], "text_chars": 20, "kept": True, "reject_reason": None, "render_ms": 12.5}
+            "actions": [], "text_chars": 20, "kept": True, "reject_reason": None}
 
 
 def _samples() -> list[dict]:

@@ -59,3 +59,24 @@ def test_every_runner_writes_the_same_files(run_dataset, tmp_path, features, set
             {k: (v["inputs"], v["outputs"], v["dead"]) for k, v in ref_manifest["stages"].items()}
     if "features" in sets[0]:
         assert ref_manifest["dead_letters"]["count"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset, sets", [
+    ("concretizer", ["simulated=1", "layers=conv2,conv4"]),
+    ("multiui", ["platforms=desktop", "llm_tasks=false", "max_per_task=2"]),
+], ids=["concretizer", "multiui"])
+def test_heavy_workers_write_the_same_files_on_every_runner(run_dataset, tmp_path, dataset, sets):
+    """A backbone network and a Chromium per worker process: the files still match byte for byte."""
+    if dataset == "concretizer":
+        pytest.importorskip("spconv")
+    elif not os.path.exists("/usr/bin/chromium"):
+        pytest.skip("needs Debian's chromium: apt-get install chromium")
+    results = {}
+    for runner, beam_args in RUNNERS:
+        path, manifest = run_dataset(dataset, *sets, runner=runner, beam_args=beam_args, out=tmp_path / runner)
+        results[runner] = (_digests(path), manifest)
+    reference, ref_manifest = results["local"]
+    for runner, (digests, manifest) in results.items():
+        assert digests == reference, f"{runner} wrote different {dataset} shards than local"
+        assert manifest["tables"] == ref_manifest["tables"]

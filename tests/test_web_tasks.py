@@ -77,7 +77,7 @@ def make_page(page_id="page-1", screenshot=None, actions=None, nodes=None, **ext
                 {"node_id": 4, "target_url": "https://shop.example/about", "target_title": "About Us | Shop"},
                 {"node_id": 6, "target_url": "https://shop.example/apples", "target_title": "Apple varieties"},
                 {"node_id": 99, "target_url": "https://shop.example/x", "target_title": "Gone"}],
-            "text_chars": 200, "kept": True, "reject_reason": None, "render_ms": 12.0}
+            "text_chars": 200, "kept": True, "reject_reason": None}
     page.update(extra)
     return page
 

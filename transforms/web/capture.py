@@ -16,7 +16,7 @@ from typing import Optional
 from transforms.io.ids import stable_id
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.routing import make_route_handler
-from transforms.web.targets import PageTarget
+from transforms.web.targets import LOCAL_BASE, PageTarget
 
 MAX_OPEN_ARCHIVES = 8
 
@@ -126,9 +126,13 @@ class CapturePage:
                 from transforms.web.render import RenderError
                 raise RenderError(f"{'; '.join(why)}; {exc}") from None
             raise
-        if canonical is not None:
+        page.pop("render_ms", None)       # wall time varies run to run; the manifest has stage timings
+        if canonical is not None:        # no port of this worker's server in any row
             page["url"], page["final_url"] = canonical(page["url"]), canonical(page["final_url"])
             page["actions"] = [dict(a, target_url=canonical(a["target_url"])) for a in page["actions"]]
+            page["nodes"] = [dict(n, href=n["href"] and canonical(n["href"]), src=n["src"] and canonical(n["src"]))
+                             for n in page["nodes"]]
+            page["html"] = page["html"].replace(self._site.base_url, LOCAL_BASE)
         if target.source != "url":
             page["url"] = target.url
         row = dict(page, id=page_id(target, platform, s), source=target.source, source_ref=target.source_ref,
