@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 
 from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names
-from pipelines.dataset import Dataset
+from pipelines.dataset import Dataset, input_fingerprint
 from schemas import concretizer as schema
 from transforms.io.shards import TableSpec
 
@@ -76,14 +75,9 @@ def build(pipeline, resolved: Resolved, ledger):
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:
-    out = {}
-    for path in scan_files(resolved.values):
-        with open(path, "rb") as fh:
-            out[f"scan/{os.path.basename(path)}"] = f"{path} sha256:{hashlib.file_digest(fh, 'sha256').hexdigest()}"
-    w = resolved.values["weights"]
-    if not w.startswith("seed:"):
-        with open(w, "rb") as fh:
-            out["weights"] = f"{w} sha256:{hashlib.file_digest(fh, 'sha256').hexdigest()}"
+    out = {f"scan/{os.path.basename(path)}": input_fingerprint(path) for path in scan_files(resolved.values)}
+    if not resolved.values["weights"].startswith("seed:"):
+        out["weights"] = input_fingerprint(resolved.values["weights"])
     return out
 
 

@@ -35,3 +35,26 @@ class Dataset:
     filter_stages: tuple[str, ...] = ()
     # datasets with images: (dataset folder, png path or None, sample_id=, task=) -> the PNG written
     picture: Callable[..., str] | None = None
+
+
+def input_fingerprint(path: str) -> str:
+    """How the manifest names an input: "PATH sha256:HEX" of a file, or of a folder's files (each
+    relative name, then its bytes, in sorted order), read in blocks."""
+    import hashlib
+    import os
+    digest = hashlib.sha256()
+
+    def feed(file: str) -> None:
+        with open(file, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+
+    if os.path.isdir(path):
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            for name in sorted(files):
+                digest.update(os.path.relpath(os.path.join(root, name), path).encode())
+                feed(os.path.join(root, name))
+    else:
+        feed(path)
+    return f"{path} sha256:{digest.hexdigest()}"

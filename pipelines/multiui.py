@@ -1,11 +1,10 @@
 """multiui: rendered web pages and the nine MultiUI task types (PAPERS.md section 1)."""
 from __future__ import annotations
 
-import hashlib
 import os
 
 from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names
-from pipelines.dataset import Dataset
+from pipelines.dataset import Dataset, input_fingerprint
 from pipelines.llm_keys import check_llm, llm_keys, make_backend
 from schemas import multiui as schema
 from transforms.io.shards import TableSpec
@@ -125,20 +124,7 @@ def build(pipeline, resolved: Resolved, ledger):
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:
-    out = {}
-    for kind, path in sources(resolved.values):
-        if os.path.isdir(path):
-            digest = hashlib.sha256()
-            for root, dirs, files in os.walk(path):
-                dirs.sort()
-                for name in sorted(files):
-                    with open(os.path.join(root, name), "rb") as fh:
-                        digest.update(os.path.relpath(os.path.join(root, name), path).encode() + fh.read())
-            out[f"{kind}/{os.path.basename(path)}"] = f"{path} sha256:{digest.hexdigest()}"
-        else:
-            with open(path, "rb") as fh:
-                out[f"{kind}/{os.path.basename(path)}"] = f"{path} sha256:{hashlib.file_digest(fh, 'sha256').hexdigest()}"
-    return out
+    return {f"{kind}/{os.path.basename(path)}": input_fingerprint(path) for kind, path in sources(resolved.values)}
 
 
 def picture(path: str, png: str | None = None, *, sample_id: str | None = None, task: str | None = None) -> str:

@@ -1,12 +1,11 @@
 """rmaxts: RMaxTS proof search traces with a Lean REPL verifier (DeepSeek-Prover-V1.5; PAPERS.md section 4)."""
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 
 from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files
-from pipelines.dataset import Dataset
+from pipelines.dataset import Dataset, input_fingerprint
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import rmaxts as schema
 from transforms.io.shards import TableSpec
@@ -85,11 +84,8 @@ def build(pipeline, resolved: Resolved, ledger):
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:
-    out = {}
-    for path in problem_files(resolved.values) + matching_files(resolved.values["leandojo"], "leandojo"):
-        with open(path, "rb") as fh:
-            out[os.path.basename(path)] = f"{path} sha256:{hashlib.file_digest(fh, 'sha256').hexdigest()}"
-    return out
+    files = problem_files(resolved.values) + matching_files(resolved.values["leandojo"], "leandojo")
+    return {os.path.basename(path): input_fingerprint(path) for path in files}
 
 
 DATASET = Dataset(

@@ -1,12 +1,11 @@
 """selfmoe: self-specialization data per domain (Self-MoE, PAPERS.md section 2)."""
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 
 from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
-from pipelines.dataset import Dataset
+from pipelines.dataset import Dataset, input_fingerprint
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import selfmoe as schema
 from transforms.io.shards import TableSpec
@@ -98,11 +97,7 @@ def build(pipeline, resolved: Resolved, ledger):
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:
-    out = {}
-    for domain, path in seed_files(resolved.values):
-        with open(path, "rb") as fh:
-            out[f"seeds/{domain}"] = f"{path} sha256:{hashlib.sha256(fh.read()).hexdigest()}"
-    return out
+    return {f"seeds/{domain}": input_fingerprint(path) for domain, path in seed_files(resolved.values)}
 
 
 DATASET = Dataset(
