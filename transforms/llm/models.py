@@ -180,3 +180,20 @@ def _convert_gguf(name: str, source: Path, target: Path) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return meta
+
+
+class LocalModel:
+    """What a backend serving a local model folder shares: the model resolved once (lazily, on the
+    worker), and `model_id` = name@revision, the string the response cache keys on, so backends
+    that load the same weights share cached answers. Needs `self.model` and `self._resolved`."""
+
+    @property
+    def resolved(self) -> ResolvedModel:
+        if self._resolved is None:
+            self._resolved = resolve_model(self.model)
+        return self._resolved
+
+    @property
+    def model_id(self) -> str:
+        """name@revision: what the response cache keys on."""
+        return self.resolved.model_id

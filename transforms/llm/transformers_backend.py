@@ -32,7 +32,7 @@ from typing import Iterator, Optional, Sequence
 
 from transforms.io.ids import canonical_json
 from transforms.io.rejected import Rejected
-from transforms.llm.models import DEFAULT_MODEL, ResolvedModel, resolve_model
+from transforms.llm.models import DEFAULT_MODEL, LocalModel, ResolvedModel
 from transforms.llm.backend import BatchedBackend
 from transforms.llm.requests import Completion, Request, Sampling
 
@@ -45,7 +45,7 @@ def _row_seed(sampling: Sampling, request: Request) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16)
 
 
-class TransformersBackend(BatchedBackend):
+class TransformersBackend(LocalModel, BatchedBackend):
     """Batched generation with transformers. `model` is a built-in name, a local HF folder or a
     ResolvedModel; `dtype` defaults to float32 on CPU and bfloat16 on CUDA. `threads` caps torch's
     CPU threads for the whole process (torch.set_num_threads): set it when several worker processes
@@ -75,17 +75,6 @@ class TransformersBackend(BatchedBackend):
 
     def __repr__(self):
         return f"TransformersBackend({self.model!r}, device={self.device!r}, batch_size={self.batch_size})"
-
-    @property
-    def resolved(self) -> ResolvedModel:
-        if self._resolved is None:
-            self._resolved = resolve_model(self.model)
-        return self._resolved
-
-    @property
-    def model_id(self) -> str:
-        """name@revision: what the response cache keys on."""
-        return self.resolved.model_id
 
     @property
     def tokenizer(self):

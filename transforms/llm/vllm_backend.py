@@ -22,7 +22,7 @@ import weakref
 from typing import Iterator, Mapping, Optional, Sequence
 
 from transforms.llm.backend import BatchedBackend
-from transforms.llm.models import DEFAULT_MODEL, ResolvedModel, resolve_model
+from transforms.llm.models import DEFAULT_MODEL, LocalModel, ResolvedModel
 from transforms.llm.openai_backend import OpenAIBackend
 from transforms.llm.requests import Request
 from transforms.llm.vllm_server import VllmServer, find_vllm_python
@@ -72,7 +72,7 @@ class _Servers:
 _SERVERS = _Servers()
 
 
-class VllmBackend(BatchedBackend):
+class VllmBackend(LocalModel, BatchedBackend):
     """Completions from a vLLM server that this backend starts and stops.
 
     `model`: a built-in name or a local HF folder (or a ResolvedModel); `batch_size`: requests per
@@ -117,17 +117,6 @@ class VllmBackend(BatchedBackend):
     def __repr__(self):
         return (f"VllmBackend({self.model!r}, batch_size={self.batch_size}, concurrency={self.concurrency}, "
                 f"server_args={self.server_args!r})")
-
-    @property
-    def resolved(self) -> ResolvedModel:
-        if self._resolved is None:
-            self._resolved = resolve_model(self.model)
-        return self._resolved
-
-    @property
-    def model_id(self) -> str:
-        """name@revision, as TransformersBackend: what the response cache keys on."""
-        return self.resolved.model_id
 
     @property
     def server(self) -> Optional[VllmServer]:
