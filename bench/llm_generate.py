@@ -171,10 +171,17 @@ class _Recorder:
 
 
 class _Holder:
-    """What `Shared` keeps for the step (like transforms.llm.generate._Loaded): `.backend`."""
+    """What `Shared` keeps for the step (like transforms.llm.generate._Loaded): `.backend`, and
+    enter/leave, which count the step's users there (the preloaded model is never closed here)."""
 
     def __init__(self, backend):
         self.backend = backend
+
+    def enter(self) -> "_Holder":
+        return self
+
+    def leave(self) -> None:
+        pass
 
 
 def run_pipeline(backend, prompts: list[str], max_tokens: int, scratch: str) -> dict:

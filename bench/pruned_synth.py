@@ -1,15 +1,17 @@
 """Benchmark of the pruned-synth pipeline against baselines measured in the same run.
 
-    python bench/pruned_synth.py [--rows-scale S] [--repeat R] [--only PARTS] [--stages] [--profile]
+    python bench/pruned_synth.py [--rows-scale S] [--part-mb F] [--repeat R] [--only PARTS] [--stages] [--profile]
 
 1. Beam vs plain numpy + pyarrow: the full `shardsmith run` path (pipelines.run.run, runner
-   "local") against the same computation in one process without Beam: the same plain
-   functions per chunk (transforms.synth.experiment.real_rows / generator / synthetic_rows),
-   the same Arrow tables, written as zstd Parquet with the same number of part files and the
-   same row-group size. An informational second baseline adds what the sink does on top
-   (batches spilled to Arrow IPC sorted by shard, each shard read back, sorted by id and
-   checked for duplicate ids, via the sink's own plain functions spill and write_shard):
-   it splits the gap into the sink's deterministic layout and Beam itself.
+   "local", parts of --part-mb) against the same computation in one process without Beam: the
+   same plain functions per chunk (transforms.synth.experiment.real_rows / generator /
+   synthetic_rows), the same Arrow tables, written as zstd Parquet in part files of the same
+   payload size (so as many files) and the same row-group size. An informational second
+   baseline adds what the sink does on top (each batch spilled sorted by id to Arrow IPC, the
+   parts planned from the spilled volume, each part's id range read back from every spill file,
+   checked for duplicate ids and streamed to Parquet, via the sink's own plain functions spill,
+   plan_parts and write_part): it splits the gap into the sink's deterministic layout and Beam
+   itself.
 2. Multi-process speed-up: runner "multiprocess" with --direct_num_workers=1 and =2. Beside
    it, the machine's own ceiling for this work: the plain numpy + pyarrow baseline in a pool
    of 1 and of 2 processes (experiments split between them, pool start-up not timed). On a
@@ -62,7 +64,8 @@ from pipelines.registry import get  # noqa: E402
 from pipelines.run import run  # noqa: E402
 from schemas import pruned_synth as schema  # noqa: E402
 from transforms.io import layout  # noqa: E402
-from transforms.io.shards import spill, write_shard  # noqa: E402
+from transforms.io.shards import (ROW_GROUP_BYTES, payload_bytes, plan_parts, spill,  # noqa: E402
+                                   write_part)
 from transforms.synth import experiment as ex  # noqa: E402
 from transforms.synth import gaussian_mixture as gm  # noqa: E402
 
@@ -78,10 +81,14 @@ BUSY_WARN_CORES = 0.25
 
 # The workload: 8 experiments (a seed grid) of p = 100, each 1,000 real rows, 1,000 rows the
 # generator is fitted on (not written), 2,000 test rows and M synthetic rows (100,000 x scale).
-# At scale 1: 824,000 rows written (about 330 MB of float32 features) in 13 part files; the
-# local Beam run takes 15-20 s on 2 cores, so start-up is a small part of it.
+# At scale 1: 824,000 rows written (about 378 MB of payload, 459 bytes a row) in 13 part files
+# of at most 30 MB; the local Beam run takes 15-20 s on 2 cores, so start-up is a small part of it.
 SEEDS = 8
 M_BASE = 100_000
+# Parts of 30 MB keep the layout this benchmark has always measured (65,536 rows of p=100 a part,
+# 13 files at scale 1, 25 at scale 2), so two workers have parts enough to share the writing;
+# --part-mb 256 measures the product's default (2 and 3 files).
+PART_MB = 30.0
 
 
 def workload(scale: float) -> list[str]:
@@ -123,28 +130,37 @@ def _chunks(resolved, only: set[int] | None = None):
                     yield ex.ROWS, batch
 
 
-def baseline_plain(resolved, out: str, only: set[int] | None = None) -> dict:
-    """Every chunk generated, rows written in part files of rows_per_shard rows (zstd, the
-    sink's row-group size), the experiments table in one file."""
+def _row_group_rows(spec, rows: int, size: int) -> int:
+    """The sink's row-group size for a part of `rows` rows and `size` payload bytes."""
+    return max(1, min(spec.row_group_rows, int(ROW_GROUP_BYTES * rows // max(size, 1))))
+
+
+def baseline_plain(resolved, out: str, only: set[int] | None = None, part_bytes: int = int(PART_MB * 2**20)) -> dict:
+    """Every chunk generated, rows written in part files of part_bytes of payload each, in the
+    order made (zstd, the sink's row-group size), the experiments table in one file. Rows of one
+    workload are all about the same size, so this gives the sink's part count."""
     specs = pruned_synth.tables(resolved)
     rows_spec, exp_spec = specs["rows"], specs["experiments"]
-    per_file = resolved.values["rows_per_shard"]
     os.makedirs(os.path.join(out, "rows"))
     os.makedirs(os.path.join(out, "experiments"))
-    pending, buffered, files, written = [], 0, 0, 0
+    pending, buffered, buffered_bytes, files, written = [], 0, 0, 0, 0
     splits: dict[str, int] = {}
     exp_rows = []
 
     def flush(final: bool):
-        nonlocal pending, buffered, files, written
-        while buffered >= per_file or (final and buffered):
+        nonlocal pending, buffered, buffered_bytes, files, written
+        while buffered_bytes >= part_bytes or (final and buffered):
             table = pa.concat_tables(pending)
-            part, rest = table.slice(0, per_file), table.slice(per_file)
-            path = os.path.join(out, "rows", layout.part_name(files, rows_spec.num_shards))
-            pq.write_table(part, path, compression="zstd", row_group_size=rows_spec.row_group_rows)
+            take = min(buffered, max(1, -(-part_bytes * buffered // max(buffered_bytes, 1))))  # rows of part_bytes
+            part, rest = table.slice(0, take), table.slice(take)
+            size = payload_bytes(part)
+            path = os.path.join(out, "rows", f"part-{files:05d}.parquet")  # the count is known at the end
+            pq.write_table(part, path, compression="zstd",
+                           row_group_size=_row_group_rows(rows_spec, part.num_rows, size))
             files += 1
             written += part.num_rows
-            pending, buffered = ([rest] if rest.num_rows else []), rest.num_rows
+            pending, buffered, buffered_bytes = ([rest] if rest.num_rows else []), rest.num_rows, \
+                buffered_bytes - size
 
     for kind, payload in _chunks(resolved, only):
         if kind == ex.EXPERIMENT:
@@ -154,34 +170,39 @@ def baseline_plain(resolved, out: str, only: set[int] | None = None) -> dict:
         splits[source] = splits.get(source, 0) + payload.num_rows
         pending.append(payload)
         buffered += payload.num_rows
+        buffered_bytes += payload_bytes(payload)
         flush(False)
     flush(True)
     pq.write_table(schema.EXPERIMENTS.to_arrow(exp_rows),
-                   os.path.join(out, "experiments", layout.part_name(0, exp_spec.num_shards)),
-                   compression="zstd")
+                   os.path.join(out, "experiments", layout.part_name(0, 1)), compression="zstd",
+                   row_group_size=exp_spec.row_group_rows)
     return {"rows": written, "files": files, "experiments": len(exp_rows),
             "splits": dict(sorted(splits.items()))}
 
 
-def baseline_sink(resolved, out: str) -> dict:
+def baseline_sink(resolved, out: str, part_bytes: int = int(PART_MB * 2**20)) -> dict:
     """baseline_plain plus the sink's deterministic layout, by the sink's own plain functions:
-    each batch spilled sorted by shard to an Arrow IPC file (shards.spill, as _KeyByShard does),
-    then per shard its slices read back, sorted by id, checked for duplicate ids and written
-    (shards.write_shard)."""
+    each batch spilled sorted by id to an Arrow IPC file (shards.spill, as the sink's spill step
+    does; the experiment rows as one batch, as its row-dict step does), the parts planned from the
+    spilled volume (shards.plan_parts), then each part's id range read back from every spill file
+    that meets it, checked for duplicate ids and streamed to Parquet (shards.write_part)."""
     specs = pruned_synth.tables(resolved)
-    rows_spec, exp_spec = specs["rows"], specs["experiments"]
-    spill_dir = os.path.join(out, layout.SPILL_DIR, "rows")
-    shards: dict[int, list] = {}
+    spill_dir = os.path.join(out, layout.SPILL_DIR)
+    refs: dict[str, list] = {"rows": [], "experiments": []}
     exp_rows = []
     for kind, payload in _chunks(resolved):
         if kind == ex.EXPERIMENT:
             exp_rows.append(payload)
         elif payload.num_rows:
-            for shard, piece in spill(payload, spill_dir, rows_spec.num_shards):
-                shards.setdefault(shard, []).append(piece)
-    records = [write_shard(out, "rows", rows_spec, shard, parts) for shard, parts in sorted(shards.items())]
-    exp_record = write_shard(out, "experiments", exp_spec, 0, exp_rows)
-    shutil.rmtree(os.path.join(out, layout.SPILL_DIR))
+            refs["rows"].append(spill(payload, os.path.join(spill_dir, "rows")))
+    refs["experiments"].append(spill(schema.EXPERIMENTS.to_arrow(exp_rows), os.path.join(spill_dir, "experiments")))
+    written = {}
+    for table, table_refs in refs.items():
+        folder = layout.table_folder(table, specs)
+        written[table] = [write_part(out, folder, specs[table], part, parts, meeting)
+                          for (_, part, parts), meeting in plan_parts(table, table_refs, part_bytes)]
+    records, (exp_record,) = written["rows"], written["experiments"]
+    shutil.rmtree(spill_dir)
     splits: dict[str, int] = {}
     for r in records:
         for k, v in r["splits"].items():
@@ -191,16 +212,17 @@ def baseline_sink(resolved, out: str) -> dict:
 
 
 def _pool_task(job: tuple) -> dict:
-    sets, out, only = job
-    return baseline_plain(resolve(sets), out, set(only))
+    sets, out, only, part_bytes = job
+    return baseline_plain(resolve(sets), out, set(only), part_bytes)
 
 
-def baseline_pool(sets: list[str], resolved, out: str, processes: int) -> tuple[float, dict]:
+def baseline_pool(sets: list[str], resolved, out: str, processes: int, part_bytes: int) -> tuple[float, dict]:
     """The plain baseline with the experiments split round-robin over a pool of processes.
     Only the work is timed: the pool is started and warmed up first. The processes get the
     environment the multiprocess runner gives its SDK workers (one BLAS thread each)."""
     n = len(resolved.grid)
-    jobs = [(sets, os.path.join(out, f"w{w}"), sorted(range(w, n, processes))) for w in range(processes)]
+    jobs = [(sets, os.path.join(out, f"w{w}"), sorted(range(w, n, processes)), part_bytes)
+            for w in range(processes)]
     # the pool's processes get the BLAS threading the multiprocess runner gives its workers
     same_env = getattr(runners, "_one_blas_thread_per_worker", contextlib.nullcontext)
     with same_env(), multiprocessing.get_context("spawn").Pool(processes) as pool:
@@ -221,9 +243,9 @@ def baseline_pool(sets: list[str], resolved, out: str, processes: int) -> tuple[
 # ---------------------------------------------------------------- Beam runs
 
 
-def beam_run(sets: list[str], out: str, runner: str, beam_args: list[str]) -> dict:
+def beam_run(sets: list[str], out: str, runner: str, beam_args: list[str], part_mb: float) -> dict:
     manifest = run(get(schema.DATASET), out=out, sets=sets, runner=runner, overwrite=True,
-                   beam_args=beam_args)
+                   beam_args=beam_args, part_mb=part_mb, quiet=True)  # no live progress display
     rows = manifest["tables"]["rows"]
     return {"rows": rows["rows"], "files": len(rows["files"]),
             "experiments": manifest["tables"]["experiments"]["rows"],
@@ -321,8 +343,9 @@ def _own_cpu() -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime + _children_cpu()
 
 
-def measure(part: str, sets: list[str], resolved, scratch: str, profile_to: str | None = None,
-            stages: bool = False) -> tuple[float, dict]:
+def measure(part: str, sets: list[str], resolved, scratch: str, part_mb: float = PART_MB,
+            profile_to: str | None = None, stages: bool = False) -> tuple[float, dict]:
+    part_bytes = int(part_mb * 2**20)
     out = tempfile.mkdtemp(prefix=f"{part}-", dir=scratch)
     busy0, own0 = machine_busy(), _own_cpu()
     prof = cProfile.Profile() if profile_to else None
@@ -337,15 +360,15 @@ def measure(part: str, sets: list[str], resolved, scratch: str, profile_to: str 
             if prof:
                 prof.enable()
             if part == "baseline":
-                info = baseline_plain(resolved, out)
+                info = baseline_plain(resolved, out, part_bytes=part_bytes)
             elif part == "baseline_sink":
-                info = baseline_sink(resolved, out)
+                info = baseline_sink(resolved, out, part_bytes)
             elif part == "local":
-                info = beam_run(sets, out, "local", [])
+                info = beam_run(sets, out, "local", [], part_mb)
             elif part in ("mp1", "mp2"):
-                info = beam_run(sets, out, "multiprocess", [f"--direct_num_workers={part[-1]}"])
+                info = beam_run(sets, out, "multiprocess", [f"--direct_num_workers={part[-1]}"], part_mb)
             elif part in ("np1", "np2"):
-                work_s, info = baseline_pool(sets, resolved, out, int(part[-1]))
+                work_s, info = baseline_pool(sets, resolved, out, int(part[-1]), part_bytes)
             else:
                 raise ValueError(part)
     finally:
@@ -382,6 +405,9 @@ def main(argv=None) -> int:
                     help="scale the synthetic rows per experiment (1.0: 824,000 rows in all; the default 2.0 "
                          "is 1.6M rows, where the ~3.5 s fixed cost of a multiprocess run no longer hides "
                          "the workers' scaling)")
+    ap.add_argument("--part-mb", type=float, default=PART_MB,
+                    help=f"target payload per part file in MB, as `shardsmith run --part-mb` (default {PART_MB:g}: "
+                         "the layout this benchmark has always measured; 256 is the product's default)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each measurement; medians are reported")
     ap.add_argument("--only", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     ap.add_argument("--stages", action="store_true",
@@ -394,13 +420,14 @@ def main(argv=None) -> int:
     parts = [p for p in args.only.split(",") if p]
     if set(parts) - set(PARTS) or not parts:
         ap.error(f"--only takes names from {', '.join(PARTS)}")
+    if not args.part_mb > 0:
+        ap.error("--part-mb must be positive")
 
     sets = workload(args.rows_scale)
     resolved = resolve(sets)
     expected_rows = sum(c["n"] + c["m"] + c["n_test"] for c in resolved.grid)
-    shards = pruned_synth.tables(resolved)["rows"].num_shards
     print(f"workload: {len(resolved.grid)} experiments x (p=100; n=1000, n_hat=1000 not written, "
-          f"n_test=2000, m={resolved.grid[0]['m']}) = {expected_rows:,} rows in {shards} part files; "
+          f"n_test=2000, m={resolved.grid[0]['m']}) = {expected_rows:,} rows in parts of {args.part_mb:g} MB; "
           f"{os.cpu_count()} CPUs; repeat={args.repeat}", flush=True)
     blas_env = {k: v for k, v in os.environ.items() if k.startswith(("OPENBLAS", "OMP_", "MKL_"))}
     if blas_env:
@@ -414,13 +441,14 @@ def main(argv=None) -> int:
     try:
         for r in range(args.repeat):
             for part in parts:
-                wall, info = measure(part, sets, resolved, scratch, stages=args.stages)
+                wall, info = measure(part, sets, resolved, scratch, args.part_mb, stages=args.stages)
                 walls[part].append(wall)
                 if info["other_load_cores"] is not None:
                     loads[part].append(info["other_load_cores"])
                 infos[part] = info
                 load = info["other_load_cores"]
                 print(f"  run {r + 1}/{args.repeat} {part:<14} {wall:7.2f} s  {info['rows']:,} rows"
+                      f" in {info['files']} part files"
                       + ("" if load is None else f"  other load {load:.2f} cores"), flush=True)
                 for st in info.get("fused_stages", ()):
                     print(f"      {st['wall_s']:6.2f} s  runner cpu {st['runner_cpu_s']:5.2f}  "
@@ -428,7 +456,7 @@ def main(argv=None) -> int:
         profile_text = None
         if args.profile:
             path = os.path.join(scratch, "local.prof")
-            wall, _ = measure("local", sets, resolved, scratch, profile_to=path)
+            wall, _ = measure("local", sets, resolved, scratch, args.part_mb, profile_to=path)
             buf = io.StringIO()
             st = pstats.Stats(path, stream=buf).strip_dirs()
             st.sort_stats("tottime").print_stats(20)
@@ -446,6 +474,14 @@ def main(argv=None) -> int:
         for other, oinfo in infos.items():
             assert info["splits"] == oinfo["splits"], f"{part} {info['splits']} vs {other} {oinfo['splits']}"
         assert info.get("dead_letters", 0) == 0, f"{part}: {info['dead_letters']} dead letters"
+    # the same layout: the sink's plan gives the same part files to Beam and to the baseline that
+    # calls its functions; the plain baseline's parts of the same payload size, as many give or take
+    # one (it cuts between rows, the sink between id ranges)
+    planned = {p: infos[p]["files"] for p in ("baseline_sink", "local", "mp1", "mp2") if p in infos}
+    assert len(set(planned.values())) <= 1, f"part files differ: {planned}"
+    shards = next(iter(planned.values()), infos.get("baseline", {}).get("files"))
+    if "baseline" in infos and shards is not None:
+        assert abs(infos["baseline"]["files"] - shards) <= 1, f"baseline {infos['baseline']['files']} vs {shards} parts"
 
     med = {p: statistics.median(w) for p, w in walls.items()}
     rate = {p: expected_rows / s for p, s in med.items()}
@@ -474,7 +510,7 @@ def main(argv=None) -> int:
 
     result = {
         "workload": {"sets": sets, "experiments": len(resolved.grid), "rows": expected_rows,
-                     "part_files": shards, "rows_scale": args.rows_scale},
+                     "part_files": shards, "part_mb": args.part_mb, "rows_scale": args.rows_scale},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform(), "blas_env": blas_env},
         "repeat": args.repeat,

@@ -13,6 +13,7 @@ import time
 
 from pipelines import logs
 from pipelines.config import ConfigError
+from schemas import storage
 
 EXIT_USAGE, EXIT_FAILED = 2, 1
 
@@ -24,13 +25,15 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     from pipelines.run import DEFAULT_MAX_ERROR_RATE
+    from transforms.io.shards import PART_BYTES
     from pipelines.runners import RUNNERS
     p = _Parser(prog="shardsmith", description="Produce the data of five ICLR 2025 papers as Parquet shards.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="the datasets, one line each")
     r = sub.add_parser("run", help="run a dataset's pipeline")
     r.add_argument("dataset")
-    r.add_argument("--out", default="out", help="output folder; the dataset goes to OUT/DATASET (default ./out)")
+    r.add_argument("--out", default="out", help="output folder or store URL (s3://BUCKET/PREFIX, gs://...); "
+                   "the dataset goes to OUT/DATASET (default ./out)")
     r.add_argument("--config", help="YAML file of key: value overrides")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one key; a list value like m=[100,1000] runs a grid")
@@ -38,7 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--overwrite", action="store_true", help="replace an existing OUT/DATASET")
     r.add_argument("--max-error-rate", type=float, default=DEFAULT_MAX_ERROR_RATE,
                    help="fail the run if any stage sends a larger share of its results to dead letters")
+    r.add_argument("--part-mb", type=float, default=PART_BYTES / 2**20,
+                   help="target payload per Parquet part file in MB; a table's part count follows its volume")
     r.add_argument("--show-config", action="store_true", help="print the dataset's keys and defaults, then exit")
+    r.add_argument("--quiet", action="store_true", help="no live progress display on stderr (shown on a terminal "
+                   "for the local, multiprocess and portable runners)")
     v = sub.add_parser("validate", help="check shards against their schemas and the manifest")
     v.add_argument("path")
     i = sub.add_parser("inspect", help="schema, counts and a few rows of a dataset")
@@ -69,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"shardsmith: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, storage.StorageError) as exc:
         print(f"shardsmith: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -94,11 +101,12 @@ def _run(args, beam_args) -> int:
     try:
         manifest = run.run(dataset, out=args.out, config_file=args.config, sets=args.set,
                            runner=args.runner, overwrite=args.overwrite,
-                           max_error_rate=args.max_error_rate, beam_args=beam_args)
+                           max_error_rate=args.max_error_rate, beam_args=beam_args, quiet=args.quiet,
+                           part_mb=args.part_mb)
     except run.RunFailed as exc:
         print(f"shardsmith: run failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(summary(manifest, os.path.join(args.out, dataset.name)))
+    print(summary(manifest, storage.join(args.out, dataset.name)))
     return 0
 
 
@@ -111,11 +119,14 @@ def summary(manifest: dict, path: str) -> str:
     dl = manifest["dead_letters"]
     lines.append(f"  {'dead letters':14s} {dl['count']:>10,}" + (
         "  (" + ", ".join(f"{k} {v}" for k, v in dl["by_stage"].items()) + ")" if dl["count"] else ""))
-    lines.append("  stage            inputs    outputs   dead   busy s   wall s")
+    width = max([14] + [len(name) for name in manifest["stages"]])
+    lines.append(f"  {'stage':{width}s}   inputs    outputs   dead   busy s   wall s")
     for name, s in manifest["stages"].items():
-        lines.append(f"  {name:14s} {s['inputs']:>8,} {s['outputs']:>10,} {s['dead']:>6,} {s['busy_s']:>8.2f} {s['span_s']:>8.2f}")
-        if s.get("skipped"):
-            lines.append(" " * 18 + "skipped: " + ", ".join(f"{k} {v}" for k, v in s["skipped"].items()))
+        lines.append(f"  {name:{width}s} {s['inputs']:>8,} {s['outputs']:>10,} {s['dead']:>6,} {s['busy_s']:>8.2f} {s['span_s']:>8.2f}")
+        notes = ["skipped: " + ", ".join(f"{k} {v}" for k, v in s["skipped"].items())] if s.get("skipped") else []
+        notes += [f"retried {s['retries']} transient fault(s)"] if s.get("retries") else []
+        if notes:
+            lines.append(" " * (width + 4) + "; ".join(notes))
     return "\n".join(lines)
 
 

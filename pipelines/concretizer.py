@@ -4,9 +4,10 @@ from __future__ import annotations
 import glob
 import os
 
-from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names
+from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
 from pipelines.dataset import Dataset, input_fingerprint
 from schemas import concretizer as schema
+from schemas import storage
 from transforms.io.shards import TableSpec
 
 SAMPLE_KITTI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples", "kitti", "training")
@@ -34,15 +35,16 @@ def _check(c: dict) -> None:
     bad = [layer for layer in names(c["layers"]) if layer not in schema.LAYERS + ("bev",)]
     if bad or not names(c["layers"]):
         raise ConfigError(f"layers: unknown {bad or c['layers']!r}; choose from conv1, conv2, conv3, conv4, bev")
-    if not c["weights"].startswith("seed:") and not os.path.isfile(c["weights"]):
-        raise ConfigError(f"weights {c['weights']!r}: give seed:<n> or the path of an OpenPCDet checkpoint")
+    if not c["weights"].startswith("seed:") and not stored(c["weights"], "weights", storage.is_file):
+        raise ConfigError(f"weights {c['weights']!r}: give seed:<n> or the path (or store URL) of an "
+                          f"OpenPCDet checkpoint")
     if not jobs(c):
         raise ConfigError("no frames: give scans=GLOB, or simulated=N, or leave bundled=true")
 
 
 CONFIG = ConfigSpec(check=_check, keys=(
-    Key("scans", str, None, "scan files: comma-separated paths or globs (KITTI .bin with calib/ and label_2/ "
-        "beside velodyne/, Waymo or nuScenes .bin, .pcd, .ply)", optional=True, gridable=False),
+    Key("scans", str, None, "scan files: comma-separated paths, globs or s3:// / gs:// URLs (KITTI .bin with "
+        "calib/ and label_2/ beside velodyne/, Waymo or nuScenes .bin, .pcd, .ply)", optional=True, gridable=False),
     Key("layout", str, None, "point layout of the scans: kitti (N x 4), waymo (N x 6), nuscenes (N x 5), pcd, ply "
         "(default: the preset's)", optional=True),
     Key("bundled", bool, True, "without scans: use the bundled real KITTI frame"),
@@ -57,10 +59,10 @@ CONFIG = ConfigSpec(check=_check, keys=(
 
 
 def tables(resolved: Resolved) -> dict[str, TableSpec]:
-    return {"frames": TableSpec(schema.FRAMES, 2, row_group_rows=16),
-            "voxels": TableSpec(schema.VOXELS, 2, row_group_rows=16),
-            "features": TableSpec(schema.FEATURES, 4, row_group_rows=16),
-            "occupancy": TableSpec(schema.OCCUPANCY, 2, row_group_rows=32)}
+    return {"frames": TableSpec(schema.FRAMES, row_group_rows=16),
+            "voxels": TableSpec(schema.VOXELS, row_group_rows=16),
+            "features": TableSpec(schema.FEATURES, row_group_rows=16),
+            "occupancy": TableSpec(schema.OCCUPANCY, row_group_rows=32)}
 
 
 def build(pipeline, resolved: Resolved, ledger):

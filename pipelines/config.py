@@ -12,7 +12,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import pyarrow as pa
 import yaml
+
+from schemas import storage
 
 
 class ConfigError(ValueError):
@@ -43,7 +46,7 @@ class Key:
             raise ConfigError(f"key {self.name!r} must be one of {list(self.choices)}, got {value!r}")
         if self.low is not None and value < self.low or self.high is not None and value > self.high:
             raise ConfigError(f"key {self.name!r} must be in [{_fmt(self.low)}, {_fmt(self.high)}], got {value!r}")
-        if self.is_path and not os.path.exists(value):
+        if self.is_path and not stored(value, self.name, storage.exists):
             raise ConfigError(f"key {self.name!r}: file {value!r} not found")
         return value
 
@@ -169,14 +172,27 @@ def names(text: str | None) -> list[str]:
     return [t.strip() for t in (text or "").split(",") if t.strip()]
 
 
+def stored(location: str, key: str, ask: Callable[[str], Any]) -> Any:
+    """`ask(location)`, with a store that cannot answer (unknown scheme, unreachable, missing bucket,
+    refused credentials) turned into a one-line ConfigError naming the key, before any pipeline starts."""
+    try:
+        return ask(location)
+    except storage.StorageError as exc:
+        raise ConfigError(f"key {key!r}: {exc}") from None
+    except (OSError, pa.ArrowException) as exc:
+        raise ConfigError(f"key {key!r}: {storage.store_error(location, exc)}") from None
+
+
 def matching_files(text: str | None, key: str) -> list[str]:
-    """The absolute paths a value of comma-separated paths or glob patterns names, in order; a
-    pattern that matches nothing is a ConfigError naming the key."""
-    import glob
+    """The files a value of comma-separated paths or glob patterns names, in order: local ones as
+    absolute paths, store ones as s3:// or gs:// URLs. A pattern that matches nothing is a
+    ConfigError naming the key; in a store, a missing or unreadable bucket says so instead."""
     files = []
     for pattern in names(text):
-        found = sorted(glob.glob(os.path.expanduser(pattern)))
+        found = stored(pattern, key, storage.glob)
         if not found:
-            raise ConfigError(f"{key}: no file matches {pattern!r}")
-        files += [os.path.abspath(f) for f in found]
+            if storage.is_remote(pattern):  # a listing of a missing bucket is empty too: say which it is
+                stored(f"{storage.scheme(pattern)}://{storage.bucket(pattern)}", key, storage.check_readable)
+            raise ConfigError(f"key {key!r}: no file matches {pattern!r}")
+        files += found
     return files

@@ -1,12 +1,15 @@
 """What the framework needs to know about one dataset."""
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass
 from typing import Callable
 
 import apache_beam as beam
 
 from pipelines.config import ConfigSpec, Resolved
+from schemas import storage
 from transforms.io.shards import TableSpec
 from transforms.io.stage import Ledger
 
@@ -37,24 +40,37 @@ class Dataset:
     picture: Callable[..., str] | None = None
 
 
-def input_fingerprint(path: str) -> str:
-    """How the manifest names an input: "PATH sha256:HEX" of a file, or of a folder's files (each
-    relative name, then its bytes, in sorted order), read in blocks."""
-    import hashlib
-    import os
+def content_digest(location: str) -> str:
+    """sha256 hex of one file, local or in a store, streamed in blocks (inputs can be large)."""
     digest = hashlib.sha256()
+    _feed(digest, location)
+    return digest.hexdigest()
 
-    def feed(file: str) -> None:
-        with open(file, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
 
-    if os.path.isdir(path):
-        for root, dirs, files in os.walk(path):
-            dirs.sort()
-            for name in sorted(files):
-                digest.update(os.path.relpath(os.path.join(root, name), path).encode())
-                feed(os.path.join(root, name))
+def _feed(digest, location: str) -> None:
+    with storage.open_stream(location) as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+
+
+def input_fingerprint(path: str) -> str:
+    """How the manifest names an input: "PATH sha256:HEX" of a file, or of a folder's (a store
+    prefix's) files: each relative name, then its bytes, in sorted order. Local or in a store alike,
+    so the same bytes give the same fingerprint wherever they lie."""
+    digest = hashlib.sha256()
+    if storage.is_dir(path):
+        for rel in _files_under(path):
+            digest.update(rel.encode())
+            _feed(digest, storage.join(path, rel))
     else:
-        feed(path)
+        _feed(digest, path)
     return f"{path} sha256:{digest.hexdigest()}"
+
+
+def _files_under(path: str) -> list[str]:
+    """Names of the files under a folder or a store prefix, relative, '/'-separated and sorted. A local
+    folder is walked without following symlinked folders (os.walk's default): a link loop stays finite."""
+    if storage.is_remote(path):
+        return [rel for rel, _ in storage.list_files(path)]
+    return sorted(os.path.relpath(os.path.join(root, name), path).replace(os.sep, "/")
+                  for root, _, files in os.walk(path) for name in files)

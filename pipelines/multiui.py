@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import os
 
-from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names
+from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
 from pipelines.dataset import Dataset, input_fingerprint
-from pipelines.llm_keys import check_llm, llm_keys, make_backend
+from pipelines.llm_keys import check_cache, check_llm, llm_keys, make_backend
 from schemas import multiui as schema
+from schemas import storage
+from schemas.manifest import table_locations
 from transforms.io.shards import TableSpec
 
 SAMPLE_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sites", "multiui")
@@ -17,11 +19,11 @@ def warc_files(c: dict) -> list[str]:
 
 
 def sources(c: dict) -> list[tuple[str, str]]:
-    """(kind, absolute path) of every input; the sample site when none is given."""
-    out = [("urls", os.path.abspath(c["urls"]))] if c["urls"] else []
+    """(kind, location) of every input (an absolute path or a store URL); the sample site when none is given."""
+    out = [("urls", storage.normalize(c["urls"]))] if c["urls"] else []
     out += [("warc", f) for f in warc_files(c)]
     if c["html_dir"]:
-        out.append(("local", os.path.abspath(c["html_dir"])))
+        out.append(("local", storage.normalize(c["html_dir"])))
     return out or [("local", SAMPLE_SITE)]
 
 
@@ -32,11 +34,13 @@ def _check(c: dict) -> None:
     bad = [t for t in names(c["tasks"]) if t not in schema.TASKS]
     if bad or not names(c["tasks"]):
         raise ConfigError(f"tasks: unknown {bad or c['tasks']!r}; choose from {', '.join(schema.TASKS)}")
-    if c["html_dir"] and not os.path.isdir(c["html_dir"]):
-        raise ConfigError(f"html_dir {c['html_dir']!r} is not a folder")
+    if c["html_dir"] and not stored(c["html_dir"], "html_dir", storage.is_dir):
+        raise ConfigError(f"html_dir {c['html_dir']!r} is not a folder (or a store prefix with files under it)")
     warc_files(c)
     if c["backend"] == "openai" and not c["base_url"] and (c["llm_tasks"] or c["llm_judge"]):
         check_llm(c)
+    if c["llm_tasks"] or c["llm_judge"]:
+        check_cache(c)
     if c["vision_base_url"] and not c["vision_model"]:
         raise ConfigError("vision_base_url needs vision_model (the model name the server serves)")
     if not os.path.exists(c["chromium"]):
@@ -44,12 +48,12 @@ def _check(c: dict) -> None:
 
 
 CONFIG = ConfigSpec(check=_check, keys=(
-    Key("urls", str, None, "a file of URLs to render, one per line (# comments)", optional=True, is_path=True,
-        gridable=False),
-    Key("warc", str, None, "WARC / WARC.gz files (comma-separated paths or globs), replayed with no live network",
-        optional=True, gridable=False),
-    Key("html_dir", str, None, "a folder of HTML pages, served from a loopback server the pipeline starts "
-        "(default when no input is given: the bundled sample site)", optional=True, gridable=False),
+    Key("urls", str, None, "a file of URLs to render, one per line (# comments); a path or an s3:// / gs:// URL",
+        optional=True, is_path=True, gridable=False),
+    Key("warc", str, None, "WARC / WARC.gz files (comma-separated paths, globs or s3:// / gs:// URLs), replayed "
+        "with no live network", optional=True, gridable=False),
+    Key("html_dir", str, None, "a folder (or s3:// / gs:// prefix) of HTML pages, served from a loopback server "
+        "on each worker (default when no input is given: the bundled sample site)", optional=True, gridable=False),
     Key("platforms", str, "desktop,mobile", "desktop (Windows 10, H/W 0.5-1.5) and/or mobile (iPhone 12 Pro)"),
     Key("seed", int, 0, "seed of viewports, link choice, templates and distractors", low=0),
     Key("timeout_s", float, 15.0, "per-page time budget (each navigation)", low=0.5),
@@ -93,8 +97,8 @@ def _plan(c: dict):
 
 def tables(resolved: Resolved) -> dict[str, TableSpec]:
     # pages hold screenshots and HTML (about 1 MB each): a few hundred per shard
-    return {"pages": TableSpec(schema.PAGES, 4, row_group_rows=16),
-            "samples": TableSpec(schema.SAMPLES, 4, row_group_rows=1024)}
+    return {"pages": TableSpec(schema.PAGES, row_group_rows=16),
+            "samples": TableSpec(schema.SAMPLES, row_group_rows=1024)}
 
 
 def build(pipeline, resolved: Resolved, ledger):
@@ -124,14 +128,20 @@ def build(pipeline, resolved: Resolved, ledger):
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:
-    return {f"{kind}/{os.path.basename(path)}": input_fingerprint(path) for kind, path in sources(resolved.values)}
+    return {f"{kind}/{storage.basename(path)}": input_fingerprint(path) for kind, path in sources(resolved.values)}
 
 
 def picture(path: str, png: str | None = None, *, sample_id: str | None = None, task: str | None = None) -> str:
     """Write one sample as a PNG: its image with the target box, the question and answer beneath."""
     import pyarrow.dataset as ds
     from transforms.web.tasks.draw import render_sample_card
-    samples = ds.dataset(os.path.join(path, "samples"), format="parquet")
+    fs, _ = storage.filesystem(path)
+
+    def table(name):  # only the files the manifest lists (a store URL works too)
+        return ds.dataset([storage.filesystem(f)[1] for f in table_locations(path, name)], filesystem=fs,
+                          format="parquet")
+
+    samples = table("samples")
     if sample_id:
         chosen = samples.to_table(filter=ds.field("id") == sample_id).to_pylist()
     else:
@@ -144,7 +154,7 @@ def picture(path: str, png: str | None = None, *, sample_id: str | None = None, 
     sample = chosen[0]
     image = sample["image"]
     if image is None:
-        pages = ds.dataset(os.path.join(path, "pages"), format="parquet")
+        pages = table("pages")
         found = pages.to_table(filter=ds.field("id") == sample["page_id"], columns=["screenshot"]).to_pylist()
         if not found or found[0]["screenshot"] is None:
             raise ConfigError(f"sample {sample['id']}: its page {sample['page_id']} has no screenshot in {path}")

@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import functools
-import hashlib
-import math
-import os
 
 from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
-from pipelines.dataset import Dataset
+from pipelines.dataset import Dataset, content_digest
 from schemas import pruned_synth as schema
+from schemas import storage
 from transforms.io.shards import TableSpec
 from transforms.synth.experiment import experiment_id
 from transforms.synth.features import FeaturesError, features_shape
@@ -19,8 +17,9 @@ UNIT = (0.0, 1.0)
 
 def _features_shape(path: str):
     """The file's shape, read once per run: the config check runs for every grid point."""
-    stat = os.stat(path)
-    return _shape_of(path, stat.st_size, stat.st_mtime_ns)
+    fs, inner = storage.filesystem(path)
+    info = fs.get_file_info(inner)  # local or in a store: one metadata request
+    return _shape_of(path, info.size, info.mtime_ns)
 
 
 @functools.lru_cache(maxsize=4)
@@ -63,22 +62,16 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("seed", int, 0, "seed of all random streams", low=0),
     Key("verifier", str, "rates", "rates: keep with (phi, rho); learned: ridge classifier on real rows",
         choices=("rates", "learned")),
-    Key("features", str, None, "Parquet (x list, y) or .npz (x, y) of real features and +-1 labels",
+    Key("features", str, None, "Parquet (x list, y) or .npz (x, y) of real features and +-1 labels; a path or "
+        "an s3:// / gs:// URL",
         optional=True, is_path=True, gridable=False),
-    Key("rows_per_shard", int, 65536, "rows per Parquet part file", low=1, gridable=False),
 ))
 
-_PARAM_KEYS = tuple(k.name for k in CONFIG.keys if k.name != "rows_per_shard")
+_PARAM_KEYS = tuple(k.name for k in CONFIG.keys)
 
 
 def _digest(path: str | None) -> str | None:
-    if not path:
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return content_digest(path) if path else None
 
 
 def _experiments(resolved: Resolved) -> list[tuple[str, dict, list]]:
@@ -91,9 +84,7 @@ def _experiments(resolved: Resolved) -> list[tuple[str, dict, list]]:
 
 
 def tables(resolved: Resolved) -> dict[str, TableSpec]:
-    total = sum(c["n"] + c["m"] + c["n_test"] for c in resolved.grid)
-    shards = max(1, math.ceil(total / resolved.values["rows_per_shard"]))
-    return {"rows": TableSpec(schema.ROWS, shards), "experiments": TableSpec(schema.EXPERIMENTS, 1)}
+    return {"rows": TableSpec(schema.ROWS), "experiments": TableSpec(schema.EXPERIMENTS)}
 
 
 def build(pipeline, resolved: Resolved, ledger):

@@ -40,8 +40,10 @@ def _check(c: dict) -> None:
 
 CONFIG = ConfigSpec(check=_check, keys=(
     Key("problems", str, None, "problem files: DeepSeek-style .jsonl or .lean files of `theorem ... := by sorry` "
-        "(comma-separated paths or globs; default: 8 bundled miniF2F problems)", optional=True, gridable=False),
-    Key("leandojo", str, None, "LeanDojo traced theorems (.json / .jsonl) converted to transitions",
+        "(comma-separated paths, globs or s3:// / gs:// URLs; default: 8 bundled miniF2F problems)", optional=True,
+        gridable=False),
+    Key("leandojo", str, None, "LeanDojo traced theorems (.json / .jsonl; paths, globs or store URLs) converted "
+        "to transitions",
         optional=True, gridable=False),
     Key("lean_project", str, None, f"a Lean 4 project with Mathlib and the REPL built (`lake build repl`); "
         f"default ${LEAN_PROJECT_ENV}", optional=True, gridable=False),
@@ -62,8 +64,8 @@ CONFIG = ConfigSpec(check=_check, keys=(
 
 
 def tables(resolved: Resolved) -> dict[str, TableSpec]:
-    return {"problems": TableSpec(schema.PROBLEMS, 1), "attempts": TableSpec(schema.ATTEMPTS, 2),
-            "nodes": TableSpec(schema.NODES, 1), "transitions": TableSpec(schema.TRANSITIONS, 1)}
+    return {"problems": TableSpec(schema.PROBLEMS), "attempts": TableSpec(schema.ATTEMPTS),
+            "nodes": TableSpec(schema.NODES), "transitions": TableSpec(schema.TRANSITIONS)}
 
 
 def build(pipeline, resolved: Resolved, ledger):

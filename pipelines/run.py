@@ -1,29 +1,37 @@
-"""Run one dataset's pipeline: staging, the Beam run, the manifest, the commit."""
+"""Run one dataset's pipeline: a fresh generation folder, the Beam run, the manifest, the commit."""
 from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
-import shutil
 import subprocess
 import time
 
 import apache_beam as beam
-import pyarrow.parquet as pq
 
 import schemas
+from pipelines import progress
 from pipelines.config import ConfigError
 from pipelines.dataset import Dataset
 from pipelines.runners import RUNNERS, pipeline_options
+from schemas import storage
 from transforms.io import layout
-from transforms.io.shards import DEAD_LETTER_SPEC, TableSpec, WriteDataset
+from transforms.io.card import dataset_card
+from transforms.io.shards import PART_BYTES, TableSpec, WriteDataset
 from transforms.io.stage import Ledger
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ERROR_RATE = 0.05
 
 
 class RunFailed(RuntimeError):
-    """The run finished but must not be published (too many dead letters)."""
+    """The run finished but must not be published (too many dead letters); `location` holds it."""
+
+    def __init__(self, message: str, location: str = ""):
+        super().__init__(message)
+        self.location = location
 
 
 def code_version() -> str:
@@ -43,82 +51,113 @@ def code_version() -> str:
 
 def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, sets: list[str] = (),
         runner: str = "local", overwrite: bool = False,
-        max_error_rate: float = DEFAULT_MAX_ERROR_RATE, beam_args: list[str] = ()) -> dict:
-    """Build, run and publish `dataset`; return its manifest."""
+        max_error_rate: float = DEFAULT_MAX_ERROR_RATE, beam_args: list[str] = (),
+        part_mb: float = PART_BYTES / 2**20, quiet: bool = False) -> dict:
+    """Build, run and publish `dataset` under OUT/DATASET (a folder or a store URL); return its manifest."""
     t_start = time.time()
     if not 0.0 <= max_error_rate <= 1.0:
         raise ConfigError(f"--max-error-rate must be in [0, 1], got {max_error_rate}")
+    if not part_mb > 0:
+        raise ConfigError(f"--part-mb must be positive, got {part_mb:g}")
     if runner not in RUNNERS:
         raise ConfigError(f"unknown runner {runner!r}; known: {', '.join(RUNNERS)}")
     resolved = dataset.config.resolve(config_file, list(sets))
-    target = os.path.abspath(os.path.join(out, dataset.name))
-    if os.path.exists(target) and not overwrite:
+    try:
+        target = storage.join(out, dataset.name)
+        storage.check_writable(target)
+        previous = _previous_manifest(target)
+    except storage.StorageError as exc:
+        raise ConfigError(str(exc)) from None
+    if previous is not None and not overwrite:
         raise ConfigError(f"{target} exists: pass --overwrite to replace it")
     inputs = dataset.inputs(resolved)
     specs = dataset.tables(resolved)
-    staging = layout.staging_dir(target)
-    os.makedirs(staging)
+    generation = layout.new_generation()
+    gen_dir = storage.join(target, generation)
+    published = False
     try:
         t_pipe = time.time()
-        with pipeline_options(runner, list(beam_args)) as (options, runner_obj):
+        with pipeline_options(runner, list(beam_args)) as (options, runner_obj), \
+                progress.live(runner, quiet) as progress_address:  # quiet: no live display on stderr
             pipeline = beam.Pipeline(runner=runner_obj, options=options)
-            ledger = Ledger()
+            ledger = Ledger(progress=progress_address)
             tables = dataset.build(pipeline, resolved, ledger)
-            _ = tables | "Write" >> WriteDataset(staging, specs, ledger)
+            _ = tables | "Write" >> WriteDataset(gen_dir, specs, ledger, part_bytes=int(part_mb * 2**20))
             result = pipeline.run()
             result.wait_until_finish()
             if hasattr(result, "client"):  # the DaskRunner opens a client and leaves it open
                 result.client.close()
         pipeline_s = time.time() - t_pipe
-        record_path = os.path.join(staging, layout.RUN_RECORD)
-        if not os.path.exists(record_path):
+        record_path = storage.join(gen_dir, layout.RUN_RECORD)
+        if not storage.exists(record_path):
             raise RuntimeError(f"the {runner} runner finished without running the sink; "
                                f"no shards were written")
-        with open(record_path) as fh:
-            record = json.load(fh)
-        os.remove(record_path)
-        shutil.rmtree(os.path.join(staging, layout.SPILL_DIR), ignore_errors=True)
-        files = record["files"] + _write_missing_parts(staging, specs, record["files"])
-        manifest = _manifest(dataset, resolved, runner, inputs, specs, files, record["stages"])
+        record = storage.read_json(record_path)
+        storage.delete_file(record_path)
+        storage.delete_tree(storage.join(gen_dir, layout.SPILL_DIR))
+        manifest = _manifest(dataset, resolved, runner, inputs, specs, record["files"], record["stages"])
         manifest["wall_time_s"] = {"pipeline": round(pipeline_s, 3)}
         worst = _worst_stage({k: v for k, v in record["stages"].items() if k not in dataset.filter_stages})
         if worst and worst[1] > max_error_rate:
             name, rate, stats = worst
-            failed = layout.failed_dir(target)
-            shutil.rmtree(failed, ignore_errors=True)
             manifest["failed"] = f"dead-letter share {rate:.1%} in stage {name}"
-            layout.write_json(os.path.join(staging, layout.MANIFEST), manifest)
-            os.replace(staging, failed)
+            storage.write_json(storage.join(gen_dir, layout.MANIFEST), manifest)
+            published = True  # kept for the user to read, but no dataset manifest lists it
             raise RunFailed(
                 f"stage {name!r} sent {stats['dead']} of {stats['dead'] + stats['outputs']} results "
                 f"({rate:.1%}) to dead letters, above --max-error-rate {max_error_rate:g}; nothing was "
-                f"published. Read the reasons in {failed}/{layout.DEAD_LETTER_DIR}/ "
-                f"(`shardsmith inspect {failed}`), fix the input, or raise --max-error-rate")
+                f"published. Read the reasons in {gen_dir}/{layout.DEAD_LETTER_DIR}/ "
+                f"(`shardsmith inspect {gen_dir}`), fix the input, or raise --max-error-rate", gen_dir)
+        manifest = _in_generation(manifest, generation)
         manifest["wall_time_s"]["total"] = round(time.time() - t_start, 3)
-        layout.write_json(os.path.join(staging, layout.MANIFEST), manifest)
-        layout.commit(staging, target, overwrite)
+        storage.write_bytes(storage.join(target, layout.CARD), dataset_card(manifest).encode("utf-8"))
+        storage.write_json(storage.join(target, layout.MANIFEST), manifest)  # the commit
+        published = True
+        _remove_replaced(target, previous, generation)
         return manifest
     finally:
-        if os.path.exists(staging):
-            shutil.rmtree(staging, ignore_errors=True)
+        if not published:  # a crash or an interrupt: take the unlisted generation away
+            try:
+                storage.delete_tree(gen_dir)
+            except OSError as exc:
+                log.warning("could not remove the unpublished %s: %s", gen_dir, exc)
 
 
-def _write_missing_parts(staging: str, specs: dict[str, TableSpec], files: list[dict]) -> list[dict]:
-    """Empty part files for shards no row hashed to, so every part-i-of-M exists."""
-    written = {(f["table"], f["shard"]) for f in files}
-    added = []
-    for table, spec in dict(specs, **{layout.DEAD_LETTER_DIR: DEAD_LETTER_SPEC}).items():
-        folder = layout.table_folder(table, specs)
-        for shard in range(spec.num_shards):
-            if (table, shard) in written:
-                continue
-            rel = layout.part_path(folder, shard, spec.num_shards)
-            path = os.path.join(staging, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            pq.write_table(spec.schema.to_arrow([]), path, compression="zstd")
-            added.append({"table": table, "path": rel, "shard": shard, "rows": 0,
-                          "bytes": os.path.getsize(path), "splits": {}})
-    return added
+def _previous_manifest(target: str) -> dict | None:
+    try:
+        return layout.read_manifest(target)
+    except FileNotFoundError:
+        return None
+
+
+def _in_generation(manifest: dict, generation: str) -> dict:
+    """The manifest as the dataset folder sees it: every file path inside the generation folder."""
+    manifest = json.loads(json.dumps(manifest))
+    for entry in list(manifest["tables"].values()) + [manifest["dead_letters"]]:
+        for f in entry["files"]:
+            f["path"] = f"{generation}/{f['path']}"
+    manifest["generation"] = generation
+    return manifest
+
+
+def _remove_replaced(target: str, previous: dict | None, generation: str) -> None:
+    """After the commit: delete the replaced generation and earlier failed ones (never this one).
+    A generation no manifest lists may belong to a run still going, so it is left alone."""
+    old = set()
+    if previous is not None:
+        for entry in list(previous.get("tables", {}).values()) + [previous.get("dead_letters", {})]:
+            for f in entry.get("files", []):
+                gen = layout.generation_of(f["path"])
+                old.add(gen) if gen else storage.delete_file(storage.join(target, f["path"]))
+    for rel, _ in storage.list_files(target):
+        head = rel.split("/", 1)[0]
+        if rel == f"{head}/{layout.MANIFEST}" and head.startswith(layout.GENERATION_PREFIX):
+            old.add(head)  # a failed run's generation, kept until the next successful run
+    for gen in sorted(old - {generation}):
+        try:
+            storage.delete_tree(storage.join(target, gen))
+        except OSError as exc:
+            log.warning("could not remove the replaced %s: %s", storage.join(target, gen), exc)
 
 
 def _manifest(dataset: Dataset, resolved, runner: str, inputs: dict, specs: dict[str, TableSpec],
@@ -149,7 +188,7 @@ def _manifest(dataset: Dataset, resolved, runner: str, inputs: dict, specs: dict
         "runner": runner,
         "config": resolved.values,
         "swept": resolved.swept,
-        "experiments": len(resolved.grid),
+        "experiments": len({json.dumps(point, sort_keys=True) for point in resolved.grid}),  # distinct points
         "inputs": inputs,
         "tables": tables,
         "dead_letters": {
@@ -166,6 +205,8 @@ def _stage_entry(s: dict) -> dict:
              "busy_s": round(s["busy_s"], 3), "span_s": round(s["end"] - s["start"], 3)}
     if s.get("skipped"):
         entry["skipped"] = dict(sorted(s["skipped"].items()))
+    if s.get("retries"):
+        entry["retries"] = s["retries"]
     return entry
 
 

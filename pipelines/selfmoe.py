@@ -1,13 +1,11 @@
 """selfmoe: self-specialization data per domain (Self-MoE, PAPERS.md section 2)."""
 from __future__ import annotations
 
-import math
-import os
-
 from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
 from pipelines.dataset import Dataset, input_fingerprint
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import selfmoe as schema
+from schemas import storage
 from transforms.io.shards import TableSpec
 
 
@@ -17,13 +15,14 @@ def _domains(c: dict) -> list[str]:
 
 
 def seed_files(c: dict) -> list[tuple[str, str]]:
-    """(domain, seed file) per domain: SEEDS_DIR/<domain>.jsonl, or the packaged default."""
+    """(domain, seed file) per domain: SEEDS_DIR/<domain>.jsonl (a folder or a store prefix), or the
+    packaged default."""
     from transforms.text.seeds import default_seed_path
     files = []
     for domain in _domains(c):
         if c["seeds_dir"]:
-            path = os.path.join(c["seeds_dir"], f"{domain}.jsonl")
-            if not os.path.exists(path):
+            path = storage.join(c["seeds_dir"], f"{domain}.jsonl")
+            if not storage.is_file(path):
                 raise ConfigError(f"no seed file for domain {domain!r}: expected {path}")
         else:
             try:
@@ -55,8 +54,8 @@ def _check(c: dict) -> None:
 
 CONFIG = ConfigSpec(check=_check, keys=(
     Key("domains", str, "knowledge,reasoning,math,coding", "comma-separated expert domains", gridable=False),
-    Key("seeds_dir", str, None, "folder of <domain>.jsonl seed files ({instruction, input, output} per line); "
-        "default: the packaged seeds", optional=True, is_path=True, gridable=False),
+    Key("seeds_dir", str, None, "folder (or s3:// / gs:// prefix) of <domain>.jsonl seed files ({instruction, "
+        "input, output} per line); default: the packaged seeds", optional=True, is_path=True, gridable=False),
     Key("per_domain", int, 8, "examples to keep per domain (the paper: about 5,000)", low=1),
     Key("k_shot", int, 4, "seeds shown in each brainstorm prompt", low=1),
     Key("demos", int, 2, "seed demonstrations before each instruction to answer", low=0),
@@ -74,9 +73,7 @@ CONFIG = ConfigSpec(check=_check, keys=(
 
 
 def tables(resolved: Resolved) -> dict[str, TableSpec]:
-    c = resolved.values
-    rows = len(_domains(c)) * c["per_domain"] * (c["oversample"] + 1) + 30 * len(_domains(c))
-    return {"examples": TableSpec(schema.EXAMPLES, max(1, math.ceil(rows / 50_000)))}
+    return {"examples": TableSpec(schema.EXAMPLES)}
 
 
 def build(pipeline, resolved: Resolved, ledger):

@@ -7,6 +7,7 @@ import os
 
 from pipelines.config import ConfigError, ConfigSpec, Key
 from pipelines.dataset import Dataset
+from schemas import storage
 from transforms.io import layout
 
 
@@ -21,7 +22,11 @@ def trainer_config(module) -> ConfigSpec:
 
 
 def train(dataset: Dataset, data: str, out: str | None, sets: list[str]) -> tuple[str, str]:
-    if not os.path.isdir(data):
+    try:
+        storage.check_readable(data)
+    except storage.StorageError as exc:
+        raise ConfigError(f"--data: {exc}") from None
+    if not storage.is_dir(data):
         raise ConfigError(f"--data {data!r} is not a folder (expected OUT/{dataset.name} from `shardsmith run`)")
     manifest = layout.read_manifest(data)
     if manifest.get("dataset") != dataset.name:
@@ -39,7 +44,8 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str]) -> tupl
                           f"(pip install 'shardsmith[train]'): {exc}") from None
     resolved = trainer_config(module).resolve(None, sets)
     values = dataset.train_setup(dict(resolved.values), manifest) if dataset.train_setup else resolved.values
-    out = out or os.path.normpath(data) + "-train"
+    # trainers write checkpoints to a local folder: beside local data, else in the working folder
+    out = out or (f"{dataset.name}-train" if storage.is_remote(data) else os.path.normpath(data) + "-train")
     os.makedirs(out, exist_ok=True)
     from schemas import SchemaError
     from trainers.data import DatasetError

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-import os
+import posixpath
 import re
 
 import pyarrow.parquet as pq
 
 import schemas
-from schemas import SchemaError
+from schemas import SchemaError, storage
 from transforms.io import layout
 
 PART = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
@@ -25,7 +25,11 @@ def _schema_of(entry: dict):
 
 
 def validate(path: str) -> tuple[list[str], list[str]]:
-    """(problems, report lines). Checks every file against its schema and the manifest's counts."""
+    """(problems, report lines). Checks every file against its schema and the manifest's counts.
+
+    Only what the manifest lists is the dataset: an unlisted Parquet file inside a listed folder
+    is a problem; other runs' generation folders (a crashed or concurrent run) are only reported."""
+    storage.check_readable(path)
     manifest = layout.read_manifest(path)
     problems, report, listed = [], [], set()
     if manifest.get("format") != layout.MANIFEST_FORMAT:
@@ -49,13 +53,13 @@ def validate(path: str) -> tuple[list[str], list[str]]:
         if counts != {f"{len(files):05d}"}:
             problems.append(f"{table}: part names do not form part-i-of-{len(files):05d}")
         for f in files:
-            listed.add(os.path.normpath(f["path"]))
-            fp = os.path.join(path, f["path"])
-            if not os.path.exists(fp):
+            listed.add(posixpath.normpath(f["path"]))
+            fp = storage.join(path, f["path"])
+            if not storage.is_file(fp):
                 problems.append(f"{f['path']}: listed in the manifest but missing")
                 continue
             try:
-                pf = pq.ParquetFile(fp)
+                pf = pq.ParquetFile(storage.open_input(fp))
                 schema.check_file_schema(pf.schema_arrow)
             except SchemaError as exc:
                 problems.append(f"{f['path']}: {exc}")
@@ -83,11 +87,18 @@ def validate(path: str) -> tuple[list[str], list[str]]:
         if schema.split_field and expected_splits is not None and splits != expected_splits:
             problems.append(f"{table}: rows per {schema.split_field} {splits}, manifest says {expected_splits}")
         report.append(f"{table:14s} {schema.name} v{schema.version}: {total:,} rows in {len(files)} file(s)")
-    for root, _, names in os.walk(path):
-        for name in names:
-            rel = os.path.normpath(os.path.relpath(os.path.join(root, name), path))
-            if name.endswith(".parquet") and rel not in listed:
-                problems.append(f"{rel}: a Parquet file the manifest does not list")
+    generations = {layout.generation_of(p) for p in listed}
+    others: dict[str, int] = {}
+    for rel, _ in storage.list_files(path):
+        if not rel.endswith(".parquet") or rel in listed:
+            continue
+        gen = layout.generation_of(rel)
+        if gen is not None and gen not in generations:
+            others[gen] = others.get(gen, 0) + 1
+        else:
+            problems.append(f"{rel}: a Parquet file the manifest does not list")
+    for gen, n in sorted(others.items()):
+        report.append(f"(not part of the dataset: {n} Parquet file(s) of another run in {gen}/)")
     return problems, report
 
 
@@ -112,7 +123,8 @@ def inspect(path: str, rows: int = 3) -> str:
         for f in entry.get("files", []):
             if shown >= rows:
                 break
-            table_rows = pq.read_table(os.path.join(path, f["path"])).slice(0, rows - shown).to_pylist()
+            pf = pq.ParquetFile(storage.open_input(storage.join(path, f["path"])))
+            table_rows = next(pf.iter_batches(batch_size=rows - shown)).to_pylist() if pf.metadata.num_rows else []
             for row in table_rows:
                 out.append("  - " + _short(row))
                 shown += 1

@@ -11,6 +11,32 @@ from pipelines import registry, run
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
 
+def _store(tmp_path_factory, make):
+    from tests import stores
+    pytest.importorskip("moto") if make is stores.s3_server else pytest.importorskip("gcp_storage_emulator")
+    store = make(str(tmp_path_factory.mktemp("store-logs"))).start()
+    mp = pytest.MonkeyPatch()
+    for key, value in store.env.items():
+        mp.setenv(key, value)
+    yield store
+    mp.undo()
+    store.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_store(tmp_path_factory):
+    """moto's S3 server on a loopback port, AWS_ENDPOINT_URL and test credentials set; .bucket() makes one."""
+    from tests import stores
+    yield from _store(tmp_path_factory, stores.s3_server)
+
+
+@pytest.fixture(scope="session")
+def gcs_store(tmp_path_factory):
+    """gcp-storage-emulator on a loopback port, STORAGE_EMULATOR_HOST set; .bucket() makes one."""
+    from tests import stores
+    yield from _store(tmp_path_factory, stores.gcs_server)
+
+
 @pytest.fixture
 def run_dataset(tmp_path):
     """run_dataset(name, *sets, runner=..., **kw) -> (dataset folder, manifest)."""
@@ -24,6 +50,63 @@ def run_dataset(tmp_path):
 def read_manifest(path):
     with open(os.path.join(path, "_manifest.json")) as fh:
         return json.load(fh)
+
+
+def table_entry(manifest: dict, table: str) -> dict:
+    """A table's manifest entry; "_dead_letter" names the dead letters."""
+    return manifest["dead_letters"] if table == "_dead_letter" else manifest["tables"][table]
+
+
+def table_files(path, table: str, manifest: dict | None = None) -> list[str]:
+    """Local paths of `table`'s part files, in the order the manifest at `path` lists them."""
+    manifest = manifest or read_manifest(path)
+    return [os.path.join(str(path), f["path"]) for f in table_entry(manifest, table)["files"]]
+
+
+def read_table(path, table: str, columns=None, manifest: dict | None = None):
+    """`table` of the dataset (or failed generation) at `path`: the files its manifest lists, concatenated."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    files = table_files(path, table, manifest)
+    return pa.concat_tables([pq.read_table(f, columns=columns) for f in files]) if files else pa.table({})
+
+
+def read_rows(path, table: str, manifest: dict | None = None) -> list[dict]:
+    return read_table(path, table, manifest=manifest).to_pylist()
+
+
+def without_generation(entry):
+    """A copy of a manifest entry (its tables, its dead letters) with every file path relative to the
+    generation folder: two runs of the same data differ only in that folder's name."""
+    from transforms.io import layout
+    if isinstance(entry, dict):
+        return {k: v.split("/", 1)[1] if k == "path" and layout.generation_of(v) else without_generation(v)
+                for k, v in entry.items()}
+    if isinstance(entry, list):
+        return [without_generation(v) for v in entry]
+    return entry
+
+
+def parquet_digests(path, other_runs: bool = False) -> dict[str, str]:
+    """{path inside the generation folder: sha256} of every Parquet file the manifest lists; asserts
+    that no other Parquet file lies in the dataset folder (generations differ between runs, the
+    files inside them must not). other_runs: allow files in other `run-*` folders (a killed run's
+    generation, which no manifest lists)."""
+    import glob
+    import hashlib
+    from transforms.io import layout
+    path = str(path)
+    manifest = read_manifest(path)
+    generation = manifest.get("generation")
+    listed = [f["path"] for t in list(manifest["tables"]) + ["_dead_letter"]
+              for f in table_entry(manifest, t)["files"]]
+    on_disk = sorted(rel for rel in (os.path.relpath(f, path) for f in glob.glob(
+        os.path.join(path, "**", "*.parquet"), recursive=True))
+        if not (other_runs and layout.generation_of(rel) not in (None, generation)))
+    assert on_disk == sorted(listed), "Parquet files the manifest does not list, or missing ones"
+    assert generation and all(layout.generation_of(p) == generation for p in listed)
+    return {p.split("/", 1)[1]: hashlib.sha256(open(os.path.join(path, p), "rb").read()).hexdigest()
+            for p in listed}
 
 
 @pytest.fixture(scope="session")

@@ -4,16 +4,21 @@ import os
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines.cli import main
+from tests.conftest import table_files
+from transforms.io.shards import num_parts, payload_bytes
+
+PART_MB = "0.08"  # 450 rows of p=100, about 206 KB of payload: three parts
 
 
 @pytest.fixture
 def small_dataset(tmp_path):
     out = tmp_path / "out"
     assert main(["run", "pruned-synth", "--out", str(out), "--set", "m=300", "--set", "n=50",
-                 "--set", "n_hat=50", "--set", "n_test=100"]) == 0
+                 "--set", "n_hat=50", "--set", "n_test=100", "--part-mb", PART_MB]) == 0
     return out / "pruned-synth"
 
 
@@ -35,6 +40,8 @@ def _one_line_error(capsys, argv, code=2):
     (["run", "pruned-synth", "--set", "features=/no/such.parquet"], "file '/no/such.parquet' not found"),
     (["run", "pruned-synth", "--runner", "spark"], "unknown runner 'spark'"),
     (["run", "pruned-synth", "--max-error-rate", "2"], "--max-error-rate must be in [0, 1], got 2.0"),
+    (["run", "pruned-synth", "--part-mb", "0"], "--part-mb must be positive, got 0"),
+    (["run", "pruned-synth", "--set", "rows_per_shard=10"], "unknown key 'rows_per_shard'"),
     (["run"], "the following arguments are required: dataset"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["train", "no-such-dataset", "--data", "."], "unknown dataset 'no-such-dataset'"),
@@ -67,6 +74,9 @@ def test_list_run_validate_inspect_train(capsys, small_dataset, tmp_path):
     assert capsys.readouterr().out.startswith("pruned-synth")
     assert main(["validate", str(small_dataset)]) == 0
     assert "valid" in capsys.readouterr().out
+    files = table_files(small_dataset, "rows")  # --part-mb sets the part count from the volume
+    assert len(files) == num_parts(sum(payload_bytes(pq.read_table(f)) for f in files),
+                                   int(float(PART_MB) * 2**20)) == 3
     assert main(["inspect", str(small_dataset), "--rows", "2"]) == 0
     shown = capsys.readouterr().out
     assert "[rows] pruned-synth/rows v1: 450 rows (real 50, synthetic 300, test 100)" in shown

@@ -6,7 +6,6 @@ import os
 import shutil
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("spconv")
@@ -16,6 +15,7 @@ from pipelines import registry  # noqa: E402
 from pipelines.config import ConfigError  # noqa: E402
 from pipelines.run import run  # noqa: E402
 from pipelines.validate import validate  # noqa: E402
+from tests.conftest import read_rows  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KITTI = os.path.join(HERE, "..", "pipelines", "samples", "kitti", "training")
@@ -24,7 +24,7 @@ LAYER_SHAPES = {"conv1": ([1, 1, 1], [41, 1600, 1408], 16), "conv2": ([2, 2, 2],
 
 
 def _rows(path, table):
-    return pq.read_table(os.path.join(path, table)).to_pylist()
+    return read_rows(path, table)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def test_bad_scans_are_dead_letters(tmp_path):
                    sets=[f"scans={root}/velodyne/*.bin", "simulated=0"])
     path = str(tmp_path / "out" / "concretizer")
     assert [f["source_ref"] for f in _rows(path, "frames")] == ["velodyne/000001.bin"]
-    dead = {d["excerpt"]: d for d in pq.read_table(os.path.join(path, "_dead_letter")).to_pylist()}
+    dead = {d["excerpt"]: d for d in _rows(path, "_dead_letter")}
     message = {stem: next(d["message"] for e, d in dead.items() if f"{stem}.bin" in e)
                for stem in ("000002", "000003", "000004", "000005", "000006")}
     assert "NaN" in message["000002"] or "finite" in message["000002"]
@@ -118,7 +118,7 @@ def test_bad_scans_are_dead_letters(tmp_path):
     assert manifest["stages"]["frame"]["dead"] == 5
     pcd = run(registry.get("concretizer"), out=str(tmp_path / "pcd"), max_error_rate=1.0,
               sets=[f"scans={tmp_path}/empty.pcd", "layout=pcd", "preset=waymo", "simulated=0"])
-    (letter,) = pq.read_table(str(tmp_path / "pcd" / "concretizer" / "_dead_letter")).to_pylist()
+    (letter,) = _rows(str(tmp_path / "pcd" / "concretizer"), "_dead_letter")
     assert "no points" in letter["message"].lower() and pcd["stages"]["frame"]["dead"] == 1
 
 

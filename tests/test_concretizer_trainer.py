@@ -86,9 +86,12 @@ def _features(occ1: np.ndarray, sites: np.ndarray, proj: np.ndarray, rng) -> np.
     return np.maximum(bits @ proj + 0.05 * rng.standard_normal((len(sites), proj.shape[1])), 0).astype(np.float16)
 
 
+GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
+
+
 def _write(root, table, rows: list[dict]) -> dict:
-    os.makedirs(os.path.join(root, table.table), exist_ok=True)
-    rel = f"{table.table}/part-00000-of-00001.parquet"
+    os.makedirs(os.path.join(root, GENERATION, table.table), exist_ok=True)
+    rel = f"{GENERATION}/{table.table}/part-00000-of-00001.parquet"
     with pq.ParquetWriter(os.path.join(root, rel), table.arrow) as writer:
         for i in range(0, len(rows), 2):                    # two rows per row group
             writer.write_table(table.to_arrow(rows[i:i + 2]))
@@ -122,7 +125,7 @@ def write_concretizer(root, frames: int = FRAMES, truncate_values: bool = False)
               "features": _write(root, schema.FEATURES, feature_rows),
               "occupancy": _write(root, schema.OCCUPANCY, occ_rows)}
     manifest = {"format": "shardsmith.manifest/1", "dataset": "concretizer", "tables": tables,
-                "dead_letters": {"count": 0, "files": []}, "config": {}}
+                "dead_letters": {"count": 0, "files": []}, "config": {}, "generation": GENERATION}
     with open(os.path.join(root, "_manifest.json"), "w") as fh:
         json.dump(manifest, fh)
 

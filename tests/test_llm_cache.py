@@ -1,4 +1,5 @@
-"""The response cache: local folders and fsspec URLs, atomic writes, garbage entries as misses."""
+"""The response cache: local folders and store URLs (a real S3 server on loopback), atomic writes,
+garbage entries as misses."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
+from schemas import storage
 from transforms.llm.cache import ResponseCache
 
 KEY = "ab" * 32
@@ -26,13 +28,37 @@ def test_local_put_get_contains(tmp_path):
     assert ResponseCache(f"file://{tmp_path}/c").get(KEY) == VALUE
 
 
-def test_memory_fsspec_location():
-    location = f"memory://llm-cache-{uuid.uuid4().hex}"
+def test_a_cache_in_s3_puts_gets_and_misses_on_garbage(s3_store):
+    location = s3_store.bucket() + "/responses"
     cache = ResponseCache(location)
-    assert cache.get(KEY) is None
+    assert cache.get(KEY) is None and not cache.contains(KEY)
     cache.put(KEY, VALUE)
+    assert cache.path(KEY) == f"{location}/ab/ab/{KEY}.json"
+    assert storage.read_json(cache.path(KEY)) == {"v": 1, "key": KEY, "value": VALUE}  # in the store, as JSON
     assert cache.get(KEY) == VALUE and cache.contains(KEY)
-    assert pickle.loads(pickle.dumps(cache)).get(KEY) == VALUE  # reopened by location
+    assert pickle.loads(pickle.dumps(cache)).get(KEY) == VALUE  # reopened by location, as on a worker
+    other = "cd" * 32
+    storage.write_bytes(cache.path(other), b"{\"v\": 1, \"key\": \"cd")  # a torn entry
+    assert cache.get(other) is None
+    cache.put(other, VALUE)
+    assert cache.get(other) == VALUE
+    assert [rel for rel, _ in storage.list_files(location)] == [f"ab/ab/{KEY}.json", f"cd/cd/{other}.json"]
+
+
+def test_a_cache_in_a_store_that_fails_raises_rather_than_missing(s3_store, monkeypatch):
+    """A miss means "generate again"; a store that does not answer must not be read as one."""
+    from tests.stores import free_port
+    cache = ResponseCache(s3_store.bucket() + "/responses")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("SHARDSMITH_STORE_CONNECT_TIMEOUT", "1")
+    with pytest.raises(OSError) as caught:
+        cache.get(KEY)
+    assert not isinstance(caught.value, FileNotFoundError)
+
+
+def test_an_unknown_scheme_fails_at_once():
+    with pytest.raises(storage.StorageError, match="unknown scheme memory://"):
+        ResponseCache(f"memory://llm-cache-{uuid.uuid4().hex}")
 
 
 @pytest.mark.parametrize("garbage", [b"", b"{\"v\": 1, \"key\": \"ab", b"\xff\xfe\x00", b"[1, 2]",

@@ -3,7 +3,6 @@ and generation through the response cache."""
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
 
@@ -167,9 +166,9 @@ def test_bad_requests_are_rejected_alone(backend, monkeypatch):
 
 # -- through the response cache ----------------------------------------------------------------------
 
-def test_second_call_is_served_from_the_cache(backend, batched, model_calls):
+def test_second_call_is_served_from_the_cache(backend, batched, model_calls, tmp_path):
     requests, results = batched
-    cache = ResponseCache(f"memory://llm-{uuid.uuid4().hex}")
+    cache = ResponseCache(tmp_path / "cache")
     first = generate_with_cache(backend, cache, requests)
     assert [_answer(c) for c in first] == [_answer(c) for c in results] and not any(c.cached for c in first)
     assert len(model_calls) == len(requests)

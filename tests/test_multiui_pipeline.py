@@ -7,14 +7,14 @@ import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import pyarrow.parquet as pq
 import pytest
 
 from pipelines import registry
 from pipelines.config import ConfigError
-from pipelines.run import run
+from pipelines.run import RunFailed, run
 from pipelines.validate import validate
 from schemas import multiui as schema
+from tests.conftest import read_rows
 
 pytest.importorskip("playwright")
 if not os.path.exists("/usr/bin/chromium"):
@@ -27,12 +27,12 @@ RULE_TASKS = ["heading_ocr", "element_ocr", "element_grounding", "action_predict
 
 
 def _rows(path, table):
-    return pq.read_table(os.path.join(path, table)).to_pylist()
+    return read_rows(path, table)
 
 
 def _dead(path):
-    folder = os.path.join(path, "_dead_letter")
-    return pq.read_table(folder).to_pylist() if os.path.isdir(folder) and os.listdir(folder) else []
+    """Dead letters of a dataset, or of a failed run's generation folder."""
+    return read_rows(path, "_dead_letter")
 
 
 @pytest.fixture(scope="module")
@@ -234,11 +234,13 @@ def test_bad_pages_and_archives_are_dead_letters_and_the_run_goes_on(bad_server,
 def test_the_crawler_refuses_loopback_unless_allowed(bad_server, tmp_path):
     urls = tmp_path / "urls.txt"
     urls.write_text(bad_server.url + "/good\n")
-    with pytest.raises(Exception, match="dead letters"):
+    with pytest.raises(RunFailed, match="dead letters") as err:
         run(registry.get("multiui"), out=str(tmp_path / "out"), sets=[
             f"urls={urls}", "platforms=desktop", "llm_tasks=false", "timeout_s=4"])
     assert bad_server.hits == {}                      # refused before any request left the browser
-    failed = str(tmp_path / "out" / "multiui.failed")
+    failed = err.value.location
+    assert os.path.dirname(failed) == str(tmp_path / "out" / "multiui")
+    assert not os.path.exists(tmp_path / "out" / "multiui" / "_manifest.json")   # nothing published
     (letter,) = _dead(failed)
     assert letter["stage"] == "render" and "loopback" in letter["message"]
 

@@ -78,11 +78,14 @@ def _samples() -> list[dict]:
     return rows
 
 
+GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
+
+
 def _write(root, table: schema.TableSchema, parts: list[list[list[dict]]]) -> dict:
-    os.makedirs(os.path.join(root, table.table), exist_ok=True)
+    os.makedirs(os.path.join(root, GENERATION, table.table), exist_ok=True)
     files, rows = [], []
     for k, groups in enumerate(parts):
-        rel = f"{table.table}/part-{k:05d}-of-{len(parts):05d}.parquet"
+        rel = f"{GENERATION}/{table.table}/part-{k:05d}-of-{len(parts):05d}.parquet"
         with pq.ParquetWriter(os.path.join(root, rel), table.arrow) as writer:
             for g in groups:
                 writer.write_table(table.to_arrow(g))
@@ -100,7 +103,7 @@ def write_multiui(root) -> list[dict]:
               "samples": _write(root, schema.SAMPLES, [[samples[0:4], samples[4:8], samples[8:12]],
                                                        [samples[12:16], samples[16:20]]])}
     manifest = {"format": "shardsmith.manifest/1", "dataset": "multiui", "tables": tables,
-                "dead_letters": {"count": 0, "files": []}, "config": {}}
+                "dead_letters": {"count": 0, "files": []}, "config": {}, "generation": GENERATION}
     with open(os.path.join(root, "_manifest.json"), "w") as fh:
         json.dump(manifest, fh)
     return samples

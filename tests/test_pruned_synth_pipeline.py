@@ -1,7 +1,5 @@
 """pruned-synth end to end: run -> validate -> train, dead letters, overwrite, stable ids."""
-import glob
 import hashlib
-import json
 import os
 
 import numpy as np
@@ -12,29 +10,35 @@ import pytest
 from pipelines import registry, run
 from pipelines.config import ConfigError
 from pipelines.validate import validate
+from tests.conftest import parquet_digests, read_manifest, read_rows, read_table, table_files
 from trainers import pruned_synth as trainer
 from trainers import rmt
+from transforms.io.shards import num_parts, payload_bytes
 
-SMALL = ["p=40", "n=100", "n_hat=60", "m=1500", "n_test=600", "rows_per_shard=500"]
-
-
-def shard_digests(path):
-    return {os.path.relpath(f, path): hashlib.sha256(open(f, "rb").read()).hexdigest()
-            for f in sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))}
+SMALL = ["p=40", "n=100", "n_hat=60", "m=1500", "n_test=600"]
+PART_MB = 0.105  # 2,200 rows of p=40 are about 479 KB of payload: five parts of at most 110 KB
 
 
 def test_run_validate_train(run_dataset, tmp_path):
-    path, manifest = run_dataset("pruned-synth", *SMALL, "epsilon=[0.1,0.5]")
+    path, manifest = run_dataset("pruned-synth", *SMALL, "epsilon=[0.1,0.5]", part_mb=PART_MB)
     rows = manifest["tables"]["rows"]
     assert rows["rows"] == 2 * (100 + 1500 + 600)
     assert rows["splits"] == {"real": 200, "synthetic": 3000, "test": 1200}
-    assert len(rows["files"]) == 9  # ceil(4400 / 500) shards
+    # the part count follows the volume: about 957 KB of payload at 110 KB a part
+    payload = sum(payload_bytes(pq.read_table(f)) for f in table_files(path, "rows", manifest))
+    assert len(rows["files"]) == num_parts(payload, int(PART_MB * 2**20)) == 9
     assert manifest["tables"]["experiments"]["rows"] == 2
+    assert len(manifest["tables"]["experiments"]["files"]) == 1
     assert manifest["dead_letters"]["count"] == 0
-    assert set(manifest["stages"]) == {"real_rows", "generator", "synthetic_rows"}
+    assert set(manifest["stages"]) == {"unique_experiments", "real_rows", "generator", "synthetic_rows"}
+    assert "skipped" not in manifest["stages"]["unique_experiments"]      # no experiment repeated
     assert manifest["swept"] == ["epsilon"] and manifest["experiments"] == 2
     assert manifest["config"]["epsilon"] == [0.1, 0.5]
-    assert not glob.glob(os.path.join(tmp_path, "out", ".*staging*"))
+    # published: the manifest, the card and one generation, with no spill files or run record left
+    generation = manifest["generation"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["pruned-synth"]
+    assert sorted(os.listdir(path)) == ["README.md", "_manifest.json", generation]
+    assert sorted(os.listdir(os.path.join(path, generation))) == ["_dead_letter", "experiments", "rows"]
     problems, _ = validate(path)
     assert problems == []
 
@@ -48,8 +52,8 @@ def test_run_validate_train(run_dataset, tmp_path):
 
 
 def test_rows_follow_the_model(run_dataset):
-    path, _ = run_dataset("pruned-synth", *SMALL, "epsilon=0.3", "phi=0.9", "rho=0.2")
-    table = pq.read_table(os.path.join(path, "rows"))
+    path, _ = run_dataset("pruned-synth", *SMALL, "epsilon=0.3", "phi=0.9", "rho=0.2", part_mb=PART_MB)
+    table = read_table(path, "rows")
     synth = table.filter(pa.compute.equal(table.column("source"), "synthetic")).to_pylist()
     flipped = np.array([r["y_true"] != r["y_observed"] for r in synth])
     kept = np.array([r["kept"] for r in synth])
@@ -58,31 +62,38 @@ def test_rows_follow_the_model(run_dataset):
     real = [r for r in table.to_pylist() if r["source"] == "real"]
     assert all(r["kept"] and r["y_true"] == r["y_observed"] and len(r["x"]) == 40 for r in real)
     assert all(r["kept"] is None for r in table.to_pylist() if r["source"] == "test")
-    exp = pq.read_table(os.path.join(path, "experiments")).to_pylist()[0]
+    exp = read_rows(path, "experiments")[0]
     assert len(exp["mu_hat"]) == 40 and len(exp["cov_hat"]) == 40 * 40
     assert abs(exp["mu_hat"][0] - 1.0) < 0.5  # estimated from 60 rows of N(mu, I), mu = e_1
 
 
 def test_same_config_same_ids_and_bytes(run_dataset, tmp_path):
-    a, _ = run_dataset("pruned-synth", *SMALL, out=tmp_path / "a")
-    b, _ = run_dataset("pruned-synth", *SMALL, out=tmp_path / "b")
-    assert shard_digests(a) == shard_digests(b)
-    c, _ = run_dataset("pruned-synth", *SMALL, "seed=1", out=tmp_path / "c")
-    ids = lambda p: set(pq.read_table(os.path.join(p, "rows"), columns=["id"]).column("id").to_pylist())
+    a, ma = run_dataset("pruned-synth", *SMALL, out=tmp_path / "a", part_mb=PART_MB)
+    b, mb = run_dataset("pruned-synth", *SMALL, out=tmp_path / "b", part_mb=PART_MB)
+    assert len(ma["tables"]["rows"]["files"]) == 5 and ma["generation"] != mb["generation"]
+    assert parquet_digests(a) == parquet_digests(b)
+    c, _ = run_dataset("pruned-synth", *SMALL, "seed=1", out=tmp_path / "c", part_mb=PART_MB)
+    ids = lambda p: set(read_table(p, "rows", columns=["id"]).column("id").to_pylist())
     assert not ids(a) & ids(c)
 
 
 def test_overwrite_replaces_the_dataset_whole(run_dataset, tmp_path):
-    path, first = run_dataset("pruned-synth", *SMALL)
+    path, first = run_dataset("pruned-synth", *SMALL, part_mb=PART_MB)
+    assert len(first["tables"]["rows"]["files"]) == 5
     with pytest.raises(ConfigError, match="exists: pass --overwrite"):
         run_dataset("pruned-synth", *SMALL)
-    stray = os.path.join(path, "rows", "part-00099-of-00100.parquet")
+    stray = os.path.join(path, first["generation"], "rows", "part-00099-of-00100.parquet")
     open(stray, "wb").close()
-    _, second = run_dataset("pruned-synth", *SMALL[:-1], "rows_per_shard=100000", overwrite=True)
+    _, second = run_dataset("pruned-synth", *SMALL, overwrite=True)  # the default part size: one part
     assert len(second["tables"]["rows"]["files"]) == 1
-    assert sorted(os.listdir(os.path.join(path, "rows"))) == ["part-00000-of-00001.parquet"]
+    assert read_manifest(path) == second
+    generation = second["generation"]
+    assert generation != first["generation"]
+    # the replaced generation is gone whole, stray file included: no staging or trash left
+    assert sorted(os.listdir(path)) == ["README.md", "_manifest.json", generation]
+    assert sorted(os.listdir(os.path.join(path, generation, "rows"))) == ["part-00000-of-00001.parquet"]
     assert validate(path)[0] == []
-    assert sorted(os.listdir(tmp_path / "out")) == ["pruned-synth"]  # no staging or trash left
+    assert sorted(os.listdir(tmp_path / "out")) == ["pruned-synth"]
 
 
 def _features(tmp_path, rows=600, p=8, bad=()):
@@ -113,7 +124,7 @@ def test_corrupt_feature_rows_become_dead_letters(run_dataset, tmp_path):
     assert manifest["dead_letters"]["by_stage"] == {"real_rows": 4}
     assert manifest["tables"]["rows"]["splits"] == {"real": 400, "synthetic": 500, "test": 150}
     assert manifest["inputs"]["features"].endswith(hashlib.sha256(open(features, "rb").read()).hexdigest())
-    dead = pq.read_table(os.path.join(path, "_dead_letter")).to_pylist()
+    dead = read_rows(path, "_dead_letter")
     messages = sorted(d["message"] for d in dead)
     assert any("row 3: x has 7 values, expected p=8" in m for m in messages)
     assert any("row 7: x holds NaN" in m for m in messages)
@@ -124,7 +135,7 @@ def test_corrupt_feature_rows_become_dead_letters(run_dataset, tmp_path):
     # the valid rows are intact: the first 400 good rows of the file, in order, are the real rows
     table = pq.read_table(features).to_pylist()
     good = [r for i, r in enumerate(table) if i not in {3, 7, 11, 13}]
-    rows = pq.read_table(os.path.join(path, "rows")).to_pylist()
+    rows = read_rows(path, "rows")
     real = sorted((r for r in rows if r["source"] == "real"), key=lambda r: r["index"])
     assert [r["y_true"] for r in real] == [g["y"] for g in good[:400]]
     assert np.allclose([r["x"] for r in real], [g["x"] for g in good[:400]], atol=1e-6)
@@ -139,12 +150,24 @@ def test_too_many_dead_letters_fail_the_run_and_publish_nothing(run_dataset, tmp
         run_dataset("pruned-synth", f"features={features}", "n=300", "n_hat=100", "n_test=100", "m=100")
     message = str(err.value)
     assert "stage 'real_rows' sent 60 of" in message and "above --max-error-rate 0.05" in message
-    assert not os.path.exists(tmp_path / "out" / "pruned-synth")
-    failed = tmp_path / "out" / "pruned-synth.failed"
-    assert len(pq.read_table(failed / "_dead_letter").to_pylist()) == 60
+    assert "nothing was published" in message
+    # nothing published: no manifest or card for the dataset, only the failed run's own generation
+    target = tmp_path / "out" / "pruned-synth"
+    failed = err.value.location
+    assert os.path.dirname(failed) == str(target) and os.path.basename(failed).startswith("run-")
+    assert failed in message
+    assert os.listdir(target) == [os.path.basename(failed)]
+    with pytest.raises(FileNotFoundError, match="not a finished shardsmith dataset"):
+        validate(str(target))
+    failed_manifest = read_manifest(failed)
+    assert "dead-letter share" in failed_manifest["failed"] and "real_rows" in failed_manifest["failed"]
+    assert failed_manifest["dead_letters"]["count"] == 60
+    assert len(read_rows(failed, "_dead_letter")) == 60
     path, manifest = run_dataset("pruned-synth", f"features={features}", "n=300", "n_hat=100",
                                  "n_test=100", "m=100", max_error_rate=0.2)
     assert manifest["dead_letters"]["count"] == 60
+    assert not os.path.exists(failed)  # the next published run clears the failed generation
+    assert sorted(os.listdir(path)) == ["README.md", "_manifest.json", manifest["generation"]]
 
 
 def test_unusable_features_files_are_refused_up_front(tmp_path):
@@ -210,8 +233,9 @@ def test_npz_features_and_streaming_the_shards_into_torch(run_dataset):
         features = os.path.join(tmp, "f.npz")
         np.savez(features, x=x, y=y)
         path, manifest = run_dataset("pruned-synth", f"features={features}", "n=200", "n_hat=100",
-                                     "n_test=100", "m=700", "rows_per_shard=300")
+                                     "n_test=100", "m=700", part_mb=0.02)
     assert manifest["tables"]["rows"]["splits"] == {"real": 200, "synthetic": 700, "test": 100}
+    assert len(manifest["tables"]["rows"]["files"]) == 4  # about 78 KB of payload at 21 KB a part
     ds = ShardDataset(path, "rows", columns=["id", "x", "y_observed"], split="synthetic")
     loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=2, collate_fn=collate_rows)
     seen = [i for batch in loader for i in batch["id"]]

@@ -9,13 +9,13 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import pyarrow.parquet as pq
 import pytest
 
 from pipelines import registry
 from pipelines.config import ConfigError
 from pipelines.run import run
 from pipelines.validate import validate
+from tests.conftest import read_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = f"{sys.executable} {os.path.join(HERE, 'lean_standin.py')}"
@@ -23,8 +23,7 @@ SAMPLE = os.path.join(HERE, "..", "pipelines", "samples", "lean", "minif2f_sampl
 
 
 def _rows(path, table):
-    folder = os.path.join(path, table)
-    return pq.read_table(folder).to_pylist() if os.path.isdir(folder) and os.listdir(folder) else []
+    return read_rows(path, table)
 
 
 def test_without_lean_the_run_says_what_to_install(tmp_path, monkeypatch):
@@ -122,7 +121,7 @@ def test_bad_repl_and_model_behaviour_are_recorded_and_the_run_goes_on(tmp_path)
         assert a["complete"] == (a["outcome"] == "complete") and (a["reason"] or a["complete"])
     assert sum(len(v) for v in outcome.values()) >= 6
     assert len([a for a in attempts if a["problem_id"] == problems[names[1]]["id"]]) == 2   # budget kept
-    dead = pq.read_table(os.path.join(path, "_dead_letter")).to_pylist()
+    dead = _rows(path, "_dead_letter")
     assert {d["stage"] for d in dead} == {"problems"} and len(dead) == 3
     assert any("missing fields" in d["message"] for d in dead)
     assert any("no proof to fill" in d["message"] or "sorry" in d["message"] for d in dead)

@@ -92,11 +92,14 @@ def _rows():
     return {"problems": problems, "attempts": attempts, "nodes": nodes, "transitions": transitions}
 
 
+GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
+
+
 def _write(root, table, parts):
-    os.makedirs(os.path.join(root, table.table), exist_ok=True)
+    os.makedirs(os.path.join(root, GENERATION, table.table), exist_ok=True)
     files = []
     for k, rows in enumerate(parts):
-        rel = f"{table.table}/part-{k:05d}-of-{len(parts):05d}.parquet"
+        rel = f"{GENERATION}/{table.table}/part-{k:05d}-of-{len(parts):05d}.parquet"
         pq.write_table(table.to_arrow(rows), os.path.join(root, rel))
         files.append({"path": rel, "rows": len(rows), "bytes": os.path.getsize(os.path.join(root, rel))})
     rows = [r for p in parts for r in p]
@@ -115,7 +118,7 @@ def write_rmaxts(root):
               "nodes": _write(root, schema.NODES, [rows["nodes"]]),
               "transitions": _write(root, schema.TRANSITIONS, [t[:15], t[15:]])}
     manifest = {"format": "shardsmith.manifest/1", "dataset": "rmaxts", "tables": tables,
-                "dead_letters": {"count": 0, "files": []}, "config": {}}
+                "dead_letters": {"count": 0, "files": []}, "config": {}, "generation": GENERATION}
     with open(os.path.join(root, "_manifest.json"), "w") as fh:
         json.dump(manifest, fh)
     return rows

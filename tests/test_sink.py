@@ -12,7 +12,8 @@ import schemas
 from schemas import Field, SchemaError, TableSchema
 from transforms.io import layout
 from transforms.io.ids import stable_id
-from transforms.io.shards import TableSpec, WriteDataset, shard_of
+from transforms.io import shards
+from transforms.io.shards import TableSpec, WriteDataset, part_of, part_range, payload_bytes
 from transforms.io.stage import Ledger, Rejected, Skipped
 
 TOY = TableSchema("toy", "items", 1, "toy rows", split_field="kind", fields=(
@@ -37,16 +38,16 @@ def parse(line):
         yield {"id": stable_id("toy", n), "kind": "even" if n % 2 == 0 else "odd", "value": n}
 
 
-def write(tmp_path, lines, specs=None, table_fn=None):
-    out = str(tmp_path / "ds")
+def write(tmp_path, lines, specs=None, table_fn=None, part_bytes=100, name="ds"):
+    out = str(tmp_path / name)
     os.makedirs(out)
-    specs = specs or {"items": TableSpec(TOY, 4)}
+    specs = specs or {"items": TableSpec(TOY)}
     ledger = Ledger()
     with beam.Pipeline(runner=FnApiRunner()) as p:
         rows = p | beam.Create(lines) | ledger.stage("parse", parse)
         if table_fn:
             rows = rows | beam.Map(table_fn)
-        _ = {"items": rows} | WriteDataset(out, specs, ledger)
+        _ = {"items": rows} | WriteDataset(out, specs, ledger, part_bytes=part_bytes)
     with open(os.path.join(out, layout.RUN_RECORD)) as fh:
         return out, json.load(fh)
 
@@ -55,11 +56,15 @@ def test_rows_sharded_by_id_sorted_and_counted(tmp_path):
     out, record = write(tmp_path, ["1 2 3 4 5 6 7 8 9 10", "11 12"])
     files = [f for f in record["files"] if f["table"] == "items"]
     assert sum(f["rows"] for f in files) == 12
+    # 12 rows of 20 + 3-4 + 8 payload bytes at 100 bytes a part: the volume sets the part count
+    total = sum(payload_bytes(pq.read_table(os.path.join(out, f["path"]))) for f in files)
+    assert 300 < total <= 400 and shards.num_parts(total, 100) == 4
+    assert [f["path"] for f in files] == [f"part-{i:05d}-of-00004.parquet" for i in range(4)]
     for f in files:
         table = pq.read_table(os.path.join(out, f["path"]))
         ids = table.column("id").to_pylist()
         assert ids == sorted(ids)
-        assert {shard_of(i, 4) for i in ids} == {f["shard"]}
+        assert {part_of(i, 4) for i in ids} <= {f["shard"]}
         assert table.schema.metadata[b"shardsmith.schema"] == b"toy/items"
     splits = {}
     for f in files:
@@ -79,7 +84,7 @@ def test_bad_tokens_and_raising_inputs_become_dead_letters(tmp_path):
     assert by_type["ValueError"]["excerpt"] == "boom" and by_type["ValueError"]["stage"] == "parse"
     assert by_type["ValueError"]["occurrences"] == 1
     assert record["stages"]["parse"] | {"busy_s": 0, "start": 0, "end": 0} == \
-        {"inputs": 3, "outputs": 3, "dead": 2, "busy_s": 0, "start": 0, "end": 0, "skipped": {}}
+        {"inputs": 3, "outputs": 3, "dead": 2, "busy_s": 0, "start": 0, "end": 0, "skipped": {}, "retries": 0}
 
 
 def test_skipped_inputs_are_counted_by_reason_not_dead_letters(tmp_path):
@@ -120,3 +125,42 @@ def test_schema_registry_contract():
         TableSchema("x", "y", 1, "doc", (Field("id", pa.string(), " "),))
     with pytest.raises(SchemaError, match="no schemas for dataset 'nope'"):
         schemas.get("nope/rows")
+
+
+def test_parts_follow_the_volume_and_are_identical_whatever_the_batching(tmp_path, monkeypatch):
+    """The same rows as dicts in one run and as one-row Arrow tables in another, in other bundles,
+    written with tiny spill batches and row groups (so every part reads many spill files in many
+    row groups), give byte-identical parts."""
+    monkeypatch.setattr(shards, "SPILL_BATCH_BYTES", 64)
+    monkeypatch.setattr(shards, "ROW_GROUP_BYTES", 200)
+    numbers = list(range(1, 301))
+
+    def as_batches(lines_per_batch, name, arrow):
+        lines = [" ".join(map(str, numbers[i:i + lines_per_batch])) for i in range(0, 300, lines_per_batch)]
+        return write(tmp_path, lines, name=name, part_bytes=2000,
+                     table_fn=(lambda r: TOY.to_arrow([r])) if arrow else None)
+
+    out_a, rec_a = as_batches(7, "a", arrow=False)
+    out_b, rec_b = as_batches(50, "b", arrow=True)
+    files_a = [f for f in rec_a["files"] if f["table"] == "items"]
+    assert len(files_a) == 5  # about 32 payload bytes x 300 rows at 2,000 bytes a part
+    for fa, fb in zip(files_a, [f for f in rec_b["files"] if f["table"] == "items"]):
+        assert fa["path"] == fb["path"]
+        with open(os.path.join(out_a, fa["path"]), "rb") as a, open(os.path.join(out_b, fb["path"]), "rb") as b:
+            assert a.read() == b.read()
+        meta = pq.ParquetFile(os.path.join(out_a, fa["path"])).metadata
+        assert meta.num_row_groups > 1  # streamed: several row groups, each bounded
+        low, high = part_range(fa["shard"], 5)
+        ids = pq.read_table(os.path.join(out_a, fa["path"])).column("id").to_pylist()
+        assert ids == sorted(ids) and all(low <= i and (high is None or i < high) for i in ids)
+    assert sum(f["rows"] for f in files_a) == 300
+
+
+def test_payload_bytes_ignore_chunking_and_slicing():
+    table = pa.table({"id": ["a", "bb", None, "dddd"], "x": pa.array([[1.0, 2.0], [], None, [3.0]]),
+                      "n": [1, 2, 3, 4]})
+    whole = payload_bytes(table)
+    assert whole == (1 + 2 + 4) + 8 * 3 + 8 * 4
+    chunked = pa.concat_tables([table.slice(0, 1), table.slice(1, 2), table.slice(3)])
+    assert payload_bytes(chunked) == whole
+    assert payload_bytes(table.slice(1, 2)) == 2 + 0 + 8 * 2

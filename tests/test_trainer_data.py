@@ -22,6 +22,7 @@ SCHEMA = schemas.get("pruned-synth/rows")
 SOURCES = ("real", "synthetic", "synthetic", "test")
 # rows per row group, per file: uneven, one single-row file and one empty file
 LAYOUT = [[5, 3, 7], [1], [4, 4], [], [2]]
+GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
 
 
 def _row(i: int) -> dict:
@@ -36,10 +37,10 @@ def write_dataset(root, layout=LAYOUT, *, arrow=None, version=None, top_level=Fa
     """Parts with the given row-group sizes plus a manifest like the sink's; returns all ids."""
     arrow = arrow or SCHEMA.arrow
     files, ids, i = [], [], 0
-    folder = "" if top_level else "rows"
+    folder = GENERATION if top_level else f"{GENERATION}/rows"
     os.makedirs(os.path.join(root, folder), exist_ok=True)
     for k, groups in enumerate(layout):
-        rel = os.path.join(folder, f"part-{k:05d}-of-{len(layout):05d}.parquet")
+        rel = f"{folder}/part-{k:05d}-of-{len(layout):05d}.parquet"
         with pq.ParquetWriter(os.path.join(root, rel), arrow) as writer:
             for size in groups:
                 rows = [_row(j) for j in range(i, i + size)]
@@ -52,10 +53,16 @@ def write_dataset(root, layout=LAYOUT, *, arrow=None, version=None, top_level=Fa
                 "tables": {"rows": {"schema": SCHEMA.name, "version": SCHEMA.version if version is None
                                     else version, "fingerprint": SCHEMA.fingerprint, "rows": i,
                                     "splits": splits, "files": files}},
-                "dead_letters": {"count": 0, "files": []}, "config": {}}
+                "dead_letters": {"count": 0, "files": []}, "config": {}, "generation": GENERATION}
     with open(os.path.join(root, "_manifest.json"), "w") as fh:
         json.dump(manifest, fh)
     return ids
+
+
+def _listed(root) -> list[str]:
+    """Local paths of the rows table's parts, as the manifest lists them."""
+    with open(os.path.join(root, "_manifest.json")) as fh:
+        return [os.path.join(str(root), f["path"]) for f in json.load(fh)["tables"]["rows"]["files"]]
 
 
 def read_ids(root, *, world_size=1, num_workers=0, batch_size=3, **kw) -> list[str]:
@@ -72,6 +79,7 @@ def test_layout_as_written(tmp_path):
     write_dataset(tmp_path)
     info = open_table(tmp_path, "rows")
     assert [f.row_groups for f in info.files] == [(5, 3, 7), (1,), (4, 4), (), (2,)]
+    assert [f.path for f in info.files] == _listed(tmp_path)
     assert info.rows == 26 and len(info.units()) == 7
 
 
@@ -205,14 +213,13 @@ def test_file_schema_differs_from_manifest(tmp_path):
     write_dataset(tmp_path)
     bad = SCHEMA.arrow.set(4, pa.field("x", pa.list_(pa.float64()), nullable=False))
     write_dataset(tmp_path / "other", [[3]], arrow=bad)
-    os.replace(tmp_path / "other" / "rows" / "part-00000-of-00001.parquet",
-               tmp_path / "rows" / "part-00001-of-00005.parquet")
+    os.replace(_listed(tmp_path / "other")[0], _listed(tmp_path)[1])
     with open(tmp_path / "_manifest.json") as fh:
         manifest = json.load(fh)
     manifest["tables"]["rows"]["files"][1]["rows"] = 3
     with open(tmp_path / "_manifest.json", "w") as fh:
         json.dump(manifest, fh)
-    with pytest.raises(SchemaError, match="part-00001-of-00005.parquet.*differ"):
+    with pytest.raises(SchemaError, match=f"{GENERATION}/rows/part-00001-of-00005.parquet.*differ"):
         ShardDataset(tmp_path, "rows")
 
 
@@ -222,6 +229,6 @@ def test_manifest_and_file_errors(tmp_path):
     write_dataset(tmp_path)
     with pytest.raises(DatasetError, match="no table 'experiments'; tables here: \\['rows'\\]"):
         open_table(tmp_path, "experiments")
-    os.remove(tmp_path / "rows" / "part-00002-of-00005.parquet")
-    with pytest.raises(FileNotFoundError, match="part-00002-of-00005.parquet is listed"):
+    os.remove(_listed(tmp_path)[2])
+    with pytest.raises(FileNotFoundError, match=f"{GENERATION}/rows/part-00002-of-00005.parquet is listed"):
         open_table(tmp_path, "rows")

@@ -8,15 +8,23 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.validate import validate
+from tests.conftest import table_files
 
-SETS = ["p=10", "n=50", "n_hat=20", "m=400", "n_test=100", "rows_per_shard=200"]
+SETS = ["p=10", "n=50", "n_hat=20", "m=400", "n_test=100"]
+PART_MB = 0.02  # about 54 KB of rows at 21 KB a part: three parts
 
 
 @pytest.fixture
 def dataset(run_dataset, tmp_path):
-    path, _ = run_dataset("pruned-synth", *SETS)
+    path, manifest = run_dataset("pruned-synth", *SETS, part_mb=PART_MB)
+    assert len(manifest["tables"]["rows"]["files"]) == 3
     assert validate(path)[0] == []
     return path
+
+
+def _rel(dataset, table, i):
+    """(path in the manifest, local path) of part i of `table`."""
+    return _manifest(dataset)["tables"][table]["files"][i]["path"], table_files(dataset, table)[i]
 
 
 def _manifest(path):
@@ -30,16 +38,33 @@ def _save(path, manifest):
 
 
 def test_missing_file(dataset):
-    os.remove(os.path.join(dataset, "rows", "part-00001-of-00003.parquet"))
+    rel, local = _rel(dataset, "rows", 1)
+    assert rel.endswith("/rows/part-00001-of-00003.parquet")
+    os.remove(local)
     problems, _ = validate(dataset)
-    assert "rows/part-00001-of-00003.parquet: listed in the manifest but missing" in problems
+    assert f"{rel}: listed in the manifest but missing" in problems
 
 
 def test_stray_file(dataset):
-    shutil.copy(os.path.join(dataset, "rows", "part-00000-of-00003.parquet"),
-                os.path.join(dataset, "rows", "part-00000-of-00001.parquet"))
+    """A stray file inside the dataset's generation (or beside it) is a problem; one in another
+    run's generation folder (a crashed or concurrent run) is only reported."""
+    rel, local = _rel(dataset, "rows", 0)
+    generation = rel.split("/", 1)[0]
+    other = os.path.join(dataset, "run-19700101T000000Z-deadbeef", "rows")
+    os.makedirs(other)
+    shutil.copy(local, os.path.join(other, "part-00000-of-00001.parquet"))
+    problems, report = validate(dataset)
+    assert problems == []
+    assert "(not part of the dataset: 1 Parquet file(s) of another run in run-19700101T000000Z-deadbeef/)" \
+        in report
+    stray = os.path.join(os.path.dirname(local), "part-00000-of-00001.parquet")
+    shutil.copy(local, stray)
     problems, _ = validate(dataset)
-    assert any("a Parquet file the manifest does not list" in p for p in problems)
+    assert problems == [f"{generation}/rows/part-00000-of-00001.parquet: a Parquet file the manifest does not list"]
+    os.remove(stray)
+    shutil.copy(local, os.path.join(dataset, "part-00000-of-00001.parquet"))
+    problems, _ = validate(dataset)
+    assert problems == ["part-00000-of-00001.parquet: a Parquet file the manifest does not list"]
 
 
 def test_counts_that_disagree(dataset):
@@ -53,16 +78,15 @@ def test_counts_that_disagree(dataset):
 
 
 def test_shard_with_another_schema(dataset):
-    target = os.path.join(dataset, "rows", "part-00002-of-00003.parquet")
+    rel, target = _rel(dataset, "rows", 2)
     table = pq.read_table(target)
     pq.write_table(table.drop_columns(["kept"]), target)
     problems, _ = validate(dataset)
-    assert any(p.startswith("rows/part-00002-of-00003.parquet:") and "differ" in p for p in problems)
+    assert any(p.startswith(f"{rel}:") and "differ" in p for p in problems)
 
 
 def test_duplicate_ids_across_shards(dataset):
-    a = os.path.join(dataset, "rows", "part-00000-of-00003.parquet")
-    b = os.path.join(dataset, "rows", "part-00001-of-00003.parquet")
+    a, b = table_files(dataset, "rows")[:2]
     rows_b = pq.read_table(b)
     rows_a = pq.read_table(a)
     pq.write_table(pa.concat_tables([rows_b, rows_a.slice(0, 1)]), b)
@@ -79,7 +103,7 @@ def test_unknown_schema_version(dataset):
 
 
 def test_truncated_shard(dataset):
-    target = os.path.join(dataset, "experiments", "part-00000-of-00001.parquet")
+    (target,) = table_files(dataset, "experiments")
     data = open(target, "rb").read()
     open(target, "wb").write(data[: len(data) // 2])
     problems, _ = validate(dataset)

@@ -15,7 +15,8 @@ import time
 import pytest
 
 from transforms.web import render as R
-from transforms.web.render import Renderer, RenderError, viewport_for
+from transforms.io.transient import is_transient
+from transforms.web.render import BrowserCrashed, Renderer, RenderError, viewport_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")
 
@@ -238,6 +239,7 @@ def test_bad_page_raises_then_recovers(renderer, site, path, reason):
     with pytest.raises(RenderError) as err:
         renderer.render_page(site + path, "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)
     assert reason in str(err.value)
+    assert not is_transient(err.value)   # a bad page is a dead letter, never retried
     assert time.monotonic() - t0 < TIMEOUT_MS / 1000 * 2 + 5
     ok = renderer.render_page(site + "/b.html", "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)
     assert ok["title"] == "Page B"
@@ -305,6 +307,24 @@ def test_crash_restart_and_pickle(renderer, site):
         renderer.restart_after_pages = 200
     clone = pickle.loads(pickle.dumps(renderer))
     assert clone._thread is None and clone._proc is None and clone.max_html_chars == 200_000
+
+
+def test_a_browser_that_dies_under_a_page_is_a_transient_fault(renderer, site):
+    """Chromium killed while the page loads (as a crash would): not the page's fault, so the stage
+    retries it instead of writing a dead letter; the retry gets a fresh browser."""
+
+    def kill_then_continue(route, request):
+        renderer._kill_browser()
+        try:
+            route.continue_()
+        except Exception:  # noqa: BLE001 - the browser is gone
+            pass
+
+    with pytest.raises(BrowserCrashed, match="the browser died during the page") as err:
+        renderer.render_page(site + "/b.html", "desktop", 1, route_handler=kill_then_continue,
+                             timeout_ms=TIMEOUT_MS, follow_links=0)
+    assert is_transient(err.value)
+    assert renderer.render_page(site + "/b.html", "desktop", 1, follow_links=0)["title"] == "Page B"
 
 
 def test_wedged_thread_is_abandoned_and_replaced(site):

@@ -39,14 +39,13 @@ from collections import Counter, OrderedDict
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from schemas.concretizer import LAYERS
 from trainers.concretizer_model import LAYER_STRIDE, InversionNet, focal_loss, pack, upsample_sites
 from trainers import loop
 from trainers.loop import CKPT_DIR, OPTIM_FILE, STATE_FILE, checkpoint_name, latest_checkpoint, pick_device
-from trainers.data import DatasetError, Position, ShardDataset, open_table
+from trainers.data import DatasetError, Position, ShardDataset, open_parquet, open_table
 
 CONFIG = {
     "layer": (str, "conv2", "comma-separated VoxelBackBone8x layers to invert (conv1..conv4); one model "
@@ -136,7 +135,7 @@ class RowStore:
         self.loc: dict[tuple, tuple[int, int, int]] = {}
         cols = list(dict.fromkeys(key_columns + ([where[0]] if where else [])))
         for f, finfo in enumerate(self.info.files):
-            pf = pq.ParquetFile(finfo.path)
+            pf = open_parquet(finfo.path)
             for g in range(len(finfo.row_groups)):
                 t = pf.read_row_group(g, columns=cols)
                 keys = list(zip(*(t.column(c).to_pylist() for c in key_columns)))
@@ -160,7 +159,7 @@ class RowStore:
             self.stats["cache_hits"] += 1
             return self._lru[(f, g)]
         self.stats["row_groups_read"] += 1
-        t = pq.ParquetFile(self.info.files[f].path).read_row_group(g, columns=self.columns)
+        t = open_parquet(self.info.files[f].path).read_row_group(g, columns=self.columns)
         if t.nbytes <= self.cache_bytes:
             self._lru[(f, g)] = t
             self._held += t.nbytes

@@ -49,7 +49,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 import schemas
-from schemas import SchemaError, TableSchema
+from schemas import SchemaError, TableSchema, storage
 from schemas.manifest import MANIFEST, MANIFEST_FORMAT, read_manifest
 from schemas.table import SCHEMA_KEY, VERSION_KEY
 
@@ -63,7 +63,7 @@ class DatasetError(ValueError):
 
 @dataclass(frozen=True)
 class FileInfo:
-    path: str                      # absolute
+    path: str                      # absolute path or store URL
     rows: int
     row_groups: tuple[int, ...]    # rows per row group, from the Parquet footer
 
@@ -112,8 +112,8 @@ def open_table(path: str | os.PathLike, table: str, *,
     handles an older layout accept it; such files are checked by name and version
     metadata only, since the registry holds just the current arrow schema.
     """
-    root = os.path.abspath(os.fspath(path))
-    mpath = os.path.join(root, MANIFEST)
+    root = storage.normalize(os.fspath(path))
+    mpath = storage.join(root, MANIFEST)
     manifest = read_manifest(root)
     fmt = manifest.get("format", MANIFEST_FORMAT)
     if fmt != MANIFEST_FORMAT:
@@ -137,11 +137,12 @@ def open_table(path: str | os.PathLike, table: str, *,
     schema = current if version == current.version else None
     files = []
     for item in entry.get("files", []):
-        fpath = os.path.join(root, item["path"])
-        if not os.path.isfile(fpath):
+        fpath = storage.join(root, item["path"])
+        try:
+            pf = open_parquet(fpath)
+        except FileNotFoundError:
             raise FileNotFoundError(f"{fpath} is listed in {mpath} but missing: the dataset is "
-                                    f"incomplete, regenerate it")
-        pf = pq.ParquetFile(fpath)
+                                    f"incomplete, regenerate it") from None
         _check_file(pf, fpath, schema, name, version)
         groups = tuple(pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups))
         if "rows" in item and sum(groups) != int(item["rows"]):
@@ -152,6 +153,11 @@ def open_table(path: str | os.PathLike, table: str, *,
                      dict(entry.get("splits", {})), tuple(files), current.split_field)
 
 
+def open_parquet(location: str) -> pq.ParquetFile:
+    """A Parquet file from a local path or a store URL, read by range (footer, then row groups)."""
+    return pq.ParquetFile(storage.open_input(location))
+
+
 def read_arrow(path: str | os.PathLike, table: str, *, columns: list[str] | None = None,
                filter=None) -> pa.Table:
     """A whole (small) table in memory, after the same checks as streaming.
@@ -160,7 +166,7 @@ def read_arrow(path: str | os.PathLike, table: str, *, columns: list[str] | None
     by gradient steps stream with ShardDataset instead.
     """
     info = open_table(path, table)
-    parts = [pq.read_table(f.path, columns=columns, filters=filter) for f in info.files]
+    parts = [pq.read_table(storage.open_input(f.path), columns=columns, filters=filter) for f in info.files]
     if not parts:
         return info.schema.arrow.empty_table().select(columns) if columns else info.schema.arrow.empty_table()
     return pa.concat_tables(parts)
@@ -249,7 +255,7 @@ class ShardDataset(IterableDataset):
         super().__init__()
         self.info = open_table(path, table, known_versions=known_versions)
         arrow = self.info.schema.arrow if self.info.schema else \
-            pq.ParquetFile(self.info.files[0].path).schema_arrow if self.info.files else pa.schema([])
+            open_parquet(self.info.files[0].path).schema_arrow if self.info.files else pa.schema([])
         names = arrow.names
         if columns is not None and (bad := [c for c in columns if c not in names]):
             raise DatasetError(f"{self.info.schema_name}: no columns {bad}; columns: {names}")
@@ -341,7 +347,7 @@ class ShardDataset(IterableDataset):
                 continue
             if fidx != open_file:
                 f = self.info.files[fidx]
-                pf, open_file = pq.ParquetFile(f.path), fidx
+                pf, open_file = open_parquet(f.path), fidx
                 _check_file(pf, f.path, self.info.schema, self.info.schema_name, self.info.version)
             table = pf.read_row_group(group, columns=read_cols)
             if self.shuffle:

@@ -35,11 +35,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset
 
-from trainers.data import OFFSET, STREAM, DatasetError, ShardDataset, open_table
+from trainers.data import OFFSET, STREAM, DatasetError, ShardDataset, open_parquet, open_table
 
 IGNORE = -100
 SAMPLE_COLUMNS = ["id", "page_id", "task", "conversations", "image"]
@@ -79,7 +78,7 @@ class PageStore:
     def _index(self) -> None:
         ids, locs = [], []
         for f, finfo in enumerate(self.info.files):
-            pf = pq.ParquetFile(finfo.path)
+            pf = open_parquet(finfo.path)
             for g in range(len(finfo.row_groups)):
                 col = pf.read_row_group(g, columns=["id"]).column("id").to_pylist()
                 ids += col
@@ -126,7 +125,7 @@ class PageStore:
             self.stats["page_cache_misses"] += 1
             wanted.setdefault(loc[:2], []).append((pid, loc[2]))
         for (f, g), items in wanted.items():
-            table = pq.ParquetFile(self.info.files[f].path).read_row_group(g, columns=["id", "screenshot"])
+            table = open_parquet(self.info.files[f].path).read_row_group(g, columns=["id", "screenshot"])
             shots = table.column("screenshot")
             self.stats["row_groups_read"] += 1
             for pid, r in items:

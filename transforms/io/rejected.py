@@ -9,12 +9,16 @@ from typing import Any
 class Rejected:
     """A bad piece of input, reported by a stage function without failing the rest.
 
-    The stage that ran the function turns it into a dead-letter row with this reason.
+    The stage that ran the function turns it into a dead-letter row with this reason, unless
+    `transient` says the producer gave up on a fault that is not the input's (an endpoint that
+    stayed unreachable through its own retries): the stage then raises, so the runner retries the
+    bundle instead of losing the input (transforms/io/transient.py).
     """
 
     reason: str
     excerpt: Any
     error_type: str = "Rejected"
+    transient: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,28 @@
-"""One sink for every dataset: schema-checked, deterministic Parquet shards.
+"""One sink for every dataset: schema-checked, deterministic Parquet parts of a bounded size.
 
-Rows go to shard `hash(id) % num_shards` and are sorted by id inside it, so
-the same rows give byte-identical files on every runner and worker count.
+Part files follow the data volume: a table of B payload bytes gets
+ceil(B / part_bytes) parts (256 MB by default), and part i holds the rows whose
+id falls in the i-th of equal ranges of the id hash space, sorted by id. Ids
+are hashes, so the ranges hold equal shares; the payload is counted the same
+way on every runner, so the same rows give byte-identical files everywhere.
 
-Bulk rows do not travel through the runner's shuffle: a batch of rows is
-spilled by the worker that made it to an Arrow IPC file in the staging
-folder, sorted by shard, and only (file, offset, length) references are
-grouped by shard. The shard writer memory-maps its slices. That keeps the
-shuffle small (the DirectRunner's goes through one process; Dask's groupby
-holds everything in memory) and lets workers write in parallel.
+Bulk rows do not travel through the runner's shuffle: the worker that made a
+batch spills it, sorted by id, as an Arrow IPC file of small record batches
+under the run's `_spill/` folder (local or in the object store), and only a
+reference (path, rows, bytes, first and last id) travels on. One small step per
+table adds up the references and plans the parts; each part writer then reads,
+from every spill file whose id range meets its own, just the rows of its range,
+one row group at a time (by value ranges of id), and streams them to the
+Parquet file. A writer never holds more than one row group (at most
+ROW_GROUP_BYTES of payload) and one spill batch, at any data volume.
 
-The sink ends in a single step that depends on every shard write: the
+The sink ends in a single step that depends on every part write: the
 DaskRunner computes only the last step of a graph, and Beam's own file sinks
 write empty shards there.
 """
 from __future__ import annotations
 
-import os
+import math
 import uuid
 from dataclasses import dataclass
 
@@ -27,56 +33,152 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import schemas
-from schemas import SchemaError, TableSchema
+from schemas import SchemaError, TableSchema, storage
 from transforms.io import layout
 from transforms.io.stage import Ledger, StageStats
 
 ROW_GROUP_ROWS = 8192
+PART_BYTES = 256 << 20        # default target payload per part file (--part-mb)
+ROW_GROUP_BYTES = 64 << 20    # payload of one row group: what a part writer holds at once
+SPILL_BATCH_BYTES = 1 << 20   # payload of one record batch of a spill file: the unit a writer reads
+DICT_BUCKETS = 64             # row dicts are spilled per id bucket (not per part: the count is unknown yet)
+DICT_CHUNK_BYTES = 32 << 20   # ... in chunks of about this much payload
+ID_SPACE = 16 ** 16           # parts split the first 16 hex digits of the id
 
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A table a pipeline writes and how many shards it gets."""
+    """A table a pipeline writes; how many parts it gets follows its volume (WriteDataset's part_bytes)."""
 
     schema: TableSchema
-    num_shards: int = 1
     row_group_rows: int = ROW_GROUP_ROWS
     # rows with the same id are the same event seen again (dead letters of a repeated input):
     # keep one and add up their `occurrences` instead of refusing them
     count_repeats: bool = False
 
 
-DEAD_LETTER_SPEC = TableSpec(schemas.DEAD_LETTER, 1, count_repeats=True)
+DEAD_LETTER_SPEC = TableSpec(schemas.DEAD_LETTER, count_repeats=True)
 
 
-def shard_of(row_id: str, num_shards: int) -> int:
-    return int(row_id[:12], 16) % num_shards
+# -- sizes and id ranges: plain functions -------------------------------------------------------
+
+def payload_bytes(data) -> int:
+    """Bytes of the values in a table, column or array, independent of how it is chunked or sliced
+    (offsets and validity bitmaps left out), so every runner plans the same number of parts."""
+    if isinstance(data, pa.Table):
+        return sum(payload_bytes(c) for c in data.columns)
+    if isinstance(data, pa.ChunkedArray):
+        return sum(payload_bytes(c) for c in data.chunks)
+    t = data.type
+    if pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) \
+            or pa.types.is_large_string(t):
+        return int(pc.sum(pc.binary_length(data)).as_py() or 0)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return payload_bytes(data.flatten())
+    if pa.types.is_struct(t):
+        return sum(payload_bytes(child) for child in data.flatten())
+    if pa.types.is_null(t):
+        return 0
+    try:
+        return (len(data) * t.bit_width + 7) // 8
+    except ValueError:  # no fixed width (maps, unions, dictionaries): rare in our schemas
+        return data.nbytes
+
+
+def num_parts(total_bytes: int, part_bytes: int) -> int:
+    return max(1, math.ceil(total_bytes / part_bytes))
+
+
+def part_range(part: int, parts: int) -> tuple[str, str | None]:
+    """[low, high) of the ids that part `part` of `parts` holds (high None: no upper bound)."""
+    low = f"{-(-part * ID_SPACE // parts):016x}"
+    high = f"{-(-(part + 1) * ID_SPACE // parts):016x}" if part + 1 < parts else None
+    return low, high
+
+
+def part_of(row_id: str, parts: int) -> int:
+    """The part an id belongs to (consistent with part_range)."""
+    return int(row_id[:16].ljust(16, "0"), 16) * parts // ID_SPACE
 
 
 @dataclass(frozen=True)
-class SpillSlice:
-    """Rows [offset, offset + length) of a spilled Arrow IPC file: what the shuffle carries."""
+class SpillRef:
+    """A spilled batch, sorted by id: what travels through the shuffle instead of its rows."""
 
     path: str
-    offset: int
-    length: int
+    rows: int
+    bytes: int
+    first_id: str
+    last_id: str
 
-    def read(self) -> pa.Table:
-        with pa.memory_map(self.path) as source:
-            return pa.ipc.open_file(source).read_all().slice(self.offset, self.length)
+    def meets(self, low: str, high: str | None) -> bool:
+        return self.last_id >= low and (high is None or self.first_id < high)
 
 
-def spill(batch: pa.Table, spill_dir: str, num_shards: int) -> list[tuple[int, SpillSlice]]:
-    """Write a batch sorted by shard to one IPC file; return a slice per shard it touches."""
-    shards = np.fromiter((shard_of(i, num_shards) for i in batch.column("id").to_pylist()),
-                         dtype=np.int64, count=batch.num_rows)
-    order = np.argsort(shards, kind="stable")
-    os.makedirs(spill_dir, exist_ok=True)
-    path = os.path.join(spill_dir, f"{uuid.uuid4().hex}.arrow")
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
-        writer.write_table(batch.take(pa.array(order)))
-    present, starts, counts = np.unique(shards[order], return_index=True, return_counts=True)
-    return [(int(s), SpillSlice(path, int(a), int(n))) for s, a, n in zip(present, starts, counts)]
+def spill(batch: pa.Table, spill_dir: str) -> SpillRef | None:
+    """Write a batch sorted by id to one Arrow IPC file of record batches of about
+    SPILL_BATCH_BYTES each; None for an empty batch."""
+    if not batch.num_rows:
+        return None
+    batch = batch.sort_by("id")
+    size = payload_bytes(batch)
+    per_batch = max(1, SPILL_BATCH_BYTES * batch.num_rows // max(size, 1))
+    path = storage.join(spill_dir, f"{uuid.uuid4().hex}.arrow")
+    with storage.open_output(path) as out, pa.ipc.new_file(out, batch.schema) as writer:
+        writer.write_table(batch, max_chunksize=per_batch)
+    ids = batch.column("id")
+    return SpillRef(path, batch.num_rows, size, ids[0].as_py(), ids[-1].as_py())
+
+
+def _approx_bytes(value) -> int:
+    if isinstance(value, (bytes, str)):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_approx_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_approx_bytes(v) for v in value) if value and not isinstance(value[0], (int, float)) \
+            else 8 * len(value)
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    return 8
+
+
+class _SpillFile:
+    """Random access to the rows of one spill file: its ids once, then row ranges by record batch.
+    The file stays open (only its footer is held) until close()."""
+
+    def __init__(self, ref: SpillRef):
+        self.ref = ref
+        self.fh = storage.open_input(ref.path)
+        self.reader = pa.ipc.open_file(self.fh)
+        only_id = pa.ipc.IpcReadOptions(included_fields=[self.reader.schema.get_field_index("id")])
+        id_reader = pa.ipc.open_file(self.fh, options=only_id)
+        ids = [id_reader.get_batch(i).column(0) for i in range(id_reader.num_record_batches)]
+        self.ids = np.asarray(pa.chunked_array(ids, pa.string()).to_numpy(zero_copy_only=False), dtype=str)
+        self.starts = np.concatenate([[0], np.cumsum([len(c) for c in ids])]).astype(np.int64)
+
+    def close(self) -> None:
+        self.fh.close()
+
+    def span(self, low: str, high: str | None) -> tuple[int, int]:
+        """Rows [a, b) whose ids are in [low, high)."""
+        a = int(np.searchsorted(self.ids, low, side="left"))
+        b = len(self.ids) if high is None else int(np.searchsorted(self.ids, high, side="left"))
+        return a, b
+
+    def read(self, a: int, b: int) -> pa.Table | None:
+        """Rows [a, b), copied out of the record batches so those can be released."""
+        if a >= b:
+            return None
+        first = int(np.searchsorted(self.starts, a, side="right")) - 1
+        last = int(np.searchsorted(self.starts, b, side="left")) - 1
+        pieces = []
+        for i in range(first, last + 1):
+            batch = self.reader.get_batch(i)
+            lo = max(a - int(self.starts[i]), 0)
+            hi = min(b - int(self.starts[i]), batch.num_rows)
+            pieces.append(batch.take(pa.array(np.arange(lo, hi))))
+        return pa.Table.from_batches(pieces)
 
 
 def _count_repeats(table: pa.Table) -> pa.Table:
@@ -91,69 +193,136 @@ def _count_repeats(table: pa.Table) -> pa.Table:
                            pa.array(totals))
 
 
-def write_shard(dataset_dir: str, folder: str, spec: TableSpec, shard: int, parts: list) -> dict:
-    """Write one part file (atomically) and describe it for the manifest.
+def _group_bounds(ids: np.ndarray, rows_per_group: int) -> list[str]:
+    """Id values that cut the sorted `ids` into groups of about rows_per_group rows, never between
+    two equal ids."""
+    cuts, at = [], rows_per_group
+    while at < len(ids):
+        while at < len(ids) and ids[at] == ids[at - 1]:
+            at += 1
+        if at < len(ids):
+            cuts.append(str(ids[at]))
+        at += rows_per_group
+    return cuts
 
-    `parts` mixes row dicts and SpillSlices of spilled Arrow batches.
-    """
-    dicts, tables = [], []
-    for part in parts:
-        if isinstance(part, dict):
-            dicts.append(part)
-        elif isinstance(part, SpillSlice):
-            tables.append(part.read())
-        else:
-            raise TypeError(f"{spec.schema.name}: a shard part must be a row dict or a SpillSlice, "
-                            f"got {type(part).__name__}")
-    tables.append(spec.schema.to_arrow(dicts))
-    table = pa.concat_tables(tables).sort_by("id").combine_chunks()
-    if spec.count_repeats:
-        table = _count_repeats(table)
-    ids = table.column("id")
-    if len(pc.unique(ids)) != len(ids):
-        dup = pc.value_counts(ids).filter(pc.greater(pc.value_counts(ids).field("counts"), 1))[0]["values"]
+
+def write_part(dataset_dir: str, folder: str, spec: TableSpec, part: int, parts: int,
+               refs: list[SpillRef]) -> dict:
+    """Write part `part` of `parts` of a table from the spill files, streaming one row group at a
+    time; describe the file for the manifest."""
+    low, high = part_range(part, parts)
+    sources: list[_SpillFile] = []
+    try:
+        for ref in sorted(refs, key=lambda r: r.path):
+            if ref.meets(low, high):
+                sources.append(_SpillFile(ref))
+        return _write_part(dataset_dir, folder, spec, part, parts, sources, low, high)
+    finally:
+        for source in sources:
+            source.close()
+
+
+def _write_part(dataset_dir: str, folder: str, spec: TableSpec, part: int, parts: int,
+                sources: list[_SpillFile], low: str, high: str | None) -> dict:
+    spans = [source.span(low, high) for source in sources]
+    sources, spans = [s for s, (a, b) in zip(sources, spans) if a < b], [(a, b) for a, b in spans if a < b]
+    ids = np.sort(np.concatenate([s.ids[a:b] for s, (a, b) in zip(sources, spans)])) if sources \
+        else np.array([], dtype=str)
+    if not spec.count_repeats and len(ids) > 1 and (dup := np.flatnonzero(ids[1:] == ids[:-1])).size:
         raise SchemaError(
-            f"{spec.schema.name}: two rows share id {dup.as_py()!r}; ids hash a row's inputs and "
+            f"{spec.schema.name}: two rows share id {str(ids[dup[0]])!r}; ids hash a row's inputs and "
             f"config, so the pipeline produced the same input twice (dedupe it upstream)")
-    rel = layout.part_path(folder, shard, spec.num_shards)
-    path = os.path.join(dataset_dir, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    pq.write_table(table, tmp, compression="zstd", row_group_size=spec.row_group_rows)
-    os.replace(tmp, path)
-    splits = {}
-    if spec.schema.split_field:
-        counts = pc.value_counts(table.column(spec.schema.split_field)).to_pylist()
-        splits = dict(sorted((c["values"], c["counts"]) for c in counts))
-    return {"table": spec.schema.table, "path": rel, "shard": shard, "rows": table.num_rows,
-            "bytes": os.path.getsize(path), "splits": splits}
+    size = sum(s.ref.bytes * (b - a) / s.ref.rows for s, (a, b) in zip(sources, spans))
+    rows_per_group = max(1, min(spec.row_group_rows, int(ROW_GROUP_BYTES * len(ids) // max(size, 1))))
+    bounds = [low] + _group_bounds(ids, rows_per_group) + [high]
+    rel = layout.part_path(folder, part, parts)
+    splits: dict = {}
+    rows = 0
+    with storage.open_output(storage.join(dataset_dir, rel)) as out:
+        with pq.ParquetWriter(out, spec.schema.arrow, compression="zstd") as writer:
+            for g_low, g_high in zip(bounds[:-1], bounds[1:]):
+                pieces = []
+                for source, (a, b) in zip(sources, spans):
+                    ga, gb = source.span(g_low, g_high)
+                    piece = source.read(max(a, ga), min(b, gb))
+                    if piece is not None:
+                        pieces.append(piece)
+                if not pieces:
+                    continue
+                table = pa.concat_tables(pieces).sort_by("id")
+                if spec.count_repeats:
+                    table = _count_repeats(table)
+                writer.write_table(table, row_group_size=table.num_rows)
+                rows += table.num_rows
+                if spec.schema.split_field:
+                    for c in pc.value_counts(table.column(spec.schema.split_field)).to_pylist():
+                        splits[c["values"]] = splits.get(c["values"], 0) + c["counts"]
+            if rows == 0:
+                writer.write_table(spec.schema.arrow.empty_table())
+        written = out.tell()
+    return {"table": spec.schema.table, "path": rel, "shard": part, "rows": rows,
+            "bytes": int(written), "splits": dict(sorted(splits.items()))}
 
 
-class _KeyByShard(beam.DoFn):
+# -- Beam wiring --------------------------------------------------------------------------------
+
+class _SpillBatches(beam.DoFn):
+    """Arrow batches -> (table, SpillRef); row dicts -> ((table, bucket), row) for _SpillRows."""
+
     def __init__(self, table: str, spec: TableSpec, spill_dir: str):
         self.table, self.spec, self.spill_dir = table, spec, spill_dir
 
     def process(self, element):
         if isinstance(element, dict):
             self.spec.schema.check_keys(element)
-            yield (self.table, shard_of(element["id"], self.spec.num_shards)), element
+            yield "row", ((self.table, int(element["id"][:4], 16) % DICT_BUCKETS), element)
             return
         if not element.schema.equals(self.spec.schema.arrow):
             raise SchemaError(f"{self.spec.schema.name}: a batch's schema differs from the table's: "
                               f"{element.schema.names} vs {self.spec.schema.arrow.names}")
-        if element.num_rows:
-            for shard, piece in spill(element, os.path.join(self.spill_dir, self.table), self.spec.num_shards):
-                yield (self.table, shard), piece
+        ref = spill(element, storage.join(self.spill_dir, self.table))
+        if ref is not None:
+            yield "ref", (self.table, ref)
 
 
-class _WriteShard(beam.DoFn):
+class _SpillRows(beam.DoFn):
+    """One bucket of row dicts -> spill files of about DICT_CHUNK_BYTES each."""
+
+    def __init__(self, specs: dict[str, TableSpec], spill_dir: str):
+        self.specs, self.spill_dir = specs, spill_dir
+
+    def process(self, keyed):
+        (table, _), rows = keyed
+        chunk, size = [], 0
+        for row in rows:
+            chunk.append(row)
+            size += _approx_bytes(row)
+            if size >= DICT_CHUNK_BYTES:
+                yield table, spill(self.specs[table].schema.to_arrow(chunk), storage.join(self.spill_dir, table))
+                chunk, size = [], 0
+        if chunk:
+            yield table, spill(self.specs[table].schema.to_arrow(chunk), storage.join(self.spill_dir, table))
+
+
+def plan_parts(table: str, refs: list[SpillRef], part_bytes: int) -> list[tuple[tuple[str, int, int], list]]:
+    """((table, part, parts), the spill files meeting that part's id range) for every part."""
+    refs = sorted(refs, key=lambda r: r.path)
+    parts = num_parts(sum(r.bytes for r in refs), part_bytes)
+    out = []
+    for part in range(parts):
+        low, high = part_range(part, parts)
+        out.append(((table, part, parts), [r for r in refs if r.meets(low, high)]))
+    return out
+
+
+class _WritePart(beam.DoFn):
     def __init__(self, dataset_dir: str, specs: dict[str, TableSpec]):
         self.dataset_dir, self.specs = dataset_dir, specs
 
-    def process(self, keyed):
-        (table, shard), rows = keyed
+    def process(self, planned):
+        (table, part, parts), refs = planned
         folder = layout.table_folder(table, self.specs)
-        yield "file", write_shard(self.dataset_dir, folder, self.specs[table], shard, list(rows))
+        yield "file", write_part(self.dataset_dir, folder, self.specs[table], part, parts, refs)
 
 
 class _RecordRun(beam.DoFn):
@@ -170,23 +339,24 @@ class _RecordRun(beam.DoFn):
             else:
                 name, stats = record
                 stages[name] = vars(stats)
-        layout.write_json(os.path.join(self.dataset_dir, layout.RUN_RECORD),
-                          {"files": sorted(files, key=lambda f: f["path"]),
-                           "stages": dict(sorted(stages.items()))})
+        storage.write_json(storage.join(self.dataset_dir, layout.RUN_RECORD),
+                           {"files": sorted(files, key=lambda f: f["path"]),
+                            "stages": dict(sorted(stages.items()))})
         yield self.dataset_dir
 
 
 class WriteDataset(beam.PTransform):
-    """Write tables, dead letters and stage statistics into `dataset_dir`.
+    """Write tables, dead letters and stage statistics into `dataset_dir` (a folder or a store URL).
 
     `tables` maps table name to a PCollection (or a tuple of them) of row
     dicts or Arrow tables (chunks of rows, much cheaper per row). Apply this last:
     nothing may consume its output.
     """
 
-    def __init__(self, dataset_dir: str, specs: dict[str, TableSpec], ledger: Ledger):
+    def __init__(self, dataset_dir: str, specs: dict[str, TableSpec], ledger: Ledger,
+                 part_bytes: int = PART_BYTES):
         super().__init__()
-        self.dataset_dir, self.ledger = dataset_dir, ledger
+        self.dataset_dir, self.ledger, self.part_bytes = storage.normalize(dataset_dir), ledger, part_bytes
         self.specs = dict(specs)
         self.specs[layout.DEAD_LETTER_DIR] = DEAD_LETTER_SPEC
 
@@ -198,16 +368,31 @@ class WriteDataset(beam.PTransform):
         pipeline = (first[0] if isinstance(first, tuple) else first).pipeline
         dead = tuple(self.ledger.dead) or (pipeline | "NoDeadLetters" >> beam.Create([]),)
         tables = dict(tables, **{layout.DEAD_LETTER_DIR: dead | "FlattenDead" >> beam.Flatten()})
-        spill_dir = os.path.join(self.dataset_dir, layout.SPILL_DIR)
+        spill_dir = storage.join(self.dataset_dir, layout.SPILL_DIR)
         # each producer's batches are spilled where they were made: flattening them first would
         # make the in-process runners copy every batch through the main process
-        keyed = [pcoll | f"Key/{name}/{i}" >> beam.ParDo(_KeyByShard(name, self.specs[name], spill_dir))
-                 for name, pcolls in sorted(tables.items())
-                 for i, pcoll in enumerate(pcolls if isinstance(pcolls, tuple) else (pcolls,))]
-        files = (tuple(keyed)
-                 | "AllRows" >> beam.Flatten()
-                 | "GroupShards" >> beam.GroupByKey()
-                 | "WriteShards" >> beam.ParDo(_WriteShard(self.dataset_dir, self.specs)))
+        spilled = [pcoll | f"Spill/{name}/{i}" >> beam.ParDo(_SpillBatches(name, self.specs[name], spill_dir))
+                   for name, pcolls in sorted(tables.items())
+                   for i, pcoll in enumerate(pcolls if isinstance(pcolls, tuple) else (pcolls,))]
+        events = tuple(spilled) | "AllSpilled" >> beam.Flatten()
+        row_refs = (events
+                    | "Rows" >> beam.Filter(lambda ev: ev[0] == "row")
+                    | "UnwrapRows" >> beam.Map(lambda ev: ev[1])
+                    | "GroupRows" >> beam.GroupByKey()
+                    | "SpillRows" >> beam.ParDo(_SpillRows(self.specs, spill_dir)))
+        batch_refs = (events
+                      | "Refs" >> beam.Filter(lambda ev: ev[0] == "ref")
+                      | "UnwrapRefs" >> beam.Map(lambda ev: ev[1]))
+        # every table gets a plan, even one with no rows: it still writes part-00000-of-00001
+        every_table = pipeline | "Tables" >> beam.Create([(name, None) for name in sorted(self.specs)])
+        part_bytes = self.part_bytes
+        files = ((row_refs, batch_refs, every_table)
+                 | "AllRefs" >> beam.Flatten()
+                 | "RefsByTable" >> beam.GroupByKey()
+                 | "PlanParts" >> beam.FlatMapTuple(
+                     lambda table, refs: plan_parts(table, [r for r in refs if r is not None], part_bytes))
+                 | "SpreadParts" >> beam.Reshuffle()
+                 | "WriteParts" >> beam.ParDo(_WritePart(self.dataset_dir, self.specs)))
         stats = (tuple(self.ledger.stats) or (pipeline | "NoStats" >> beam.Create([]),))
         stats = (stats
                  | "FlattenStats" >> beam.Flatten()

@@ -4,7 +4,10 @@ Every transform in shardsmith runs its domain function through `Ledger.stage`.
 A function takes one element and returns (or yields) its outputs; it may also
 yield `Rejected(...)` for a bad part of its input, or raise for a bad input as
 a whole. Either way the input becomes a dead-letter row with the stage and the
-reason, and the run goes on.
+reason, and the run goes on. A transient fault (a store or network error, a
+backend timeout, a crashed browser: transforms/io/transient.py) is no verdict on
+the input: the stage retries it with back-off and, if it persists, raises, so
+the runner retries the bundle.
 
 Beam's multi-output ParDo (TaggedOutput), side inputs and finish_bundle
 outputs are not used: the DaskRunner drops or mixes them. Events travel as
@@ -12,6 +15,7 @@ outputs are not used: the DaskRunner drops or mixes them. Events travel as
 """
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -21,10 +25,14 @@ import apache_beam as beam
 import pyarrow as pa
 
 from transforms.io.ids import stable_id
+from transforms.io.meter import StageMeter
 from transforms.io.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
+from transforms.io.transient import BACKOFF, Backoff, Transient, call_with_retries, is_transient
 
 EXCERPT_CHARS = 1000
 OK, DEAD, STAT = "ok", "dead", "stat"
+DUPLICATE = "duplicate input"   # the Skipped reason of inputs `Ledger.unique` drops
+log = logging.getLogger(__name__)
 
 
 def record_count(output: Any) -> int:
@@ -58,7 +66,7 @@ def _describe(exc: BaseException) -> str:
 @dataclass
 class StageStats:
     """What one stage did: inputs, output records, dead letters, busy seconds, first start, last end,
-    and the inputs it skipped by reason."""
+    the inputs it skipped by reason, and the calls it retried after a transient fault."""
 
     inputs: int = 0
     outputs: int = 0
@@ -67,6 +75,7 @@ class StageStats:
     start: float = float("inf")
     end: float = 0.0
     skipped: dict = field(default_factory=dict)
+    retries: int = 0
 
     def merge(self, other: "StageStats") -> "StageStats":
         skipped = dict(self.skipped)
@@ -74,12 +83,15 @@ class StageStats:
             skipped[reason] = skipped.get(reason, 0) + n
         return StageStats(self.inputs + other.inputs, self.outputs + other.outputs,
                           self.dead + other.dead, self.busy_s + other.busy_s,
-                          min(self.start, other.start), max(self.end, other.end), skipped)
+                          min(self.start, other.start), max(self.end, other.end), skipped,
+                          self.retries + other.retries)
 
 
 class _StageDoFn(beam.DoFn):
-    def __init__(self, name: str, fn: Callable[[Any], Iterable[Any]]):
-        self.name, self.fn = name, fn
+    def __init__(self, name: str, fn: Callable[[Any], Iterable[Any]], progress: str | None = None,
+                 expected: int | None = None, retry: Backoff = BACKOFF):
+        self.name, self.fn, self.retry = name, fn, retry
+        self.meter = StageMeter(name, progress, expected)  # Beam counters and live progress reports
 
     def setup(self):
         if hasattr(self.fn, "setup"):
@@ -91,10 +103,25 @@ class _StageDoFn(beam.DoFn):
 
     def process(self, element):
         start, t0 = time.time(), time.perf_counter()
+        retries = []
+
+        def retrying(exc: BaseException, retry: int, delay: float) -> None:
+            retries.append(retry)
+            log.warning("stage %s: transient %s: %s; retry %d of %d in %.1f s", self.name, type(exc).__name__,
+                        str(exc)[:300], retry, self.retry.attempts - 1, delay)
+
         try:
-            outputs = list(self.fn(element) or ())
-        except Exception as exc:  # a bad input must not kill the run: it becomes a dead letter
-            outputs = [Rejected(_describe(exc), element, type(exc).__name__)]
+            outputs = call_with_retries(lambda: list(self.fn(element) or ()), self.retry, on_retry=retrying,
+                                        seed=lambda: f"{self.name}|{excerpt(element)}")
+        except Exception as exc:
+            if is_transient(exc):   # it outlasted the retries: the runner retries the bundle, or the run fails
+                raise
+            outputs = [Rejected(_describe(exc), element, type(exc).__name__)]  # bad input: a dead letter
+        gave_up = next((out for out in outputs if isinstance(out, Rejected) and out.transient), None)
+        if gave_up is not None:     # its producer already retried with back-off: no dead letter, raise
+            raise Transient(f"stage {self.name}: {gave_up.error_type}: {gave_up.reason}")
+        if retries:
+            yield STAT, (self.name, StageStats(retries=len(retries)))
         dead = records = 0
         skipped: dict = {}
         for out in outputs:
@@ -108,6 +135,10 @@ class _StageDoFn(beam.DoFn):
                 yield OK, out
         busy = time.perf_counter() - t0
         yield STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy, skipped))
+        self.meter.record(records, dead, sum(skipped.values()), start)
+
+    def finish_bundle(self):
+        self.meter.flush()  # a side effect only: no outputs from finish_bundle (see the module docstring)
 
 
 def payloads(events: beam.PCollection, kind: str, label: str) -> beam.PCollection:
@@ -124,22 +155,79 @@ class Ledger:
     timings reach the manifest on every runner.
     """
 
-    def __init__(self):
+    def __init__(self, progress: str | None = None):
         self.dead: list[beam.PCollection] = []
         self.stats: list[beam.PCollection] = []
+        self.progress = progress  # "HOST:PORT" of a live progress display (pipelines/progress.py), or None
 
-    def stage(self, name: str, fn: Callable[[Any], Iterable[Any]]) -> beam.PTransform:
-        """A PTransform that runs `fn` on each element and returns its good outputs."""
-        return _Stage(self, name, fn)
+    def stage(self, name: str, fn: Callable[[Any], Iterable[Any]], expected: int | None = None,
+              retry: Backoff = BACKOFF) -> beam.PTransform:
+        """A PTransform that runs `fn` on each element and returns its good outputs.
+
+        `expected` (the number of inputs, for the display's ETA) defaults to the size of a beam.Create
+        the input comes straight from. `retry` bounds the retries of a transient fault."""
+        return _Stage(self, name, fn, expected, retry)
+
+    def unique(self, name: str, key: Callable[[Any], str], order: Callable[[Any], Any] = repr) -> beam.PTransform:
+        """A PTransform that keeps one input per `key` (the least by `order`, so every runner keeps
+        the same one) and counts the others as Skipped(DUPLICATE) of stage `name`.
+
+        An input listed twice would otherwise pass every stage, paying for each, and then fail the
+        whole run at the sink (two rows with one id). The inputs are grouped by their own key, so no
+        worker holds more than one key's duplicates."""
+        return _Unique(self, name, key, order)
 
 
 class _Stage(beam.PTransform):
-    def __init__(self, ledger: Ledger, name: str, fn):
+    def __init__(self, ledger: Ledger, name: str, fn, expected: int | None = None, retry: Backoff = BACKOFF):
         super().__init__(label=name)
-        self.ledger, self.name, self.fn = ledger, name, fn
+        self.ledger, self.name, self.fn, self.expected, self.retry = ledger, name, fn, expected, retry
 
     def expand(self, pcoll):
-        events = pcoll | "Run" >> beam.ParDo(_StageDoFn(self.name, self.fn))
+        expected = self.expected if self.expected is not None else created_count(pcoll)
+        events = pcoll | "Run" >> beam.ParDo(_StageDoFn(self.name, self.fn, self.ledger.progress, expected,
+                                                        self.retry))
         self.ledger.dead.append(payloads(events, DEAD, "Dead"))
         self.ledger.stats.append(payloads(events, STAT, "Stats"))
         return payloads(events, OK, "Ok")
+
+
+def created_count(pcoll: beam.PCollection, hops: int = 4) -> int | None:
+    """How many elements `pcoll` holds when that is known before the run: it is a beam.Create's
+    output, maybe through Reshuffles (the first stage of every dataset reads one). None otherwise."""
+    try:
+        for _ in range(hops):
+            applied = pcoll.producer
+            while applied.parent is not None and pcoll in applied.parent.outputs.values():
+                applied = applied.parent  # the outermost transform that made pcoll
+            if isinstance(applied.transform, beam.Create):
+                return len(applied.transform.values)
+            if not isinstance(applied.transform, (beam.Reshuffle, _Unique)):  # _Unique: at most as many
+                return None
+            (pcoll,) = applied.main_inputs.values()
+    except Exception:  # Beam internals moved: no ETA, nothing worse
+        return None
+    return None
+
+
+def first_of(keyed: tuple[str, Iterable[Any]], order: Callable[[Any], Any] = repr):
+    """Stage function: the inputs that share one key -> the least of them by `order`, and the rest
+    counted as duplicates."""
+    _, items = keyed
+    items = list(items)
+    yield min(items, key=order)
+    if len(items) > 1:
+        yield Skipped(DUPLICATE, len(items) - 1)
+
+
+class _Unique(beam.PTransform):
+    def __init__(self, ledger: Ledger, name: str, key: Callable[[Any], str], order: Callable[[Any], Any]):
+        super().__init__(label=name)
+        self.ledger, self.name, self.key, self.order = ledger, name, key, order
+
+    def expand(self, pcoll):
+        key, order = self.key, self.order
+        return (pcoll
+                | "Key" >> beam.Map(lambda item: (key(item), item))
+                | "Group" >> beam.GroupByKey()
+                | self.ledger.stage(self.name, lambda keyed: first_of(keyed, order), expected=created_count(pcoll)))

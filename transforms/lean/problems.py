@@ -1,6 +1,6 @@
 """Lean 4 problems and LeanDojo traces from the files they are published in (plain Python, no Beam).
 
-Three inputs (PAPERS.md section 4):
+Three inputs (PAPERS.md section 4), each a local path or a store URL (s3://, gs://):
 
 - DeepSeek-style JSON Lines (miniF2F, ProofNet): one object per line with
   ``name, split, informal_prefix, formal_statement, goal, header``.
@@ -14,12 +14,14 @@ never raised, so one broken input does not stop the rest (ARCHITECTURE.md, contr
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from schemas import storage
 from transforms.io.rejected import Rejected
 
 EXCERPT_CHARS = 300
@@ -45,6 +47,13 @@ def _excerpt(text: str) -> str:
     return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "..."
 
 
+def _read_text(path: str) -> str:
+    """A whole file, local or in a store, as text (undecodable bytes replaced, newlines as in Python's
+    text mode, which is how open() read it)."""
+    with io.TextIOWrapper(storage.open_stream(path), encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
 def statement_to_fill(statement: str) -> str | None:
     """`statement` cut to end in ':= by' (trailing whitespace and a trailing `sorry` removed), or
     None when it does not end in ':= by' (a full proof, a term-mode proof, or no proof start)."""
@@ -67,7 +76,7 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[Problem | Rejected]:
     trailing ``sorry``) is yielded as a Rejected whose reason starts with ``"<file>:<line>: "``.
     """
     path = os.fspath(path)
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with io.TextIOWrapper(storage.open_stream(path), encoding="utf-8", errors="replace") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -194,8 +203,7 @@ def read_lean_file(path: str | os.PathLike, split: str | None = None) -> Iterato
     if split is None:
         stem = os.path.splitext(os.path.basename(path))[0].lower()
         split = stem if stem in ("valid", "test") else ""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        text = fh.read()
+    text = _read_text(path)
     spans = _comment_spans(text)
     decls = [m for m in _DECL.finditer(text) if not _inside(m.start(), spans)]
     docs = {}                                           # decl start -> its doc comment span
@@ -245,8 +253,7 @@ TACTIC_FIELDS = ("tactic", "state_before", "state_after")
 
 def _theorems(path: str) -> Iterator[tuple[int, dict | None, str, str | None]]:
     """(line, theorem or None, raw text, error) from a JSON list / object or a JSON Lines file."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        text = fh.read()
+    text = _read_text(path)
     head = text.lstrip()[:1]
     if head in ("[", "{"):
         try:

@@ -1,7 +1,7 @@
 """Beam wiring of rmaxts: problems -> RMaxTS per problem (LLM policy + Lean REPL pool) -> four tables.
 
-    problem files ─ problems ─ Reshuffle ─ search ─┬─ problems, attempts, nodes, transitions
-    LeanDojo traces ─ leandojo ────────────────────┴─ transitions
+    problem files ─ problems ─ unique ─ Reshuffle ─ search ─┬─ problems, attempts, nodes,
+    LeanDojo traces ─ leandojo ─ unique ────────────────────┴─ transitions
 
 The search of one problem is sequential (select, sample, verify, back up), so it runs inside one
 stage call; the worker holds the model (through the LLM layer's response cache: a search restarted
@@ -19,6 +19,7 @@ import apache_beam as beam
 from transforms.io.ids import stable_id
 from transforms.io.rejected import Rejected
 from transforms.io.stage import Ledger, payloads
+from transforms.io.transient import Transient
 from transforms.llm.cache import ResponseCache
 from transforms.llm.cached import generate_with_cache
 from transforms.llm.requests import Completion, Request, Sampling
@@ -72,6 +73,8 @@ class Policy:
             if isinstance(result, Completion):
                 self.completions.append(result)
                 texts.append(result.text)
+            elif result.transient:      # the endpoint stayed unreachable: no attempt at all; the stage retries
+                raise Transient(f"{result.error_type}: {result.reason}")
             else:                       # a failed generation is an attempt with no code, not a lost problem
                 texts.append("")
         return texts
@@ -141,15 +144,18 @@ class BuildRmaxts(beam.PTransform):
             problem_files, leandojo_files, search_fn, ledger)
 
     def expand(self, pbegin):
+        from transforms.lean.rmaxts import problem_id_of
         ledger = self.ledger
         problems = (pbegin | "ProblemFiles" >> beam.Create(self.problem_files)
                     | ledger.stage("problems", read_problems)
+                    | ledger.unique("unique_problems", problem_id_of)   # a file or a problem listed twice
                     | "Spread" >> beam.Reshuffle())
         found = problems | ledger.stage("search", self.search_fn)
         transitions = [payloads(found, "transitions", "SearchTransitions")]
         if self.leandojo_files:
             transitions.append(pbegin | "TraceFiles" >> beam.Create(self.leandojo_files)
-                               | ledger.stage("leandojo", read_leandojo))
+                               | ledger.stage("leandojo", read_leandojo)
+                               | ledger.unique("unique_transitions", lambda row: row["id"]))
         return {"problems": payloads(found, "problems", "ProblemRows"),
                 "attempts": payloads(found, "attempts", "AttemptRows"),
                 "nodes": payloads(found, "nodes", "NodeRows"),

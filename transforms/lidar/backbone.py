@@ -32,7 +32,7 @@ input's voxel order.
 from __future__ import annotations
 
 import hashlib
-import os
+import io
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -44,6 +44,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("transforms.lidar.backbone needs spconv: pip install 'shardsmith[lidar]'") from exc
 
+from schemas import storage
 from transforms.lidar.occupancy import bev_shape, layer_shape, sparse_shape
 
 LAYERS = ("conv1", "conv2", "conv3", "conv4")
@@ -151,11 +152,13 @@ class VoxelBackBone8x(nn.Module):
         Loaded with torch.load(weights_only=True): tensors and plain containers only, no code runs.
         input_channels defaults to what the checkpoint's conv_input kernel says. Kernels saved by
         spconv 1.x (k, k, k, in, out) are permuted to spconv 2's (out, k, k, k, in), as OpenPCDet
-        does. Any missing or unexpected key or shape mismatch raises CheckpointError listing all."""
-        if not os.path.isfile(path):
+        does. Any missing or unexpected key or shape mismatch raises CheckpointError listing all.
+        `path` may be a store URL: each worker reads it from there."""
+        if not storage.is_file(path):
             raise FileNotFoundError(f"no checkpoint at {path!r}")
+        raw = storage.read_bytes(path)
         try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+            ckpt = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
         except Exception as exc:
             raise CheckpointError(
                 f"{path}: cannot be read with torch.load(weights_only=True) ({type(exc).__name__}: {exc}). "
@@ -181,7 +184,7 @@ class VoxelBackBone8x(nn.Module):
         with torch.random.fork_rng(devices=[]):
             model = cls(input_channels, grid_size_zyx)
         model.load_backbone_state(backbone, origin=path)
-        model.source = "sha256:" + _sha256(path)
+        model.source = "sha256:" + hashlib.sha256(raw).hexdigest()
         return model._freeze()
 
     def load_backbone_state(self, state: Mapping[str, torch.Tensor], origin: str = "state dict") -> None:
@@ -302,11 +305,3 @@ def _sorted(coords: np.ndarray, values: np.ndarray) -> Tuple[np.ndarray, np.ndar
     order = np.lexsort((coords[:, 2], coords[:, 1], coords[:, 0]))
     return (np.ascontiguousarray(coords[order], dtype=np.int32),
             np.ascontiguousarray(values[order], dtype=np.float32))
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

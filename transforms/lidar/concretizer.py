@@ -1,7 +1,7 @@
 """Beam wiring of concretizer: frame jobs -> read and crop -> voxelize -> frozen backbone -> rows.
 
-    jobs ─ frame (read, crop, FOV) ─ voxelize ─┬─ frames, voxels
-                                               └─ backbone (one per worker) ─ features, occupancy
+    jobs ─ unique ─ frame (read, crop, FOV) ─ voxelize ─┬─ frames, voxels
+                                                        └─ backbone (one per worker) ─ features, occupancy
 
 Each stage is a plain function wrapped by `Ledger.stage`; a stage emits ("table", row) events that
 `payloads` splits into the four tables, so the graph runs on every runner (no tagged outputs).
@@ -107,6 +107,7 @@ class BuildConcretizer(beam.PTransform):
     def expand(self, pbegin):
         ledger, preset, mode = self.ledger, self.preset, self.mode
         frames = (pbegin | "Jobs" >> beam.Create(self.jobs)
+                  | ledger.unique("unique_scans", repr)   # a scan listed twice (scans=A,A): one frame
                   | "Spread" >> beam.Reshuffle()
                   | ledger.stage("frame", lambda job: [load_frame(job, preset, mode)]))
         voxelized = frames | ledger.stage("voxelize", lambda frame: voxel_rows(frame, preset, mode))

@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 
+from schemas import storage
 from transforms.io.ids import stable_id
 from transforms.lidar.presets import get_preset
 from transforms.lidar.readers import POINT_FEATURES, fov_mask, read_kitti_calib, read_kitti_labels, read_points
@@ -42,10 +43,11 @@ class FrameJob:
 
 
 def kitti_sidecar(scan_path: str, folder: str, suffix: str) -> str:
-    """KITTI keeps calib/ and label_2/ beside velodyne/: .../velodyne/000000.bin -> .../calib/000000.txt."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(scan_path)))
-    stem = os.path.splitext(os.path.basename(scan_path))[0]
-    return os.path.join(root, folder, stem + suffix)
+    """KITTI keeps calib/ and label_2/ beside velodyne/: .../velodyne/000000.bin -> .../calib/000000.txt,
+    in a folder or in a store alike."""
+    root = storage.parent(storage.parent(scan_path))
+    stem = os.path.splitext(storage.basename(scan_path))[0]
+    return storage.join(root, folder, stem + suffix)
 
 
 def frame_id(job: FrameJob, preset: str, mode: str) -> str:
@@ -72,13 +74,13 @@ def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
     calib: Optional[dict] = None
     if p.get("use_fov") and job.source != "sim":
         calib_path = kitti_sidecar(job.path, "calib", ".txt")
-        if not os.path.isfile(calib_path):
+        if not storage.is_file(calib_path):
             raise ValueError(f"{job.ref}: preset {preset!r} keeps the camera's field of view only and needs the "
                              f"calibration {calib_path}; add it, or use a preset without the FOV filter")
         calib = read_kitti_calib(calib_path)
         points = points[fov_mask(points, calib, p.get("image_shape"))]
         label_path = kitti_sidecar(job.path, "label_2", ".txt")
-        if os.path.isfile(label_path):
+        if storage.is_file(label_path):
             labels = read_kitti_labels(label_path, calib)
     elif p.get("use_fov") and job.source == "sim":
         # the simulator has no camera: keep what KITTI's camera 2 sees, 81.5 deg wide (1242 px, f = 721 px)

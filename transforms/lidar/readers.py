@@ -14,11 +14,12 @@ Layouts (`POINT_FEATURES[layout]` names the columns `read_points` returns):
 """
 from __future__ import annotations
 
-import os
 import struct
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
+
+from schemas import storage
 
 # layout -> (float32 values per point in the file, columns kept)
 BIN_LAYOUTS = {"kitti": (4, 4), "waymo": (6, 5), "nuscenes": (5, 4)}
@@ -45,16 +46,25 @@ KITTI_DEFAULT_IMAGE_SHAPE = (375, 1242)
 # ---------------------------------------------------------------- points
 
 
+def _read(path: str, missing: str) -> bytes:
+    """The bytes of a local file or a store object; ValueError `missing` when there is none. Other
+    I/O errors propagate: a store that drops a request is a transient fault, not a bad scan."""
+    try:
+        return storage.read_bytes(path)
+    except FileNotFoundError:
+        raise ValueError(missing) from None
+
+
 def read_points(path: str, layout: str) -> np.ndarray:
-    """The scan at `path` as float32 (N, len(POINT_FEATURES[layout]))."""
+    """The scan at `path` (a local path or a store URL) as float32 (N, len(POINT_FEATURES[layout]))."""
     if layout not in POINT_FEATURES:
         raise ValueError(f"unknown point layout {layout!r}; choose one of {', '.join(LAYOUTS)} "
                          f"(set it in the config: the layout is never guessed from the file)")
-    if not os.path.exists(path):
-        raise ValueError(f"{path}: no such scan file")
     if layout in BIN_LAYOUTS:
         points = _read_bin(path, layout)
     else:
+        if not storage.exists(path):
+            raise ValueError(f"{path}: no such scan file")
         points = _read_open3d(path, layout)
     _check_finite(points, path)
     return points
@@ -62,15 +72,16 @@ def read_points(path: str, layout: str) -> np.ndarray:
 
 def _read_bin(path: str, layout: str) -> np.ndarray:
     width, keep = BIN_LAYOUTS[layout]
-    size = os.path.getsize(path)
+    data = _read(path, f"{path}: no such scan file")
+    size = len(data)
     if size == 0:
         raise ValueError(f"{path} is empty (0 bytes): an empty scan; re-export the frame or drop it")
     if size % (4 * width):
         raise ValueError(f"{path} is {size} bytes, not a multiple of {4 * width} ({layout}: {width} "
                          f"float32 per point: {_BIN_DESCRIPTION[layout]}); is the layout right? "
                          f"(the file may also be truncated)")
-    raw = np.fromfile(path, dtype="<f4").reshape(-1, width)
-    return np.ascontiguousarray(raw[:, :keep], dtype=np.float32)
+    raw = np.frombuffer(data, dtype="<f4").reshape(-1, width)
+    return np.array(raw[:, :keep], dtype=np.float32, order="C")  # a writable copy, as np.fromfile gave
 
 
 def _read_open3d(path: str, layout: str) -> np.ndarray:
@@ -78,7 +89,8 @@ def _read_open3d(path: str, layout: str) -> np.ndarray:
         import open3d as o3d
     except ImportError as e:  # pragma: no cover - depends on the install
         raise ValueError(f"reading {layout} files needs open3d: pip install 'shardsmith[lidar]'") from e
-    cloud = o3d.t.io.read_point_cloud(path)
+    with storage.local_copy(path) as local:  # open3d reads local files only
+        cloud = o3d.t.io.read_point_cloud(local)
     attrs = cloud.point
     if "positions" not in attrs or len(attrs["positions"]) == 0:
         raise ValueError(f"{path}: the {layout.upper()} file holds no points (or open3d could not "
@@ -105,21 +117,19 @@ def _check_finite(points: np.ndarray, path: str) -> None:
 
 def read_kitti_calib(path: str) -> Dict[str, np.ndarray]:
     """KITTI calib .txt -> {"P2": (3, 4), "R0_rect": (3, 3), "Tr_velo_to_cam": (3, 4)} float32,
-    as OpenPCDet's calibration_kitti.get_calib_from_file reads them."""
-    if not os.path.exists(path):
-        raise ValueError(f"{path}: calibration file missing; the preset's field-of-view filter needs "
-                         f"it (put the frame's calib/*.txt beside velodyne/, or use a preset without "
-                         f"use_fov)")
+    as OpenPCDet's calibration_kitti.get_calib_from_file reads them. `path` may be a store URL."""
+    text = _read(path, f"{path}: calibration file missing; the preset's field-of-view filter needs "
+                       f"it (put the frame's calib/*.txt beside velodyne/, or use a preset without "
+                       f"use_fov)").decode("utf-8", "replace")
     values: Dict[str, List[float]] = {}
-    with open(path) as fh:
-        for line in fh:
-            if ":" not in line:
-                continue
-            key, rest = line.split(":", 1)
-            try:
-                values[key.strip()] = [float(v) for v in rest.split()]
-            except ValueError:
-                raise ValueError(f"{path}: calibration line {key.strip()!r} is not numbers") from None
+    for line in text.splitlines():
+        if ":" not in line:
+            continue
+        key, rest = line.split(":", 1)
+        try:
+            values[key.strip()] = [float(v) for v in rest.split()]
+        except ValueError:
+            raise ValueError(f"{path}: calibration line {key.strip()!r} is not numbers") from None
     shapes = {"P2": (3, 4), "R0_rect": (3, 3), "Tr_velo_to_cam": (3, 4)}
     calib = {}
     for key, shape in shapes.items():
@@ -133,7 +143,7 @@ def read_kitti_calib(path: str) -> Dict[str, np.ndarray]:
 
 def kitti_image_shape(png_path: str) -> Tuple[int, int]:
     """(height, width) of a KITTI image_2 PNG, read from its header (no image library needed)."""
-    with open(png_path, "rb") as fh:
+    with storage.open_stream(png_path) as fh:
         head = fh.read(24)
     if len(head) < 24 or head[:8] != b"\x89PNG\r\n\x1a\n":
         raise ValueError(f"{png_path} is not a PNG; pass image_shape=(height, width) instead")
@@ -180,20 +190,18 @@ def read_kitti_labels(path: str, calib: Mapping[str, np.ndarray]) -> List[dict]:
     """KITTI label_2 .txt -> [{"type": str, "box": [x, y, z, dx, dy, dz, heading]}] in the LiDAR
     frame, as OpenPCDet's KittiDataset.get_infos converts them: the camera-frame bottom centre goes
     to LiDAR with rect_to_lidar, z moves up by h / 2, (dx, dy, dz) = (l, w, h) and
-    heading = -(pi / 2 + rotation_y). DontCare rows are dropped."""
-    if not os.path.exists(path):
-        raise ValueError(f"{path}: label file missing (labels are optional: leave the label folder "
-                         f"out of the config for unlabelled scans)")
+    heading = -(pi / 2 + rotation_y). DontCare rows are dropped. `path` may be a store URL."""
+    text = _read(path, f"{path}: label file missing (labels are optional: leave the label folder "
+                       f"out of the config for unlabelled scans)").decode("utf-8", "replace")
     rows = []
-    with open(path) as fh:
-        for n, line in enumerate(fh, 1):
-            f = line.split()
-            if not f or f[0] == "DontCare":
-                continue
-            if len(f) < 15:
-                raise ValueError(f"{path}:{n}: a KITTI label line has 15 fields, found {len(f)}")
-            h, w, l = (float(v) for v in f[8:11])
-            rows.append((f[0], [float(v) for v in f[11:14]], (l, w, h), float(f[14])))
+    for n, line in enumerate(text.splitlines(), 1):
+        f = line.split()
+        if not f or f[0] == "DontCare":
+            continue
+        if len(f) < 15:
+            raise ValueError(f"{path}:{n}: a KITTI label line has 15 fields, found {len(f)}")
+        h, w, l = (float(v) for v in f[8:11])
+        rows.append((f[0], [float(v) for v in f[11:14]], (l, w, h), float(f[14])))
     if not rows:
         return []
     loc = np.asarray([r[1] for r in rows], np.float32)

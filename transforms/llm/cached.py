@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator, Optional, Protocol, Sequence
 
-from transforms.io.rejected import Rejected
 from transforms.llm.cache import ResponseCache
 from transforms.llm.requests import Completion, Request, cache_key
 
@@ -67,6 +66,6 @@ def generate_with_cache(backend, cache: Optional[ResponseCache], requests: Seque
                 if isinstance(result, Completion):
                     results[index] = dataclasses.replace(result, request_id=requests[index].id)
                 else:
-                    results[index] = result if index == firsts[position] else Rejected(
-                        result.reason, requests[index], result.error_type)
+                    results[index] = result if index == firsts[position] else dataclasses.replace(
+                        result, excerpt=requests[index])
     return results

@@ -31,7 +31,9 @@ Failures, per request (the other requests of the batch go on):
   (jitter_seed, request id, attempt), so the sleeps are the same on every run whatever the thread
   scheduling. A `Retry-After` header (seconds, or an HTTP date) replaces the computed delay, capped
   at max_backoff_s. Afterwards: Rejected("... gave up after N attempts: last error ...",
-  request, "RateLimited" when the last answer was a 429, else "EndpointUnavailable");
+  request, "RateLimited" when the last answer was a 429, else "EndpointUnavailable", transient=True):
+  a fault of the endpoint, not of the request, so the stage that runs the batch raises instead of
+  writing a dead letter and the runner retries the bundle (transforms/io/transient.py);
 - any other 4xx -> Rejected at once with the server's error message (OpenAI's
   {"error": {"message"}}, vLLM's {"message"}, FastAPI's {"detail"}, or the raw body), error_type
   "BadRequest", "Unauthorized", "Forbidden", "NotFound", ... or "HTTP<status>";
@@ -239,7 +241,8 @@ class OpenAIBackend(BatchedBackend):
                        f"can reach it (firewall, proxy); timeout_s={self.timeout_s}")
         else:
             message = f"{url}: gave up after {attempts} attempt{'s' * (attempts > 1)}: last error {last}"
-        return Rejected(message, request, "RateLimited" if last.rate_limited else "EndpointUnavailable")
+        return Rejected(message, request, "RateLimited" if last.rate_limited else "EndpointUnavailable",
+                        transient=True)
 
     def _attempt(self, url: str, body: bytes, key: Optional[str]) -> dict:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}

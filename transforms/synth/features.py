@@ -6,6 +6,7 @@ NaN or infinite value, other label) is rejected with its index; the rest stay.
 """
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -13,6 +14,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow.parquet as pq
 
+from schemas import storage
 from transforms.io.rejected import Rejected
 
 
@@ -27,10 +29,11 @@ class FeaturesShape:
 
 
 def _load(path: str) -> tuple[list, np.ndarray]:
-    """(rows of x as sequences, labels) from a Parquet or .npz file."""
+    """(rows of x as sequences, labels) from a Parquet or .npz file, local or in a store."""
     ext = os.path.splitext(path)[1].lower()
     if ext == ".npz":
-        with np.load(path, allow_pickle=False) as data:  # never unpickle an input
+        # the whole file is read anyway; a zip wants seeks, which are cheap only in memory
+        with np.load(io.BytesIO(storage.read_bytes(path)), allow_pickle=False) as data:  # never unpickle an input
             missing = {"x", "y"} - set(data.files)
             if missing:
                 raise FeaturesError(f"{path}: .npz needs arrays x and y, missing {sorted(missing)}")
@@ -40,7 +43,8 @@ def _load(path: str) -> tuple[list, np.ndarray]:
                                 f"got {x.shape} and {y.shape}")
         return list(x), y
     if ext == ".parquet":
-        table = pq.read_table(path)
+        with storage.open_input(path) as fh:
+            table = pq.read_table(fh)
         missing = {"x", "y"} - set(table.column_names)
         if missing:
             raise FeaturesError(f"{path}: Parquet needs columns x (list of numbers) and y, "

@@ -19,7 +19,7 @@ def _merge_stats(values):
 class GeneratePrunedSynth(beam.PTransform):
     """All experiments of a run: {"rows": (real, synthetic) Arrow chunks, "experiments": row dicts}.
 
-    `experiments` is a list of (experiment id, resolved params, swept keys).
+    `experiments` is a list of (experiment id, resolved params, swept keys); a repeated id is run once.
     The generator is joined to its synthetic chunks with CoGroupByKey rather
     than a side input, which the DaskRunner does not support.
     """
@@ -29,23 +29,24 @@ class GeneratePrunedSynth(beam.PTransform):
         self.experiments, self.ledger = experiments, ledger
 
     def expand(self, pbegin):
-        real_tasks, synth_tasks, metas = [], [], []
-        for exp, params, swept in self.experiments:
-            reals, synths = ex.plan(params, exp)
-            real_tasks += reals
-            synth_tasks += [(exp, t) for t in synths]
-            metas.append((exp, {"params": params, "swept": swept}))
-        real = (pbegin
-                | "RealTasks" >> beam.Create(real_tasks)
+        # a sweep that repeats a value (epsilon=[0.1,0.1]) repeats an experiment id: run it once
+        experiments = (pbegin | "Experiments" >> beam.Create(self.experiments)
+                       | self.ledger.unique("unique_experiments", lambda e: e[0]))
+        distinct = {exp: params for exp, params, _ in self.experiments}
+        real_count = sum(len(ex.plan(params, exp)[0]) for exp, params in distinct.items())  # the display's ETA
+        real = (experiments
+                | "RealTasks" >> beam.FlatMapTuple(lambda exp, params, _: ex.plan(params, exp)[0])
                 | "SpreadReal" >> beam.Reshuffle()
-                | self.ledger.stage("real_rows", ex.real_rows))
+                | self.ledger.stage("real_rows", ex.real_rows, expected=real_count))
         stats = (payloads(real, ex.STATS, "RealStats")
                  | "SumStats" >> beam.CombinePerKey(_merge_stats)
                  | "ByExperiment" >> beam.MapTuple(lambda key, s: (key[0], (key[1], s))))
         joined = {
-            "experiment": pbegin | "Experiments" >> beam.Create(metas),
+            "experiment": experiments | "Meta" >> beam.MapTuple(
+                lambda exp, params, swept: (exp, {"params": params, "swept": swept})),
             "stats": stats,
-            "chunks": pbegin | "SyntheticTasks" >> beam.Create(synth_tasks),
+            "chunks": experiments | "SyntheticTasks" >> beam.FlatMapTuple(
+                lambda exp, params, _: [(exp, t) for t in ex.plan(params, exp)[1]]),
         } | "JoinGenerator" >> beam.CoGroupByKey()
         fitted = joined | self.ledger.stage("generator", ex.generator)
         synthetic = (payloads(fitted, ex.SYNTH_TASK, "Tasks")

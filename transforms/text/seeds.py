@@ -12,12 +12,14 @@ The packaged defaults live in ``pipelines/seeds/selfmoe/<domain>.jsonl`` (packag
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from typing import Any, Union
 
+from schemas import storage
 from transforms.io.ids import stable_id
 from transforms.io.rejected import Rejected
 
@@ -53,7 +55,8 @@ def _lines(source: Source) -> tuple[str, Iterator[tuple[int, Union[str, bytes]]]
 
         def from_file() -> Iterator[tuple[int, bytes]]:
             # Bytes, decoded per line: one undecodable line is one rejection, not a crash.
-            with open(path, "rb") as f:
+            # A local path or a store URL: the file is streamed, never held whole.
+            with io.BufferedReader(storage.open_stream(path)) as f:
                 yield from enumerate(f, start=1)
 
         return path, from_file()

@@ -34,6 +34,7 @@ class SpecializeDomains(beam.PTransform):
     def expand(self, pbegin):
         ledger = self.ledger
         seeds = (pbegin | "SeedFiles" >> beam.Create(self.seed_files)
+                 | ledger.unique("unique_domains", lambda item: item[0])   # domains=math,math: one math
                  | ledger.stage("seeds", lambda item: read_seeds(item[1], item[0])))
         seeds_by_domain = seeds | "SeedKey" >> beam.Map(lambda s: (s["domain"], s))
         prompts, k_shot, sampling, seed = self.prompts, self.k_shot, self.brainstorm, self.seed

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from transforms.io.ids import stable_id
+from transforms.io.transient import Transient
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.routing import make_route_handler
 from transforms.web.targets import LOCAL_BASE, PageTarget
@@ -122,7 +123,7 @@ class CapturePage:
             # the browser only says net::ERR_FAILED; the route handler knows why (refused, too many
             # redirects, over the size budget, a network error): say that first
             why = [f"{reason} ({u[:200]})" for u, reason in refusals + handler.failures if _same_doc(u, url)]
-            if why:
+            if why and not isinstance(exc, Transient):   # a crashed browser stays transient (retried)
                 from transforms.web.render import RenderError
                 raise RenderError(f"{'; '.join(why)}; {exc}") from None
             raise

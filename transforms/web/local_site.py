@@ -3,19 +3,23 @@
     with LocalSite("pipelines/sites/multiui") as site:
         page.goto(site.url_for("index.html"))
 
-The server listens on 127.0.0.1 on a free port, answers GET and HEAD only (anything else gets
-501), never lists directories and never serves a file outside the folder (symlinks included).
+The folder may also be a store prefix (s3://bucket/site, gs://...): workers that share no disk
+each serve it from the store, reading a file per request. The server listens on 127.0.0.1 on a
+free port, answers GET and HEAD only (anything else gets 501), never lists directories and never
+serves a file outside the folder (symlinks included; in a store, no `..`).
 The renderer's fetch policy needs `allow_loopback=True` for these pages (better: restrict
 `allowed_ports` to the site's port as well).
 """
 from __future__ import annotations
 
+import io
 import os
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import quote, urljoin
+from urllib.parse import quote, unquote, urljoin, urlsplit
 
+from schemas import storage
 from transforms.web.targets import LOCAL_BASE
 
 
@@ -36,6 +40,32 @@ class _ReadOnlyHandler(SimpleHTTPRequestHandler):
         pass
 
 
+class _StoreHandler(_ReadOnlyHandler):
+    """The same answers as for a folder, from the objects under a store prefix (`directory`)."""
+
+    def send_head(self):
+        path = unquote(urlsplit(self.path).path)
+        parts = [p for p in path.split("/") if p and p != "."]
+        if ".." in parts:
+            self.send_error(404, "File not found")
+            return None
+        if not parts or path.endswith("/"):
+            parts.append("index.html")
+        try:
+            data = storage.read_bytes(storage.join(self.directory, *parts))
+        except (FileNotFoundError, IsADirectoryError):
+            self.send_error(404, "File not found")
+            return None
+        except OSError:  # the store failed this request: the page fails (and is retried), not half-served
+            self.send_error(503, "Store unavailable")
+            return None
+        self.send_response(200)
+        self.send_header("Content-type", self.guess_type(parts[-1]))
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        return io.BytesIO(data)
+
+
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -47,18 +77,20 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class LocalSite:
-    """Context manager: a read-only HTTP server for `folder`; `.base_url` ends with '/'."""
+    """Context manager: a read-only HTTP server for `folder` (a local folder or a store prefix);
+    `.base_url` ends with '/'."""
 
     def __init__(self, folder: str, host: str = "127.0.0.1"):
-        if not os.path.isdir(folder):
+        if not storage.is_dir(folder):
             raise FileNotFoundError(f"LocalSite: {folder!r} is not a folder")
-        self.folder = os.path.abspath(folder)
+        self.folder = storage.normalize(folder)
         self.host = host
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> LocalSite:
-        handler = partial(_ReadOnlyHandler, directory=self.folder)
+        handler = partial(_StoreHandler if storage.is_remote(self.folder) else _ReadOnlyHandler,
+                          directory=self.folder)
         self._server = _QuietServer((self.host, 0), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="LocalSite", daemon=True)
         self._thread.start()

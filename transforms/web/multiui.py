@@ -1,19 +1,23 @@
 """Beam wiring of multiui: targets -> render (desktop, mobile) -> curation -> nine task generators.
 
     sources ─ targets ─ render ─ curate ─┬─ (LLM judge) ─ pages
-                                         ├─ title pool ─┐
-                                         ├──────────────┴─ rule tasks ───────────────┐
+                                         ├─ title sample ─┐
+                                         ├────────────────┴─ rule tasks ─────────────┐
                                          ├─ llm plan ─ Generate ─ llm parse ──────────┤─ samples
                                          └─ vision plan ─ Generate (vision) ─ parse ──┘
 
 Joins use CoGroupByKey and events travel through `Ledger.stage`, so the graph runs on every
 runner shardsmith supports (no side inputs, no tagged outputs). Screenshots travel with the page
-row only as far as the stages that draw on them.
+row only as far as the stages that draw on them. No step gathers all pages or all titles under one
+key: action prediction's distractors come from a bounded sample of the titles.
 """
 from __future__ import annotations
 
+import hashlib
+import heapq
+import random
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional, Sequence
 
 import apache_beam as beam
 
@@ -25,10 +29,22 @@ from transforms.llm.generate import Generate
 from transforms.llm.requests import Sampling
 from transforms.web import curation
 from transforms.web.capture import CapturePage, CaptureSettings
+from transforms.web.targets import duplicate_key, keep_order
 from transforms.web.tasks import TaskRules, embedded_image_tasks, llm_requests, parse_completion, rule_samples
 from transforms.web.tasks.tree_text import tree_text
 
 DISTRACTORS_PER_PAGE = 32
+# Distractors are drawn from the TITLE_POOL_SIZE distinct titles of smallest hash (a bottom-k
+# sample): uniform over the crawl's titles, the same whatever the order or split of the input, and
+# built by a combine whose accumulator never holds more than twice this many titles, so no worker
+# holds all titles. 4096 titles are a few hundred KB, yet far more than the 32 drawn per page (7
+# shown), so wrong options stay varied; a crawl with fewer distinct titles uses all of them, which
+# is what the pool was before it was bounded.
+TITLE_POOL_SIZE = 4096
+# The pool reaches the pages as POOL_LEAVES copies, each joined with the pages of one hash class of
+# the page id: a join holds one pool and about 1/POOL_LEAVES of the pages' titles. 256 copies of the
+# pool are tens of MB of shuffle, small beside the screenshots.
+POOL_LEAVES = 256
 RULE_TASKS = ("heading_ocr", "element_ocr", "element_grounding", "action_prediction")
 LLM_TASKS = ("webpage_caption", "webpage_qa", "action_grounding")
 VISION_TASKS = ("embedded_image_caption", "embedded_image_qa")
@@ -70,15 +86,87 @@ def page_titles(page: dict) -> list[str]:
     return [t for t in [page["title"]] + [a["target_title"] for a in page["actions"]] if t and t.strip()]
 
 
-def distractors_for(pages: list[tuple[str, list[str]]], k: int = DISTRACTORS_PER_PAGE):
-    """(page id, up to k titles of other pages) for every page: a seeded draw from the pool of all
-    titles, so action prediction's wrong options are real page titles from the same crawl."""
-    pool = sorted({t for _, titles in pages for t in titles})
+def _hash64(text: str) -> int:
+    """A stable 64-bit hash (Python's hash() is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def title_sample(titles: Iterable[str], size: int = TITLE_POOL_SIZE) -> list[str]:
+    """The `size` distinct titles of smallest hash (ties broken by the title), in that order: a
+    function of the set of titles only, so any order or split of the input gives the same sample."""
+    return [t for _, t in heapq.nsmallest(size, {(_hash64(t), t) for t in titles})]
+
+
+class TitleSample(beam.CombineFn):
+    """`title_sample` as a combine over pages' title lists; an accumulator keeps at most 2 * size
+    titles (trimmed to the `size` smallest when it grows past that)."""
+
+    def __init__(self, size: int = TITLE_POOL_SIZE):
+        self.size = size
+
+    def _trim(self, ranked: set) -> set:
+        return set(heapq.nsmallest(self.size, ranked)) if len(ranked) > 2 * self.size else ranked
+
+    def create_accumulator(self) -> set:
+        return set()
+
+    def add_input(self, ranked: set, titles: list[str]) -> set:
+        ranked.update((_hash64(t), t) for t in titles)
+        return self._trim(ranked)
+
+    def merge_accumulators(self, accumulators: Iterable[set]) -> set:
+        merged: set = set()
+        for ranked in accumulators:
+            merged = self._trim(merged | ranked)
+        return merged
+
+    def extract_output(self, ranked: set) -> list[str]:
+        return [t for _, t in heapq.nsmallest(self.size, ranked)]
+
+
+def distractors_for(pages: Iterable[tuple[str, list[str]]], pool: Sequence[str],
+                    k: int = DISTRACTORS_PER_PAGE):
+    """(page id, up to k titles of other pages) for every page: a draw seeded by the page id from
+    the title pool (a bounded sample of the crawl's titles) without the page's own titles, so action
+    prediction's wrong options are real page titles from the same crawl."""
+    ordered = sorted(set(pool))
     for pid, titles in pages:
         own = set(titles)
-        others = [t for t in pool if t not in own]
-        rng = __import__("random").Random(int(pid[:12], 16))
+        others = [t for t in ordered if t not in own]
+        rng = random.Random(int(pid[:12], 16))
         yield pid, sorted(rng.sample(others, min(k, len(others))))
+
+
+def _draw(keyed, k: int):
+    """One leaf's join of its pages' (id, titles) with the pool -> (page id, distractors)."""
+    _, grouped = keyed
+    pages = sorted(grouped["page"])
+    if not pages:
+        return []
+    (pool,) = grouped["pool"]   # a leaf with a page has the pool: it was sampled from those pages
+    return list(distractors_for(pages, pool, k))
+
+
+class Distractors(beam.PTransform):
+    """PCollection[(page id, titles)] -> PCollection[(page id, distractor titles)].
+
+    The titles are sampled by a bounded combine (TitleSample), and the sample joined to the pages by
+    a hash class of the page id (CoGroupByKey over POOL_LEAVES copies: no side inputs)."""
+
+    def __init__(self, size: int = TITLE_POOL_SIZE, leaves: int = POOL_LEAVES, k: int = DISTRACTORS_PER_PAGE):
+        super().__init__()
+        self.size, self.leaves, self.k = size, leaves, k
+
+    def expand(self, titles):
+        leaves, k = self.leaves, self.k
+        pool = (titles
+                | "PageTitles" >> beam.Values()
+                | "SampleTitles" >> beam.CombineGlobally(TitleSample(self.size)).without_defaults()
+                | "CopyPool" >> beam.FlatMap(lambda pool: [(leaf, pool) for leaf in range(leaves)]))
+        pages = titles | "ByLeaf" >> beam.Map(lambda kv: (_hash64(kv[0]) % leaves, kv))
+        return ({"page": pages, "pool": pool}
+                | "JoinPool" >> beam.CoGroupByKey()
+                | "Draw" >> beam.FlatMap(_draw, k))
 
 
 def outputs_of(results: dict):
@@ -117,7 +205,8 @@ class BuildMultiUI(beam.PTransform):
     def expand(self, pbegin):
         ledger, plan, platforms = self.ledger, self.plan, self.platforms
         targets = (pbegin | "Sources" >> beam.Create(self.sources)
-                   | ledger.stage("targets", read_sources))
+                   | ledger.stage("targets", read_sources)
+                   | ledger.unique("unique_pages", duplicate_key, keep_order))   # before the costly render
         jobs = (targets
                 | "Platforms" >> beam.FlatMap(lambda t: [(t, p) for p in platforms])
                 | "SpreadJobs" >> beam.Reshuffle())
@@ -139,9 +228,8 @@ class BuildMultiUI(beam.PTransform):
     def _rule_samples(self, kept):
         tasks, rules, ledger = set(self.plan.tasks), self.plan.rules, self.ledger
         pools = (kept
-                 | "Titles" >> beam.Map(lambda p: (None, (p["id"], page_titles(p))))
-                 | "AllTitles" >> beam.GroupByKey()
-                 | "Distractors" >> beam.FlatMap(lambda kv: distractors_for(sorted(kv[1]))))
+                 | "Titles" >> beam.Map(lambda p: (p["id"], page_titles(p)))
+                 | "Distractors" >> Distractors())
 
         def make(keyed):
             _, grouped = keyed

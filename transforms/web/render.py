@@ -19,7 +19,9 @@ How the work is split, and why:
 Bad pages raise `RenderError` with the reason (the pipeline turns it into a dead-letter row):
 HTTP errors ("HTTP 500"), redirect loops, timeouts, non-HTML documents ("non-HTML document:
 application/pdf"), downloads, schemes other than http(s), pages over the size caps, and pages
-the fetch policy refuses.
+the fetch policy refuses. A browser that dies under a page (its process gone, Playwright's
+"Target page, context or browser has been closed") or will not start raises `BrowserCrashed`, a
+transient fault: no verdict on the page, so the stage tries it again on a fresh browser.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Callable
 from urllib.parse import urldefrag, urlsplit
 
+from transforms.io.transient import Transient
 from transforms.web.ax_tree import SnapshotIndex, build_nodes
 from transforms.web.cdp import CDPConnection, CDPError
 
@@ -80,6 +83,12 @@ _PAGE_STATE_JS = """(() => {
 
 class RenderError(RuntimeError):
     """A page that cannot be rendered into a row; the message says why."""
+
+
+class BrowserCrashed(RenderError, Transient):
+    """The browser died during the page or could not start: not the page's fault. The stage retries
+    the page (the next try starts a fresh browser) and, if the browser keeps dying, fails the run
+    rather than writing the page off as a dead letter."""
 
 
 class Renderer:
@@ -449,18 +458,22 @@ class _Worker:
 
     def render(self, url, platform, seed, route_handler, policy, timeout_ms, max_shot_h, follow_links) -> dict:
         t0 = time.perf_counter()
-        self.ensure_browser()
-        options = viewport_for(platform, seed, self.devices)
-        if platform == "desktop":
-            options["user_agent"] = (f"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
-                                     f"(KHTML, like Gecko) Chrome/{self.ua_version} Safari/537.36")
         doc: dict = {}
         try:
-            ctx = self.new_context(options, route_handler, policy, doc)
-        except Exception:  # noqa: BLE001 - the browser died since the last page: once more, fresh
-            self.stop_browser()
             self.ensure_browser()
-            ctx = self.new_context(options, route_handler, policy, doc)
+            options = viewport_for(platform, seed, self.devices)
+            if platform == "desktop":
+                options["user_agent"] = (f"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
+                                         f"(KHTML, like Gecko) Chrome/{self.ua_version} Safari/537.36")
+            try:
+                ctx = self.new_context(options, route_handler, policy, doc)
+            except Exception:  # noqa: BLE001 - the browser died since the last page: once more, fresh
+                self.stop_browser()
+                self.ensure_browser()
+                ctx = self.new_context(options, route_handler, policy, doc)
+        except Exception as e:  # noqa: BLE001 - Chromium exited at start, DevTools refused the driver
+            self.stop_browser()
+            raise BrowserCrashed(f"the browser did not start: {_first_line(e)}") from None
         self.pages_since_start += 1
         self.owner.pages_rendered += 1
         session = None
@@ -474,24 +487,34 @@ class _Worker:
             row["url"] = url
             row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms, policy)
                               if follow_links else [])
-        except RenderError:
+        except RenderError as e:
+            died = self.died()
             self.recover(session)
+            if died:
+                raise BrowserCrashed(f"the browser died during the page: {e}") from None
             raise
         except CDPError as e:
+            died = self.died()
             self.recover(session)
-            raise RenderError(f"capture failed: {e}") from None
+            raise (BrowserCrashed if died else RenderError)(f"capture failed: {e}") from None
         except FutureTimeout:
             self.recover(session)
             raise RenderError(f"timeout: the page stopped answering during capture (> {timeout_ms} ms); "
                               "JavaScript stopped, context closed") from None
         except Exception as e:  # noqa: BLE001 - Playwright errors (a crashed or closed browser)
+            died = self.died()
             self.recover(session)
-            first = str(e).splitlines()[0] if str(e) else ""
-            raise RenderError(f"render failed: {type(e).__name__}: {first}") from None
+            raise (BrowserCrashed if died else RenderError)(f"render failed: {_first_line(e)}") from None
         finally:
             _quietly(ctx.close)
         row["render_ms"] = (time.perf_counter() - t0) * 1000
         return {k: row[k] for k in RESULT_KEYS}
+
+    def died(self) -> bool:
+        """Whether the browser itself is gone (its process exited, or Playwright lost it): asked
+        right after a failure, before `recover` kills a browser that a page wedged."""
+        return (self.proc is None or self.proc.poll() is not None or self.browser is None
+                or not self.browser.is_connected())
 
     def recover(self, session) -> None:
         """After a failure: stop a runaway script so closing the context cannot hang on it, and
@@ -609,6 +632,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}"
 
 
 def _quietly(fn) -> None:

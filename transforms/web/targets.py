@@ -6,13 +6,16 @@ No fetching happens here: the fetch policy is applied when the page is rendered.
 """
 from __future__ import annotations
 
+import io
 import mmap
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
+from schemas import storage
 from transforms.io.rejected import Rejected
+from transforms.web.warc_archive import normalize_url
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 # Canonical origin of pages read from an HTML folder: `.invalid` never resolves, so a page URL
@@ -28,6 +31,24 @@ class PageTarget:
     url: str
     source: str  # "url" | "warc" | "local"
     source_ref: str
+
+
+def duplicate_key(target: PageTarget) -> str:
+    """Targets that share this key render the same page: a URL listed twice (up to what
+    `normalize_url` ignores: the fragment, the case of scheme and host, a default port), in one URL
+    file or two; a WARC file listed twice, or holding the same URL twice (replay serves the URL's
+    first record for both)."""
+    if target.source == "warc":
+        return f"warc {target.source_ref.rpartition('#')[0]} {normalize_url(target.url)}"
+    if target.source == "url":
+        return f"url {normalize_url(target.url)}"
+    return f"{target.source} {target.source_ref}"
+
+
+def keep_order(target: PageTarget) -> tuple[int, str, str]:
+    """Which of a key's targets is kept (the least): a WARC's earliest record, else the least URL."""
+    _, _, offset = target.source_ref.rpartition("#")
+    return (int(offset) if target.source == "warc" and offset.isdigit() else 0, target.url, target.source_ref)
 
 
 def check_page_url(url: str) -> str | None:
@@ -53,9 +74,10 @@ def check_page_url(url: str) -> str | None:
 def read_url_list(path: str) -> Iterator[PageTarget | Rejected]:
     """One URL per line; blank lines and lines starting with '#' are skipped.
 
-    A line that is not an absolute http(s) URL becomes a Rejected naming the line number.
+    A line that is not an absolute http(s) URL becomes a Rejected naming the line number. `path`
+    is local or a store URL; the list is streamed, never held whole.
     """
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with io.TextIOWrapper(storage.open_stream(path), encoding="utf-8", errors="replace") as fh:
         for number, raw in enumerate(fh, start=1):
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -74,12 +96,18 @@ def scan_warc(path: str) -> Iterator[PageTarget | Rejected]:
     is replayed through the archive when its own record is a target). A truncated or corrupt
     record becomes a Rejected and reading resumes at the next record boundary found after it
     (next gzip member for .warc.gz, next 'WARC/1.' line otherwise). A file without any HTML
-    response yields one Rejected saying so.
+    response yields one Rejected saying so. A WARC in a store is read from a local copy: finding the
+    next boundary after a corrupt record needs random access over the whole file.
     """
+    with storage.local_copy(path) as local:
+        yield from _scan_warc(path, local)
+
+
+def _scan_warc(path: str, local: str) -> Iterator[PageTarget | Rejected]:
     from warcio.archiveiterator import ArchiveIterator
 
     found = 0
-    with open(path, "rb") as fh:
+    with open(local, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         gzipped = fh.read(2) == b"\x1f\x8b"
         start = 0
@@ -158,19 +186,21 @@ def _next_boundary(fh, start: int, gzipped: bool) -> int | None:
 
 
 def scan_html_folder(folder: str, base_url: str = LOCAL_BASE) -> list[PageTarget]:
-    """Every *.html / *.htm below `folder` (sorted), as a URL under `base_url`.
+    """Every *.html / *.htm below `folder` (a local folder or a store prefix; sorted), as a URL
+    under `base_url`. Hidden files and folders are skipped.
 
     source_ref is the path relative to the folder with '/' separators; the URL is base_url
     plus that path, percent-encoded. With the default base, map the URL onto a running
     LocalSite with `LocalSite.url_for(target.source_ref)`.
     """
     base = base_url if base_url.endswith("/") else base_url + "/"
-    targets = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if name.startswith(".") or not name.lower().endswith((".html", ".htm")):
-                continue
-            rel = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
-            targets.append(PageTarget(url=base + quote(rel), source="local", source_ref=rel))
-    return sorted(targets, key=lambda t: t.source_ref)
+    if storage.is_remote(folder):
+        names = [rel for rel, _ in storage.list_files(folder)]
+    else:
+        names = []
+        for root, dirs, files in os.walk(folder):  # follows no symlinked folder: a link loop stays finite
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            names += [os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/") for name in files]
+    pages = sorted(rel for rel in names if rel.lower().endswith((".html", ".htm"))
+                   and not any(part.startswith(".") for part in rel.split("/")))
+    return [PageTarget(url=base + quote(rel), source="local", source_ref=rel) for rel in pages]

@@ -6,10 +6,14 @@ and refuses whatever the archive lacks, so a WARC page is rendered without any l
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+from schemas import storage
+
 MAX_REDIRECTS = 10
+READ_BUFFER = 1 << 18  # bytes per read of a record: most pages' records fit in one
 # The payload read from a record is already de-chunked and decompressed, so these headers no
 # longer describe it; a replayed response must not carry them.
 _DROP_HEADERS = {"content-encoding", "transfer-encoding", "content-length", "connection", "keep-alive"}
@@ -61,7 +65,8 @@ def _variants(url: str) -> list[str]:
 
 
 class WarcArchive:
-    """URL -> response index over one WARC file; records are read from disk on lookup.
+    """URL -> response index over one WARC file, local or in a store; records are read on lookup (a
+    ranged read in a store: a worker never copies a whole archive to replay a few pages).
 
     The first response record for a URL wins. A revisit record (same payload captured again)
     is served from the response it refers to when the URL has no response record of its own.
@@ -74,7 +79,7 @@ class WarcArchive:
         self._index: dict[str, int] = {}
         revisits: dict[str, str] = {}
         by_digest: dict[str, int] = {}
-        with open(path, "rb") as fh:
+        with storage.open_stream(path) as fh:  # one sequential pass
             iterator = ArchiveIterator(fh, check_digests=False)
             try:
                 for record in iterator:
@@ -91,6 +96,8 @@ class WarcArchive:
                         digest = record.rec_headers.get_header("WARC-Payload-Digest")
                         if digest:
                             revisits.setdefault(normalize_url(uri), digest)
+            except OSError:  # the disk or the store failed: a partial index would refuse pages in silence
+                raise
             except Exception:  # a truncated tail: keep what was indexed before it
                 pass
         for key, digest in revisits.items():
@@ -149,8 +156,9 @@ class WarcArchive:
     def _read(self, offset: int, url: str) -> ArchivedResponse:
         from warcio.archiveiterator import ArchiveIterator
 
-        with open(self.path, "rb") as fh:
-            fh.seek(offset)
+        with storage.open_input(self.path) as raw:
+            raw.seek(offset)
+            fh = io.BufferedReader(raw, READ_BUFFER)  # warcio reads 16 KB at a time: one store request each
             record = next(iter(ArchiveIterator(fh, check_digests=False)))
             body = record.content_stream().read()
             status = int(record.http_headers.get_statuscode() or 200)
