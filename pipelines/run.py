@@ -74,7 +74,7 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
     specs = dataset.tables(resolved)
     generation = layout.new_generation()
     gen_dir = storage.join(target, generation)
-    published = False
+    keep = False  # the generation stays: published, or a failed run's for the user to read
     try:
         t_pipe = time.time()
         with pipeline_options(runner, list(beam_args)) as (options, runner_obj), \
@@ -102,7 +102,7 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
             name, rate, stats = worst
             manifest["failed"] = f"dead-letter share {rate:.1%} in stage {name}"
             storage.write_json(storage.join(gen_dir, layout.MANIFEST), manifest)
-            published = True  # kept for the user to read, but no dataset manifest lists it
+            keep = True  # for the user to read; no dataset manifest lists it
             raise RunFailed(
                 f"stage {name!r} sent {stats['dead']} of {stats['dead'] + stats['outputs']} results "
                 f"({rate:.1%}) to dead letters, above --max-error-rate {max_error_rate:g}; nothing was "
@@ -112,11 +112,11 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
         manifest["wall_time_s"]["total"] = round(time.time() - t_start, 3)
         storage.write_bytes(storage.join(target, layout.CARD), dataset_card(manifest).encode("utf-8"))
         storage.write_json(storage.join(target, layout.MANIFEST), manifest)  # the commit
-        published = True
+        keep = True
         _remove_replaced(target, previous, generation)
         return manifest
     finally:
-        if not published:  # a crash or an interrupt: take the unlisted generation away
+        if not keep:  # a crash or an interrupt: take the unlisted generation away
             try:
                 storage.delete_tree(gen_dir)
             except OSError as exc:

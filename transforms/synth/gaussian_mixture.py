@@ -14,12 +14,25 @@ whatever the runner, the worker count or the order in which chunks are processed
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 CHUNK_ROWS = 1024
 STREAMS = ("real", "test", "generator", "synthetic", "verifier")
+
+
+def one_blas_thread(fn):
+    """Run `fn` with one BLAS thread. A multithreaded BLAS splits a matrix product differently for
+    each thread count, so the last bits of the rows written would depend on how many threads the
+    worker has (a laptop's local runner vs one-thread cluster workers); one thread is the same on all."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with threadpool_limits(1, user_api="blas"):
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 # ---------------------------------------------------------------- validation helpers
@@ -121,6 +134,7 @@ def gaussian_rows(
 # ---------------------------------------------------------------- generator fit
 
 
+@one_blas_thread
 def generator_stats(X: np.ndarray, y: np.ndarray) -> dict:
     """Sufficient statistics of u = y*x; additive, so per-chunk stats merge in a combiner."""
     X, y = _check_rows(X, y)
@@ -157,6 +171,7 @@ def generator_from_stats(stats: dict) -> tuple[np.ndarray, np.ndarray]:
     return mu_hat, (cov + cov.T) / 2
 
 
+@one_blas_thread
 def covariance_sqrt(cov: np.ndarray) -> np.ndarray:
     """Symmetric PSD square root. C_hat is singular when n_hat < p, and round-off can make
     its zero eigenvalues slightly negative, so they are clipped to 0 (Cholesky would fail)."""
@@ -168,6 +183,7 @@ def covariance_sqrt(cov: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- synthetic rows + pruning
 
 
+@one_blas_thread
 def synthetic_rows(
     mu_hat: np.ndarray,
     cov_sqrt: np.ndarray | None,
@@ -218,6 +234,7 @@ def verifier_keep(
     return rng.random(y_true.shape) < keep_prob
 
 
+@one_blas_thread
 def ridge_weights(
     X: np.ndarray, y: np.ndarray, gamma: float, N: int | None = None
 ) -> np.ndarray:
@@ -235,6 +252,7 @@ def ridge_weights(
     return np.linalg.solve(A, X.T @ y.astype(np.float64) / N)
 
 
+@one_blas_thread
 def learned_keep(w: np.ndarray, X: np.ndarray, y_observed: np.ndarray) -> np.ndarray:
     """Learned verifier: keep a row iff the ridge classifier w agrees with its observed label."""
     X, y_observed = _check_rows(X, y_observed)
