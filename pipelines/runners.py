@@ -49,7 +49,7 @@ def _has(args: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
-PARTITIONS_PER_WORKER = 4
+PARTITIONS_PER_WORKER = 2
 
 
 def _dask_partitions(address: str, extra: list[str]) -> list[str]:
