@@ -46,7 +46,7 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from load_meter import TICK, machine_busy  # noqa: E402
+from load_meter import TICK, machine_busy, rounds  # noqa: E402
 from pipelines import logs  # noqa: E402
 
 logs.configure()
@@ -169,24 +169,17 @@ def main(argv=None) -> int:
     store = stores.s3_server(scratch).start()
     os.environ.update(store.env)  # this process (the client, the manifest) reaches the store too
     parts = [p for p in PARTS if not (args.no_local and p == "local")]
-    walls: dict[str, list[float]] = {p: [] for p in parts}
-    loads: dict[str, list[float]] = {p: [] for p in parts}
-    infos: dict[str, dict] = {}
     started = time.perf_counter()
+
+    def describe(part, wall, info):
+        return (f"{part:<3} {wall:7.2f} s  tasks per worker {info['tasks_per_worker']}  cpu: cluster "
+                f"{info['cluster_cpu_s']:.1f} s, client {info['client_cpu_s']:.1f} s, S3 server "
+                f"{info['store_cpu_s']:.1f} s"
+                + ("" if info["steal_cores"] is None else f"  steal {info['steal_cores']:.2f} cores"))
     try:
-        for r in range(args.repeat):
-            for part in parts:
-                wall, info = measure(part, args.dataset, sets, part_mb, store, scratch, args.dask_arg)
-                walls[part].append(wall)
-                if info["other_load_cores"] is not None:
-                    loads[part].append(info["other_load_cores"])
-                infos[part] = info
-                load = info["other_load_cores"]
-                print(f"  run {r + 1}/{args.repeat} {part:<3} {wall:7.2f} s  tasks per worker "
-                      f"{info['tasks_per_worker']}  cpu: cluster {info['cluster_cpu_s']:.1f} s, client "
-                      f"{info['client_cpu_s']:.1f} s, S3 server {info['store_cpu_s']:.1f} s"
-                      + ("" if info["steal_cores"] is None else f"  steal {info['steal_cores']:.2f} cores")
-                      + ("" if load is None else f"  other load {load:.2f} cores"), flush=True)
+        walls, loads, infos = rounds(
+            parts, args.repeat,
+            lambda part: measure(part, args.dataset, sets, part_mb, store, scratch, args.dask_arg), describe)
     finally:
         store.stop()
         import shutil

@@ -15,3 +15,23 @@ def machine_busy() -> float | None:
         return None
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
     return (sum(fields[:7]) - idle) / TICK  # user..softirq, not steal
+
+
+def rounds(parts, repeat: int, measure, describe) -> tuple[dict, dict, dict]:
+    """Run `measure(part) -> (wall s, info)` for every part, `repeat` interleaved rounds; print
+    `describe(part, wall, info)` after each. Returns (walls, other loads, last info) per part."""
+    walls: dict = {p: [] for p in parts}
+    loads: dict = {p: [] for p in parts}
+    infos: dict = {}
+    for r in range(repeat):
+        for part in parts:
+            wall, info = measure(part)
+            walls[part].append(wall)
+            if info.get("other_load_cores") is not None:
+                loads[part].append(info["other_load_cores"])
+            infos[part] = info
+            load = info.get("other_load_cores")
+            head, newline, rest = describe(part, wall, info).partition("\n")  # the load goes on line 1
+            print(f"  run {r + 1}/{repeat} {head}" + ("" if load is None else f"  other load {load:.2f} cores")
+                  + newline + rest, flush=True)
+    return walls, loads, infos

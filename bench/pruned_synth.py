@@ -55,7 +55,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from load_meter import TICK as _TICK, machine_busy  # noqa: E402
+from load_meter import TICK as _TICK, machine_busy, rounds  # noqa: E402
 from pipelines import logs  # noqa: E402
 
 logs.configure()
@@ -434,25 +434,16 @@ def main(argv=None) -> int:
         print(f"BLAS environment: {blas_env}")
 
     scratch = tempfile.mkdtemp(prefix="bench-pruned-synth-", dir=args.scratch)
-    walls: dict[str, list[float]] = {p: [] for p in parts}
-    loads: dict[str, list[float]] = {p: [] for p in parts}
-    infos: dict[str, dict] = {}
     started = time.perf_counter()
+
+    def describe(part, wall, info):
+        return f"{part:<14} {wall:7.2f} s  {info['rows']:,} rows in {info['files']} part files" + "".join(
+            f"\n      {st['wall_s']:6.2f} s  runner cpu {st['runner_cpu_s']:5.2f}  "
+            f"worker cpu {st['worker_cpu_s']:5.2f}  {st['stage']}" for st in info.get("fused_stages", ()))
     try:
-        for r in range(args.repeat):
-            for part in parts:
-                wall, info = measure(part, sets, resolved, scratch, args.part_mb, stages=args.stages)
-                walls[part].append(wall)
-                if info["other_load_cores"] is not None:
-                    loads[part].append(info["other_load_cores"])
-                infos[part] = info
-                load = info["other_load_cores"]
-                print(f"  run {r + 1}/{args.repeat} {part:<14} {wall:7.2f} s  {info['rows']:,} rows"
-                      f" in {info['files']} part files"
-                      + ("" if load is None else f"  other load {load:.2f} cores"), flush=True)
-                for st in info.get("fused_stages", ()):
-                    print(f"      {st['wall_s']:6.2f} s  runner cpu {st['runner_cpu_s']:5.2f}  "
-                          f"worker cpu {st['worker_cpu_s']:5.2f}  {st['stage']}")
+        walls, loads, infos = rounds(
+            parts, args.repeat,
+            lambda part: measure(part, sets, resolved, scratch, args.part_mb, stages=args.stages), describe)
         profile_text = None
         if args.profile:
             path = os.path.join(scratch, "local.prof")
