@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -59,18 +58,10 @@ def input_fingerprint(path: str) -> str:
     so the same bytes give the same fingerprint wherever they lie."""
     digest = hashlib.sha256()
     if storage.is_dir(path):
-        for rel in _files_under(path):
+        for rel, _ in storage.list_files(path):
             digest.update(rel.encode())
             _feed(digest, storage.join(path, rel))
     else:
         _feed(digest, path)
     return f"{path} sha256:{digest.hexdigest()}"
 
-
-def _files_under(path: str) -> list[str]:
-    """Names of the files under a folder or a store prefix, relative, '/'-separated and sorted. A local
-    folder is walked without following symlinked folders (os.walk's default): a link loop stays finite."""
-    if storage.is_remote(path):
-        return [rel for rel, _ in storage.list_files(path)]
-    return sorted(os.path.relpath(os.path.join(root, name), path).replace(os.sep, "/")
-                  for root, _, files in os.walk(path) for name in files)

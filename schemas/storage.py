@@ -237,7 +237,14 @@ def write_json(location: str, value: Any) -> None:
 
 
 def list_files(location: str) -> list[tuple[str, int]]:
-    """(path relative to `location`, size) of every file under it, sorted; [] if it is absent."""
+    """(path relative to `location`, '/'-separated, size) of every file under it, sorted; [] if it is
+    absent. A local folder is walked without following symlinked folders, so a link loop stays finite."""
+    if not is_remote(location):
+        root = normalize(location)
+        return sorted((os.path.relpath(os.path.join(d, name), root).replace(os.sep, "/"),
+                       os.path.getsize(os.path.join(d, name)))
+                      for d, _, names in os.walk(root) for name in names
+                      if os.path.isfile(os.path.join(d, name)))
     fs, path = filesystem(location)
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
     base = path.rstrip("/") + "/"

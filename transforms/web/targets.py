@@ -194,13 +194,7 @@ def scan_html_folder(folder: str, base_url: str = LOCAL_BASE) -> list[PageTarget
     LocalSite with `LocalSite.url_for(target.source_ref)`.
     """
     base = base_url if base_url.endswith("/") else base_url + "/"
-    if storage.is_remote(folder):
-        names = [rel for rel, _ in storage.list_files(folder)]
-    else:
-        names = []
-        for root, dirs, files in os.walk(folder):  # follows no symlinked folder: a link loop stays finite
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            names += [os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/") for name in files]
+    names = [rel for rel, _ in storage.list_files(folder)]
     pages = sorted(rel for rel in names if rel.lower().endswith((".html", ".htm"))
                    and not any(part.startswith(".") for part in rel.split("/")))
     return [PageTarget(url=base + quote(rel), source="local", source_ref=rel) for rel in pages]
