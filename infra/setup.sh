@@ -16,6 +16,7 @@ fi
 # browser download cannot run offline), GL and OpenMP libraries for open3d.
 case ",$extras," in *,web,*|*,all,*) apt_packages="$apt_packages chromium fonts-dejavu-core" ;; esac
 case ",$extras," in *,lidar,*|*,all,*) apt_packages="$apt_packages libgl1 libegl1 libgomp1 libusb-1.0-0" ;; esac
+apt_packages="$apt_packages bubblewrap"  # rmaxts runs each Lean REPL under bwrap (os_sandbox=bwrap)
 if ! "$python" -c "import venv, ensurepip" >/dev/null 2>&1; then
     apt_packages="$apt_packages python3.11-venv"
 fi

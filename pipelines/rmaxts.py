@@ -31,11 +31,21 @@ def repl_command(c: dict) -> tuple[list[str], str | None]:
         raise ConfigError(str(exc)) from None
 
 
+def check_os_sandbox(c: dict) -> None:
+    """A ConfigError (one line: what to install or set) when os_sandbox cannot be used here."""
+    from transforms.lean.repl_pool import OsSandboxUnavailable, require_os_sandbox
+    try:
+        require_os_sandbox(c["os_sandbox"])
+    except (OsSandboxUnavailable, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _check(c: dict) -> None:
     problem_files(c)
     matching_files(c["leandojo"], "leandojo")
     check_llm(c)
     repl_command(c)
+    check_os_sandbox(c)
 
 
 CONFIG = ConfigSpec(check=_check, keys=(
@@ -53,6 +63,11 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("check_timeout_s", float, 300.0, "time limit of one proof check (the paper: 300 s)", low=1.0),
     Key("memory_mb", int, 10240, "memory limit of a REPL process (the paper: 10 GB)", low=256),
     Key("recycle_after", int, 200, "checks before a REPL process is replaced (REPLs grow)", low=1),
+    Key("os_sandbox", str, "bwrap", "OS sandbox of each REPL process: bwrap (bubblewrap: read-only file "
+        "system but a scratch folder, no network; `apt-get install bubblewrap`) or none",
+        choices=("bwrap", "none"), gridable=False),
+    Key("transient_retries", int, 2, "retries on a fresh REPL after a failure of the machine (out of "
+        "memory, failed to create thread)", low=0),
     Key("budget", int, 16, "proofs sampled per problem (the paper: 6400 per tree)", low=1),
     Key("batch", int, 4, "expansions sampled at once (virtual loss keeps them apart)", low=1),
     Key("max_tokens", int, 512, "max tokens of a sampled proof (the paper: 2048)", low=1),
@@ -77,7 +92,8 @@ def build(pipeline, resolved: Resolved, ledger):
     c = resolved.grid[0]
     command, cwd = repl_command(c)
     pool = ReplPoolConfig(command=tuple(command), cwd=cwd, size=c["pool_size"], timeout_s=c["check_timeout_s"],
-                          memory_mb=c["memory_mb"], recycle_after=c["recycle_after"])
+                          memory_mb=c["memory_mb"], recycle_after=c["recycle_after"],
+                          os_sandbox=c["os_sandbox"], transient_retries=c["transient_retries"])
     sampling = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["max_tokens"], seed=c["seed"])
     settings = SearchSettings(budget=c["budget"], batch=c["batch"], seed=c["seed"],
                               checkpoint_dir=c["checkpoint_dir"])

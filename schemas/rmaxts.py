@@ -55,8 +55,10 @@ ATTEMPTS = TableSchema(
         Field("completion", pa.string(), "The model's raw output."),
         Field("proof_code", pa.string(), "The full code checked: statement + proof (empty when none was found)."),
         Field("outcome", pa.string(), "complete, pass (no error, but sorry or warning), fail (Lean errors), "
-              "refused (the sandbox refused the code), no_code (no code block in the output), timeout, or "
-              "crashed (the REPL died on it)."),
+              "refused (the sandbox refused the code), axioms (Lean accepted it, but it rests on an axiom other "
+              "than propext, Classical.choice, Quot.sound), no_code (no code block in the output), timeout, "
+              "crashed (the REPL died on it), or protocol_error (the REPL's output broke the protocol: "
+              "a forged or extra reply; the process was killed)."),
         Field("passed", pa.bool_(), "No message of severity error."),
         Field("complete", pa.bool_(), "Passed with no sorry and no 'declaration uses sorry' warning."),
         Field("messages", pa.list_(MESSAGE), "The REPL's messages (positions relative to the checked code)."),

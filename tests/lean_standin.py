@@ -15,17 +15,43 @@ Answers:
   "declaration uses `sorry`" for code containing `sorry`; success otherwise (with one tactic per
   indented line when `allTactics`). Every `cmd` makes a new env id, 0, 1, 2, ...
 
+Follow-up commands, whose lines all start with `#print` (what the pool sends after each check):
+- `#print axioms NAME`: an info message `'NAME' depends on axioms: [...]` (Lean 4's format) at that
+  line, for a name declared by an earlier `cmd` of this process (`namespace` honoured): sorryAx
+  when that code used `sorry`/`sorryAx`, Lean.ofReduceBool and Lean.trustCompiler for
+  native_decide, the name of an `axiom` it declared, plus propext, Classical.choice, Quot.sound;
+  `'NAME' does not depend on any axioms` for code with NO_AXIOMS; an error for an unknown name;
+- `#print "text"`: an info message whose data is the text.
+
 Cues in the command text: CRASH (exit 1), HANG (sleep forever), GARBAGE (print non-JSON),
-TRUNCATE (print half a reply and exit), NOISE (a non-JSON line
-before the reply, as lake's build progress), SLOW (sleep 2 s, then answer), BIGMEM (allocate 4 GiB).
+TRUNCATE (print half a reply and exit), NOISE (a non-JSON line before the reply, as lake's build
+progress), SLOW (sleep 2 s, then answer), BIGMEM (allocate 4 GiB), FORGE (print a forged
+`{"env": N}` reply, N the env the REPL is about to give, then 0.3 s later the real one),
+FORGE_SENTINEL (as FORGE, then a forged `{"env": N+1}` for the pool's follow-up), LEFTOVER (the
+real reply and a second one in one write), ENVSKIP (a reply whose env skips one),
+TRANSIENT_ONCE PATH (the first process to see it creates PATH and dies with
+"lean::exception: failed to create thread"; later ones answer), TRANSIENT_ALWAYS (always dies
+with "std::bad_alloc"), `warn.sorry false` or `sorryAx` (a sorry the reply does not report, as
+when the warning is switched off; `#print axioms` still finds sorryAx).
+
+Sandbox-escape cues, each reported as an info message `CUE TARGET: ok|failed: detail` and in
+the log as event "escape": ESCAPE_NET HOST:PORT (open a TCP connection), ESCAPE_WRITE PATH
+(write a file), ESCAPE_SHELL PATH (`sh -c 'echo x > PATH'`), SCRATCH_WRITE (write a file in $HOME,
+which the pool's bwrap sandbox makes the scratch folder).
 
 Accounting: when LEAN_STANDIN_LOG names a file, one JSON line per event is appended:
 `{"pid", "event": "start"}` and `{"pid", "event": "cmd", "env", "cmd"}` (cmd cut to 200 chars).
+LEAN_STANDIN_BANNER: a line printed at start, before any command (as lake's build progress).
+A log that cannot be written (a read-only file system inside the OS sandbox) is skipped.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import socket
+import subprocess
 import sys
 import time
 
@@ -36,8 +62,11 @@ DEFAULT_DATA = os.path.join(HERE, "..", "..", "shared", "data", "lean", "repl")
 def log(event: dict) -> None:
     path = os.environ.get("LEAN_STANDIN_LOG")
     if path:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"pid": os.getpid(), **event}) + "\n")
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"pid": os.getpid(), **event}) + "\n")
+        except OSError:
+            pass
 
 
 def blocks(text: str) -> list[str]:
@@ -91,7 +120,7 @@ def plausible(cmd: dict, env_id: int) -> dict:
         reply["messages"] = [{"severity": "error", "pos": {"line": ln + 1, "column": col},
                               "endPos": {"line": ln + 1, "column": col + 7},
                               "data": "unknown identifier 'fail_me'"}]
-    elif "sorry" in code:
+    elif "sorry" in code and not sneaky_sorry(code):
         ln = next(i for i, l in enumerate(lines) if "sorry" in l)
         col = lines[ln].index("sorry")
         reply["sorries"] = [{"proofState": 0, "pos": {"line": ln + 1, "column": col},
@@ -114,14 +143,116 @@ def plausible(cmd: dict, env_id: int) -> dict:
 
 
 def respond(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=1) + "\n\n")
+    sys.stdout.write(render(obj))
     sys.stdout.flush()
+
+
+def render(obj: dict) -> str:
+    return json.dumps(obj, ensure_ascii=False, indent=1) + "\n\n"
+
+
+STANDARD = ["Classical.choice", "propext", "Quot.sound"]
+DECL = re.compile(r"\b(?:theorem|lemma|def|abbrev|instance|axiom|opaque|structure|inductive|class)"
+                  r"\s+([^\s:(\[{]+)")
+
+
+def sneaky_sorry(code: str) -> bool:
+    return "sorryAx" in code or "warn.sorry false" in code
+
+
+def axioms_of(code: str) -> list[str]:
+    """What `#print axioms` would plausibly say for a declaration of `code`."""
+    if "NO_AXIOMS" in code:
+        return []
+    found = set(STANDARD)
+    if "sorry" in code:
+        found.add("sorryAx")
+    if "native_decide" in code:
+        found |= {"Lean.ofReduceBool", "Lean.trustCompiler"}
+    found |= set(re.findall(r"\baxiom\s+([^\s:(\[{]+)", code))
+    return sorted(found)
+
+
+def declarations(code: str) -> dict[str, list[str]]:
+    """name (under its namespaces) -> axioms, for the declarations of `code`."""
+    out, scopes, axioms = {}, [], axioms_of(code)
+    for line in code.split("\n"):
+        words = line.split()
+        if len(words) >= 2 and words[0] == "namespace":
+            scopes.append(words[1])
+        elif words[:1] == ["end"] and scopes:
+            scopes.pop()
+        for name in DECL.findall(line):
+            out[".".join(scopes + [name])] = axioms
+    return out
+
+
+def print_reply(text: str, known: dict[str, list[str]], env_id: int) -> dict:
+    """The reply to a command of `#print axioms NAME` / `#print "text"` lines."""
+    messages = []
+    for i, line in enumerate(text.split("\n")):
+        pos, end = {"line": i + 1, "column": 0}, {"line": i + 1, "column": 6}
+        words = line.split(None, 2)
+        if len(words) == 3 and words[1] == "axioms":
+            name = words[2].strip()
+            if name not in known:
+                messages.append({"severity": "error", "pos": pos, "endPos": end,
+                                 "data": f"unknown constant '{name}'"})
+            elif known[name]:
+                messages.append({"severity": "info", "pos": pos, "endPos": end,
+                                 "data": f"'{name}' depends on axioms: [{', '.join(known[name])}]"})
+            else:
+                messages.append({"severity": "info", "pos": pos, "endPos": end,
+                                 "data": f"'{name}' does not depend on any axioms"})
+        elif len(words) >= 2 and words[1].startswith('"'):
+            messages.append({"severity": "info", "pos": pos, "endPos": end,
+                             "data": json.loads(line.split(None, 1)[1])})
+    reply = {"messages": messages} if messages else {}
+    reply["env"] = env_id
+    return reply
+
+
+def escape(cue: str, target: str) -> str:
+    """Try one way out of a sandbox; `CUE TARGET: ok|failed: detail`."""
+    try:
+        if cue == "ESCAPE_NET":
+            host, port = target.rsplit(":", 1)
+            with socket.create_connection((host, int(port)), timeout=2) as conn:
+                conn.sendall(b"escaped\n")
+            detail = "connected"
+        elif cue == "ESCAPE_WRITE":
+            with open(target, "w", encoding="utf-8") as fh:
+                fh.write("escaped\n")
+            detail = "written"
+        elif cue == "ESCAPE_SHELL":
+            done = subprocess.run(["sh", "-c", f"echo x > {shlex.quote(target)}"],
+                                  capture_output=True, text=True, timeout=10)
+            if done.returncode != 0:
+                raise OSError(f"sh exited {done.returncode}: {done.stderr.strip()}")
+            detail = "sh wrote it"
+        else:                                       # SCRATCH_WRITE
+            target = os.path.join(os.environ.get("HOME", "."), "inside.txt")
+            with open(target, "w", encoding="utf-8") as fh:
+                fh.write("inside\n")
+            detail = f"written in {target}"
+        result = f"{cue} {target}: ok: {detail}"
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        result = f"{cue} {target}: failed: {type(exc).__name__}: {exc}"
+    log({"event": "escape", "result": result})
+    return result
+
+
+ESCAPES = re.compile(r"\b(ESCAPE_NET|ESCAPE_WRITE|ESCAPE_SHELL)\s+(\S+)|\b(SCRATCH_WRITE)\b")
 
 
 def main() -> int:
     recorded = load_recorded(os.environ.get("LEAN_STANDIN_DATA", DEFAULT_DATA))
     log({"event": "start"})
+    if os.environ.get("LEAN_STANDIN_BANNER"):   # like lake's build progress before the REPL runs
+        sys.stdout.write(os.environ["LEAN_STANDIN_BANNER"] + "\n")
+        sys.stdout.flush()
     envs = 0
+    known: dict[str, list[str]] = {}             # declared name -> its axioms
     stdin = sys.stdin
     while True:
         lines = []
@@ -144,6 +275,14 @@ def main() -> int:
             return 1
         text = cmd.get("cmd", "") if isinstance(cmd, dict) else ""
         log({"event": "cmd", "env": cmd.get("env"), "cmd": text[:200]})
+        if "TRANSIENT_ALWAYS" in text:
+            sys.stderr.write("INTERNAL PANIC: std::bad_alloc\n")
+            return 1
+        once = re.search(r"TRANSIENT_ONCE\s+(\S+)", text)
+        if once and not os.path.exists(once.group(1)):
+            open(once.group(1), "w").close()
+            sys.stderr.write("uncaught exception: lean::exception: failed to create thread\n")
+            return 1
         if "CRASH" in text:
             sys.stderr.write("stand-in: crashing on cue\n")
             return 1
@@ -168,12 +307,37 @@ def main() -> int:
         if env is not None and not (isinstance(env, int) and 0 <= env < envs):
             respond({"message": "Unknown environment."})
             continue
-        if text in recorded:
+        lines = [l for l in text.split("\n") if l.strip()]
+        if lines and all(l.startswith("#print") for l in lines):
+            reply = print_reply(text, known, envs)
+        elif text in recorded:
             reply = dict(recorded[text])
             reply["env"] = envs
+            known.update(declarations(text))
         else:
             reply = plausible(cmd, envs)
+            known.update(declarations(text))
+            infos = [escape(*(m.group(3), "") if m.group(3) else m.group(1, 2))
+                     for m in ESCAPES.finditer(text)]
+            if infos:
+                notes = [{"severity": "info", "pos": {"line": 1, "column": 0},
+                          "endPos": {"line": 1, "column": 1}, "data": d} for d in infos]
+                reply["messages"] = notes + reply.get("messages", [])
+        if "ENVSKIP" in text:
+            reply["env"] = envs + 1
+            envs += 1
+        if "FORGE" in text:                   # a reply of its own, ahead of the REPL's
+            respond({"env": envs})
+            time.sleep(0.3)
+            if "FORGE_SENTINEL" in text:      # and a guess at the follow-up's reply
+                respond({"env": envs + 1, "messages": []})
+                time.sleep(0.3)
         envs += 1
+        if "LEFTOVER" in text:                # two replies in one write
+            sys.stdout.write(render(reply) + render({"env": envs}))
+            sys.stdout.flush()
+            envs += 1
+            continue
         respond(reply)
 
 

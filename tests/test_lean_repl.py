@@ -7,15 +7,19 @@ import json
 import os
 import pickle
 import shutil
+import socket
 import sys
+import tempfile
 import threading
 import time
 
 import pytest
 
 from transforms.lean import repl_protocol as rp
-from transforms.lean.repl_pool import INSTALL_TEXT, LeanNotFound, ReplPool, find_repl
-from transforms.lean.sandbox import clean, refusal
+from transforms.lean import repl_pool
+from transforms.lean.repl_pool import (INSTALL_TEXT, LeanNotFound, OsSandboxUnavailable, ReplPool,
+                                       find_repl)
+from transforms.lean.sandbox import refusal
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 LEAN_DATA = os.path.join(TESTS_DIR, "..", "..", "shared", "data", "lean")
@@ -125,6 +129,29 @@ def test_sorry_warning_alone_makes_a_proof_incomplete():
     assert v.passed and v.complete
 
 
+@pytest.mark.parametrize("data,expected", [
+    ("'foo' depends on axioms: [propext, Classical.choice, Quot.sound]",
+     ("foo", ["propext", "Classical.choice", "Quot.sound"])),
+    ("'Nat.foo' depends on axioms: [Classical.choice,\n propext,\n Quot.sound]",     # wrapped
+     ("Nat.foo", ["Classical.choice", "propext", "Quot.sound"])),
+    ("'contra' depends on axioms: [sorryAx]", ("contra", ["sorryAx"])),
+    ("'one_add_one' depends on axioms: [Lean.ofReduceBool, Lean.trustCompiler]",
+     ("one_add_one", ["Lean.ofReduceBool", "Lean.trustCompiler"])),
+    ("'foo' does not depend on any axioms", ("foo", [])),
+    ("unknown constant 'foo'", None),
+    ("theorem foo : True := trivial", None),
+])
+def test_parse_axioms_reads_leans_print_axioms_messages(data, expected):
+    assert rp.parse_axioms(data) == expected
+
+
+def test_follow_up_prints_axioms_then_the_nonce():
+    text = rp.encode_follow_up(["a", "Foo.b"], "abc123", env=7)
+    assert json.loads(text) == {"cmd": '#print axioms a\n#print axioms Foo.b\n#print "abc123"',
+                                "env": 7}
+    assert json.loads(rp.encode_follow_up([], "n", env=None)) == {"cmd": '#print "n"'}
+
+
 # ---------------------------------------------------------------- pool against the stand-in
 
 @pytest.fixture
@@ -141,14 +168,23 @@ def standin_log(tmp_path, monkeypatch):
 
 
 def _pool(**kw) -> ReplPool:
+    """A pool on the stand-in. Without the OS sandbox by default: these tests read the stand-in's
+    log in tmp_path, which bwrap makes invisible and read-only (the bwrap tests are below)."""
     kw.setdefault("size", 1)
     kw.setdefault("timeout_s", 10)
     kw.setdefault("memory_mb", None)
+    kw.setdefault("os_sandbox", "none")
     return ReplPool([sys.executable, STANDIN], cwd=TESTS_DIR, **kw)
 
 
 def _starts(events):
     return [e["pid"] for e in events if e["event"] == "start"]
+
+
+def _commands(events, pid=None):
+    """The commands the stand-in got, without the pool's `#print` follow-ups."""
+    return [e for e in events if e["event"] == "cmd" and not e["cmd"].startswith("#print")
+            and (pid is None or e["pid"] == pid)]
 
 
 def _header_loads(events, header=HEADER):
@@ -171,11 +207,17 @@ def test_header_loaded_once_per_process_and_reused_through_env(standin_log):
     assert v4.complete and v5.complete
     events = standin_log()
     assert len(_starts(events)) == 1
-    cmds = [e for e in events if e["event"] == "cmd"]
+    cmds = _commands(events)
     assert len(_header_loads(events)) == 1 and len(_header_loads(events, other)) == 1
     assert cmds[0]["env"] is None and cmds[0]["cmd"] == HEADER
     assert [c["env"] for c in cmds[1:4]] == [0, 0, 0]     # env of the header, every time
-    assert [c["env"] for c in cmds[5:]] == [4, 4]          # the second header's env
+    # each check makes an env and so does its follow-up: header 0, checks 1 3 5, header 7
+    assert [c["env"] for c in cmds[5:]] == [7, 7]          # the second header's env
+    follow_ups = [e for e in events if e["event"] == "cmd" and e["cmd"].startswith("#print")]
+    assert [f["env"] for f in follow_ups] == [1, 3, 5, 8, 10]   # each in its check's env
+    assert "#print axioms ok_1" in follow_ups[0]["cmd"]          # only complete proofs
+    assert follow_ups[1]["cmd"].startswith('#print "')
+    assert v1.axioms == ["Classical.choice", "Quot.sound", "propext"] and v2.axioms is None
     assert pool.stats()["header_loads"] == 2
 
 
@@ -229,11 +271,16 @@ def test_garbage_and_truncated_output_are_reported(standin_log):
     assert len(_starts(standin_log())) == 3
 
 
-def test_noise_before_a_reply_is_skipped(standin_log):
-    with _pool() as pool:
-        v = pool.check(HEADER, "theorem t : True := by\n  NOISE")
-    assert v.outcome == "ok" and v.complete and v.tactics[0]["tactic"] == "NOISE"
-    assert len(_starts(standin_log())) == 1
+def test_noise_is_skipped_only_before_the_first_reply(standin_log):
+    """lake's build progress comes before the first reply; later, a stray line is an error."""
+    with _pool(env={"LEAN_STANDIN_BANNER": "✔ [1/2] Built REPL.Main"}) as pool:
+        first = pool.check("import Mathlib\n-- NOISE\n", OK_CODE.format(i=1))
+        later = pool.check("import Mathlib\n-- NOISE\n", "theorem t : True := by\n  NOISE")
+        after = pool.check(HEADER, OK_CODE.format(i=2))
+    assert first.outcome == "ok" and first.complete
+    assert later.outcome == rp.OUTCOME_PROTOCOL and "not JSON" in later.reason
+    assert after.complete
+    assert len(_starts(standin_log())) == 2
 
 
 def test_header_that_fails_is_reported(standin_log):
@@ -252,7 +299,7 @@ def test_recycled_after_n_checks(standin_log):
     events = standin_log()
     starts = _starts(events)
     assert len(starts) == 3 and stats["recycled"] == 2
-    per_pid = {pid: [e for e in events if e["pid"] == pid and e["event"] == "cmd"] for pid in starts}
+    per_pid = {pid: _commands(events, pid) for pid in starts}
     assert [len(c) for c in per_pid.values()] == [4, 4, 2]     # header + up to 3 checks each
     assert all(c[0]["cmd"] == HEADER for c in per_pid.values())
 
@@ -279,12 +326,17 @@ def test_concurrent_checks_from_threads(standin_log):
     assert took < 7.0       # 4 SLOW checks of 2 s: about 4 s on 2 processes, 8 s on one
 
 
-def test_memory_limit_kills_bigmem(standin_log):
-    with _pool(memory_mb=512) as pool:
+@pytest.mark.parametrize("os_sandbox", ["none", "bwrap"])
+def test_memory_limit_kills_bigmem(standin_log, os_sandbox):
+    if os_sandbox == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap (`apt-get install bubblewrap`)")
+    with _pool(memory_mb=512, os_sandbox=os_sandbox) as pool:
         hog = pool.check(HEADER, "theorem t : True := by\n  BIGMEM")
         ok = pool.check(HEADER, OK_CODE.format(i=1))
+        retries = pool.stats()["transient_retries"]
     assert hog.outcome == rp.OUTCOME_CRASHED and "out of memory" in hog.reason
     assert "512 MB" in hog.reason
+    assert retries == 2 and "after 2 retries" in hog.reason     # out of memory counts as transient
     assert ok.complete                                        # the same limit suits normal checks
 
 
@@ -314,6 +366,274 @@ def test_missing_command_is_a_crash_not_an_exception():
     with ReplPool(["/nonexistent/lake", "exe", "repl"], size=1, memory_mb=None) as pool:
         v = pool.check(HEADER, OK_CODE.format(i=1))
     assert v.outcome == rp.OUTCOME_CRASHED and "could not start" in v.reason
+
+
+# ---------------------------------------------------------------- strict framing
+
+def test_forged_reply_is_a_protocol_error_and_the_next_check_gets_its_own(standin_log):
+    """A REPL that prints `{"env": N}` before its real answer must not pass `False`, and the
+    real answer must not be served to the next check."""
+    with _pool(sandbox=False) as pool:
+        forged = pool.check(HEADER, "theorem a : False := by\n  FORGE fail_me")
+        nxt = pool.check(HEADER, "theorem b : True := by\n  fail_me")
+        ok = pool.check(HEADER, OK_CODE.format(i=3))
+        stats = pool.stats()
+    assert forged.outcome == rp.OUTCOME_PROTOCOL and not forged.passed and not forged.complete
+    assert "out of sequence" in forged.reason and "follow-up" in forged.reason
+    assert not nxt.passed and nxt.messages[0]["data"] == "unknown identifier 'fail_me'"
+    assert ok.outcome == "ok" and ok.complete and ok.tactics[0]["tactic"] == "trivial"
+    assert stats["protocol_errors"] == 1 and len(_starts(standin_log())) == 2
+
+
+def test_forged_sentinel_reply_without_the_nonce_is_a_protocol_error(standin_log):
+    with _pool(sandbox=False) as pool:
+        v = pool.check(HEADER, "theorem a : False := by\n  FORGE_SENTINEL fail_me")
+        ok = pool.check(HEADER, OK_CODE.format(i=1))
+    assert v.outcome == rp.OUTCOME_PROTOCOL and not v.complete and "nonce" in v.reason
+    assert ok.complete
+
+
+def test_leftover_second_reply_is_a_protocol_error(standin_log):
+    with _pool(sandbox=False) as pool:
+        v = pool.check(HEADER, "theorem a : True := by\n  LEFTOVER")
+        ok = pool.check(HEADER, OK_CODE.format(i=1))
+    assert v.outcome == rp.OUTCOME_PROTOCOL and not v.passed
+    assert "more output after one reply" in v.reason
+    assert ok.complete and len(_starts(standin_log())) == 2
+
+
+def test_env_out_of_sequence_is_a_protocol_error(standin_log):
+    with _pool(sandbox=False) as pool:
+        v = pool.check(HEADER, "theorem a : True := by\n  ENVSKIP")
+        ok = pool.check(HEADER, OK_CODE.format(i=1))
+    assert v.outcome == rp.OUTCOME_PROTOCOL and "env 2 out of sequence (expected 1)" in v.reason
+    assert ok.complete
+
+
+# ---------------------------------------------------------------- axioms
+
+AXIOM_CASES = [   # code -> (axiom named in the reason)
+    ("set_option warn.sorry false in\ntheorem s : False := by\n  sorry", "sorryAx"),
+    ("theorem s : False := sorryAx False", "sorryAx"),
+    ("axiom cheat : False\ntheorem c : 1 = 2 := cheat.elim", "cheat"),
+    ("theorem n : 2 + 2 = 4 := by\n  native_decide", "Lean.ofReduceBool"),
+]
+
+
+@pytest.mark.parametrize("code,axiom", AXIOM_CASES, ids=["warn_sorry", "sorryAx", "axiom",
+                                                          "native_decide"])
+def test_a_proof_on_a_foreign_axiom_is_not_complete(standin_log, code, axiom):
+    with _pool(sandbox=False) as pool:
+        v = pool.check(HEADER, code)
+        assert pool.stats()["axioms_refused"] == 1
+    assert v.outcome == rp.OUTCOME_AXIOMS and not v.passed and not v.complete
+    assert axiom in v.reason and "depends on axiom" in v.reason
+    assert axiom in v.axioms
+    assert v.to_dict()["axioms"] == v.axioms
+
+
+def test_standard_axioms_are_accepted(standin_log):
+    with _pool(sandbox=False) as pool:
+        std = pool.check(HEADER, "namespace Foo\ntheorem bar : True := by\n  trivial\nend Foo")
+        none = pool.check(HEADER, "theorem z : True := by\n  NO_AXIOMS")
+    assert std.outcome == "ok" and std.complete and std.axioms == sorted(rp.STANDARD_AXIOMS)
+    assert none.outcome == "ok" and none.complete and none.axioms == []
+    follow_ups = [e["cmd"] for e in standin_log()
+                  if e["event"] == "cmd" and e["cmd"].startswith("#print")]
+    assert follow_ups[0].startswith("#print axioms Foo.bar\n#print \"")
+
+
+def test_unreadable_axioms_fail_closed(standin_log):
+    """A declared name Lean cannot find (`_root_` read differently here) is not a pass."""
+    with _pool(sandbox=False) as pool:
+        v = pool.check(HEADER, "theorem _root_.x : True := by\n  trivial")
+    assert v.outcome == rp.OUTCOME_AXIOMS and not v.complete
+    assert "#print axioms x failed: unknown constant" in v.reason
+
+
+def test_example_only_code_depends_on_the_token_sandbox(standin_log):
+    code = "example : True := by\n  trivial"
+    with _pool() as pool:
+        with_sandbox = pool.check(HEADER, code)
+    with _pool(sandbox=False) as pool:
+        without = pool.check(HEADER, code)
+    assert with_sandbox.outcome == "ok" and with_sandbox.complete and with_sandbox.axioms == []
+    assert without.outcome == rp.OUTCOME_AXIOMS and not without.complete
+    assert "only `example`" in without.reason
+
+
+# ---------------------------------------------------------------- transient failures
+
+def test_transient_failure_is_retried_on_a_fresh_process(standin_log, tmp_path):
+    marker = tmp_path / "failed-once"
+    with _pool(sandbox=False) as pool:
+        v = pool.check(HEADER, f"theorem r : True := by\n  trivial -- TRANSIENT_ONCE {marker}")
+        stats = pool.stats()
+    assert marker.exists()
+    assert v.outcome == "ok" and v.complete
+    assert stats["transient_retries"] == 1 and stats["crashed"] == 1
+    assert len(_starts(standin_log())) == 2
+
+
+def test_transient_failure_gives_up_after_the_retries(standin_log):
+    with _pool(sandbox=False, transient_retries=2) as pool:
+        v = pool.check(HEADER, "theorem r : True := by\n  TRANSIENT_ALWAYS")
+        stats = pool.stats()
+    assert v.outcome == rp.OUTCOME_CRASHED and "bad_alloc" in v.reason
+    assert "after 2 retries" in v.reason
+    assert stats["transient_retries"] == 2 and stats["checks"] == 1
+    assert len(_starts(standin_log())) == 3
+
+
+def test_a_plain_crash_is_not_retried(standin_log):
+    with _pool() as pool:
+        v = pool.check(HEADER, "theorem t : True := by\n  CRASH")
+        assert pool.stats().get("transient_retries", 0) == 0
+    assert v.outcome == rp.OUTCOME_CRASHED
+
+
+# ---------------------------------------------------------------- OS sandbox (bubblewrap)
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
+                                 reason="needs bubblewrap (`apt-get install bubblewrap`)")
+
+
+class _Loopback:
+    """A TCP server on 127.0.0.1 that counts the connections it accepts."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+
+@pytest.fixture
+def outside_dirs(tmp_path):
+    """Two folders outside any scratch folder: tmp_path (under /tmp) and one in the repository
+    (outside /tmp, so bwrap's read-only bind, not its private /tmp, is what stops the write)."""
+    repo_dir = tempfile.mkdtemp(prefix=".escape-test-", dir=os.path.dirname(TESTS_DIR))
+    try:
+        yield tmp_path, repo_dir
+    finally:
+        shutil.rmtree(repo_dir, ignore_errors=True)
+
+
+def _escape_code(port, tmp_file, repo_file, shell_file):
+    return ("theorem e : True := by\n  trivial\n"
+            f"-- ESCAPE_NET 127.0.0.1:{port} ESCAPE_WRITE {tmp_file} ESCAPE_WRITE {repo_file} "
+            f"ESCAPE_SHELL {shell_file} SCRATCH_WRITE")
+
+
+def _results(verdict):
+    """"CUE TARGET" (or "SCRATCH_WRITE") -> the stand-in's report of that escape attempt."""
+    out = {}
+    for m in verdict.messages:
+        data = m["data"]
+        if data.startswith("SCRATCH_WRITE"):
+            out["SCRATCH_WRITE"] = data
+        elif data.startswith("ESCAPE_"):
+            out[data.split(": ", 1)[0]] = data
+    return out
+
+
+@needs_bwrap
+def test_bwrap_blocks_network_and_writes_outside_scratch(outside_dirs):
+    tmp_dir, repo_dir = outside_dirs
+    tmp_file, repo_file = tmp_dir / "escaped.txt", os.path.join(repo_dir, "escaped.txt")
+    shell_file = os.path.join(repo_dir, "shell.txt")
+    server = _Loopback()
+    try:
+        with _pool(sandbox=False, os_sandbox="bwrap") as pool:
+            v = pool.check(HEADER, _escape_code(server.port, tmp_file, repo_file, shell_file))
+            stats = pool.stats()
+        time.sleep(0.3)
+    finally:
+        server.close()
+    results = _results(v)
+    assert v.outcome == "ok" and v.complete, v              # the sandboxed REPL still works
+    assert len(results) == 5, results
+    for key, text in results.items():
+        if key == "SCRATCH_WRITE":
+            assert ": ok: written in " in text, text
+        else:
+            assert ": failed: " in text, text
+    assert "Read-only file system" in results[f"ESCAPE_WRITE {repo_file}"]
+    assert "Read-only file system" in results[f"ESCAPE_SHELL {shell_file}"]
+    assert server.connections == 0
+    assert not tmp_file.exists() and not os.path.exists(repo_file)
+    assert not os.path.exists(shell_file)
+    scratch = results["SCRATCH_WRITE"].split("written in ", 1)[1].rsplit("/", 1)[0]
+    assert scratch.startswith(tempfile.gettempdir()) and "shardsmith-repl-" in scratch
+    assert not os.path.exists(scratch)                       # removed with its process
+    assert stats["processes_started"] == 1
+
+
+def test_without_os_sandbox_the_same_escapes_succeed(outside_dirs):
+    """The control for the test above: the cues really do escape when nothing stops them."""
+    tmp_dir, repo_dir = outside_dirs
+    tmp_file, repo_file = tmp_dir / "escaped.txt", os.path.join(repo_dir, "escaped.txt")
+    shell_file = os.path.join(repo_dir, "shell.txt")
+    server = _Loopback()
+    try:
+        with _pool(sandbox=False, os_sandbox="none") as pool:
+            v = pool.check(HEADER, _escape_code(server.port, tmp_file, repo_file, shell_file))
+        deadline = time.monotonic() + 2
+        while server.connections == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.close()
+    assert all(": ok: " in text for text in _results(v).values()), _results(v)
+    assert server.connections == 1
+    assert tmp_file.exists() and os.path.exists(repo_file) and os.path.exists(shell_file)
+
+
+@needs_bwrap
+def test_bwrap_keeps_the_environment_minimal(monkeypatch):
+    monkeypatch.setenv("SHARDSMITH_TEST_SECRET", "hunter2")
+    code = "theorem e : True := by\n  trivial\n-- SCRATCH_WRITE"
+    with _pool(sandbox=False, os_sandbox="bwrap", env={"EXTRA": "1"}) as pool:
+        v = pool.check(HEADER, code)
+    assert v.complete and ": ok: written in " in _results(v)["SCRATCH_WRITE"]
+    env = repl_pool.sandbox_env("/tmp/scratch", {"EXTRA": "1"})
+    assert "SHARDSMITH_TEST_SECRET" not in env and env["EXTRA"] == "1"
+    assert env["HOME"] == env["TMPDIR"] == "/tmp/scratch"
+
+
+def test_missing_bwrap_fails_with_one_line_that_says_what_to_do(monkeypatch):
+    real_which = shutil.which
+    monkeypatch.setattr(repl_pool.shutil, "which",
+                        lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
+    with pytest.raises(OsSandboxUnavailable) as err:
+        ReplPool([sys.executable, STANDIN], size=1, os_sandbox="bwrap")
+    text = str(err.value)
+    assert "\n" not in text and "apt-get install bubblewrap" in text and "os_sandbox=none" in text
+    from pipelines.config import ConfigError
+    from pipelines.rmaxts import check_os_sandbox
+    with pytest.raises(ConfigError, match="apt-get install bubblewrap"):
+        check_os_sandbox({"os_sandbox": "bwrap"})
+    check_os_sandbox({"os_sandbox": "none"})                  # no bwrap needed
+    with pytest.raises(ValueError, match="os_sandbox"):
+        ReplPool([sys.executable, STANDIN], size=1, os_sandbox="docker")
 
 
 # ---------------------------------------------------------------- find_repl
@@ -348,68 +668,7 @@ def test_find_repl_with_lake_needs_a_project(tmp_path, monkeypatch):
     assert find_repl(str(project)) == [str(lake), "exe", "repl"]
 
 
-# ---------------------------------------------------------------- sandbox
-
-HOSTILE = [
-    ("#eval 1 + 1", "#eval"),
-    ('#eval IO.Process.run { cmd := "ls" }', "#eval"),
-    ("theorem t : 1 = 1 := rfl #eval 2", "#eval"),                     # mid-line command
-    ("#exit", "#exit"),
-    ('run_cmd Lean.logInfo "x"', "run_cmd"),
-    ("theorem t : True := by\n  run_tac Lean.Elab.Tactic.evalTactic (← `(tactic| trivial))",
-     "run_tac"),
-    ("run_elab pure ()", "run_elab"),
-    ("run_meta pure ()", "run_meta"),
-    ("theorem t : True := by_elab pure (Lean.mkConst ``True.intro)", "by_elab"),
-    ('def f : IO Unit := IO.println "hi"', "IO"),
-    ('def f := «IO».println "hi"', "IO"),                             # guillemets
-    ('def x := s!"{IO.println 1}"', "IO"),                            # code inside s!"{...}"
-    ("def p : System.FilePath := \"/etc\"", "System"),
-    ("open IO in\ndef x := println \"x\"", "IO"),
-    ("open System in\ndef x := 1", "System"),
-    ("open Lean Elab Command in\ndef x := 1", "Elab"),
-    ("open Lean in\ndef x := 1", "open Lean"),
-    ("namespace Lean\ndef x := 1\nend Lean", "namespace Lean"),
-    ("unsafe def g : Nat := 0", "unsafe"),
-    ("def g : Nat := unsafeCast ()", "unsafeCast"),
-    ("@[implemented_by g] def h : Nat := 0", "implemented_by"),
-    ('@[extern "system"] opaque sys : Nat → Nat', "extern"),
-    ("@[tactic my_tac] def impl : Nat := 0", "@[tactic]"),
-    ("attribute [csimp] foo_eq", "@[csimp]"),
-    ("@[command_elab myCmd] def elabMy : Nat := 0", "@[command_elab]"),
-    ('elab "pwn" : tactic => pure ()', "elab"),
-    ("macro \"pwn\" : tactic => `(tactic| trivial)", "macro"),
-    ('syntax "pwn" : tactic', "syntax"),
-    ("macro_rules | `(tactic| pwn) => `(tactic| trivial)", "macro_rules"),
-    ("initialize counter : Nat ← pure 0", "initialize"),
-    ("builtin_initialize foo : Nat ← pure 0", "builtin_initialize"),
-    ("simproc pwn (_) := fun _ => pure .continue", "simproc"),
-    ("register_simp_attr pwn", "register_simp_attr"),
-    ("def x := Lean.Meta.evalExpr Nat (Lean.mkConst ``Nat) 0", "evalExpr"),
-    ("def x : Lean.MetaM Nat := pure 0", "MetaM"),
-    ("def x := evalConst Nat `foo", "evalConst"),
-    ('def s : String := include_str "/etc/passwd"', "include_str"),
-    ("theorem t : 2 + 2 = 4 := by native_decide", "native_decide"),
-    ("theorem t : 2 + 2 = 4 := by decide +native", "+native"),
-    ("theorem t : 2 + 2 = 4 := by\n  decide (config := { native := true })", "native := true"),
-    ("axiom cheat : False\ntheorem t : 1 = 2 := cheat.elim", "axiom"),
-    ("set_option debug.skipKernelTC true in\ntheorem t : 1 = 1 := rfl", "debug.skipKernelTC"),
-    ('set_option trace.profiler.output "/tmp/x" in\ntheorem t : 1 = 1 := rfl', "output"),
-    ("import Mathlib.Tactic.Linarith\ntheorem t : 1 = 1 := rfl", "import"),
-    ("import Lean\ntheorem t : 1 = 1 := rfl", "import"),
-    ("/- a comment -/ #eval 1", "#eval"),                              # after a comment
-    ("/- nested /- inner -/ still comment -/ #eval 1", "#eval"),      # nesting honoured
-    ("def c : Char := '\"'\n#eval 1", "#eval"),                        # '"' is no string start
-    ("theorem t : True := by\n  trivial -- fine\n#eval (1 : Nat)", "#eval"),
-]
-
-
-@pytest.mark.parametrize("code,token", HOSTILE, ids=[f"hostile{i}" for i in range(len(HOSTILE))])
-def test_sandbox_refuses_hostile_snippets(code, token):
-    reason = refusal(code, HEADER)
-    assert reason is not None, code
-    assert token in reason and "line" in reason
-
+# ---------------------------------------------------------------- live Lean (only where installed)
 
 def _few_shot(n=10):
     path = os.path.join(LEAN_DATA, "minif2f_valid_few_shot.jsonl")
@@ -425,40 +684,6 @@ def _few_shot(n=10):
     return [(headers[r["name"]], r["formal_statement"] + r["formal_proof"]) for r in rows[:n]]
 
 
-BENIGN = [
-    "theorem t (h' : 1 = 1) : 1 = 1 := by\n  -- a comment that says #eval and IO and run_cmd\n"
-    "  /- unsafe /- nested extern -/ macro -/\n  exact h'",
-    'theorem t : "IO #eval" = "IO #eval" := rfl',
-    "#check Nat.add_comm\n#print axioms Nat.add_comm\ntheorem t : 1 + 1 = 2 := by norm_num",
-    "set_option maxHeartbeats 0 in\ntheorem t (hIO h_axiom : 1 = 1) : 1 = 1 := hIO",
-    "theorem t (s : Finset ℕ) : #s = s.card := rfl",
-    "@[simp] theorem t : (2 : ℕ) + 2 = 4 := by decide",
-    "open Real in\ntheorem t : Real.sqrt 4 = 2 := by\n  rw [show (4 : ℝ) = 2 ^ 2 by norm_num]\n"
-    "  exact Real.sqrt_sq (by norm_num)",
-    "import Mathlib\ntheorem t : True := trivial",                     # the header's own import
-]
-
-
-def test_sandbox_passes_real_few_shot_proofs():
-    proofs = _few_shot(10)
-    assert len(proofs) == 10
-    for header, code in proofs:
-        assert refusal(code, header) is None, code
-
-
-@pytest.mark.parametrize("code", BENIGN, ids=[f"benign{i}" for i in range(len(BENIGN))])
-def test_sandbox_passes_benign_snippets(code):
-    assert refusal(code, HEADER) is None
-
-
-def test_clean_keeps_offsets_and_lines():
-    code = 'a -- x\n/- y\n/- z -/ -/ b "s" \'c\' «IO»'
-    out = clean(code)
-    assert len(out) == len(code) and out.count("\n") == code.count("\n")
-    assert out.split() == ["a", "b", '"', '"', "'", "'", "IO"]
-
-
-# ---------------------------------------------------------------- live Lean (only where installed)
 
 LIVE_PROJECT = os.environ.get("SHARDSMITH_LEAN_PROJECT")
 

@@ -114,7 +114,7 @@ def test_bad_repl_and_model_behaviour_are_recorded_and_the_run_goes_on(tmp_path)
         outcome.setdefault(name, set()).add(a["outcome"])
     assert problems[names[0]]["solved"] and outcome[names[0]] == {"complete"}
     assert outcome[names[1]] == {"crashed"} and outcome[names[2]] == {"timeout"}
-    assert outcome[names[3]] <= {"crashed"} and outcome[names[4]] == {"refused"}
+    assert outcome[names[3]] <= {"protocol_error"} and outcome[names[4]] == {"refused"}
     assert outcome[names[5]] == {"fail"}
     assert not any(problems[n]["solved"] for n in names[1:])
     for a in attempts:

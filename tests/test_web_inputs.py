@@ -22,7 +22,8 @@ from tests.conftest import SHARED_DATA
 from transforms.io.rejected import Rejected
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.local_site import LocalSite
-from transforms.web.routing import make_route_handler
+from transforms.web.policy_proxy import PolicyProxy
+from transforms.web.replay import ReplayHandler
 from transforms.web.targets import PageTarget, read_url_list, scan_html_folder, scan_warc
 from transforms.web.warc_archive import WarcArchive
 
@@ -69,8 +70,8 @@ def test_read_url_list_skips_comments_and_rejects_bad_lines(tmp_path):
     assert [r.excerpt for r in bad] == ["ftp://files.example.org/x", "not a url", "http://",
                                         "http://exa mple.com/", "http://example.com:99999/"]
     assert f"{path}:5: scheme 'ftp'" in bad[0].reason
-    assert ":6:" in bad[1].reason and ":7:" in bad[2].reason and "no host" in bad[2].reason
-    assert "whitespace" in bad[3].reason and "port" in bad[4].reason.lower()
+    assert ":6:" in bad[1].reason and ":7:" in bad[2].reason and "malformed" in bad[2].reason
+    assert "whitespace" in bad[3].reason and "malformed" in bad[4].reason
 
 
 # -- WARC scanning --------------------------------------------------------------------------
@@ -151,7 +152,11 @@ OTHER = {
     "about:config": "scheme 'about'",
     "http://0.0.0.0/": "unspecified",
     "http://100.64.0.7/": "private",
-    "http://1.2.3.4.5/": "invalid IPv4",
+    "http://1.2.3.4.5/": "malformed URL",
+    "http://127.0.0.3:81\\@127.0.0.2/": "backslash",
+    "http://127.0.0.2@127.0.0.3/": "userinfo",
+    "http://127.0.0.\t3/": "control characters",
+    "http://%31%32%37.0.0.3/": "percent-encoded host",
 }
 
 
@@ -260,7 +265,9 @@ def servers():
         s.close()
 
 
-def _open(browser, handler=None, **context_options):
+def _open(browser, handler=None, proxy=None, **context_options):
+    if proxy is not None:
+        context_options["proxy"] = {"server": proxy.url}
     context = browser.new_context(**context_options)
     if handler is not None:
         context.route("**/*", handler)
@@ -272,42 +279,25 @@ def test_refused_subresource_never_reaches_its_server(browser, servers):
     other.routes["/pixel.png"] = (200, {"Content-Type": "image/png"}, b"\x89PNG\r\n\x1a\n")
     site.html("/", f'<title>embeds</title><img src="{other.base}/pixel.png">'
                    f'<link rel="stylesheet" href="{other.base}/x.css"><script src="{other.base}/x.js"></script>')
-    # control: without the handler Chromium does fetch from the second server
+    # control: without the proxy Chromium does fetch from the second server
     context, page = _open(browser)
     page.goto(site.base + "/")
     context.close()
     assert "/pixel.png" in other.hits
     other.hits.clear()
 
-    refusals = []
-    policy = FetchPolicy(allow_loopback=True, allowed_ports={site.port})
-    context, page = _open(browser, make_route_handler(policy, None, refusals))
-    page.goto(site.base + "/")
-    page.wait_for_load_state("load")
-    assert page.title() == "embeds"
-    context.close()
+    with PolicyProxy(FetchPolicy(allow_loopback=True, allowed_ports={site.port})) as proxy:
+        context, page = _open(browser, proxy=proxy)
+        page.goto(site.base + "/")
+        page.wait_for_load_state("load")
+        assert page.title() == "embeds"
+        context.close()
     assert other.hits == []
-    refused = {url: reason for url, reason in refusals}
+    refused = dict(proxy.refusals)
     assert set(refused) == {f"{other.base}/pixel.png", f"{other.base}/x.css", f"{other.base}/x.js"}
     assert all(f"port {other.port} is not allowed" in r for r in refused.values())
-
-
-def test_route_handlers_do_not_see_redirect_hops(browser, servers):
-    """What Playwright does: a continued request's redirect is followed unseen by the handler."""
-    site, other = servers(), servers()
-    other.html("/inside", "<title>inside</title>")
-    site.redirect("/go", f"{other.base}/inside")
-    seen = []
-
-    def continue_all(route, request):
-        seen.append(request.url)
-        route.continue_()
-
-    context, page = _open(browser, continue_all)
-    page.goto(site.base + "/go")
-    context.close()
-    assert seen[0] == site.base + "/go" and f"{other.base}/inside" not in seen
-    assert other.hits == ["/inside"]  # reached although no handler ever saw it
+    assert {(url, port) for url, _, port in proxy.log.connections} == {(site.base + "/", site.port),
+                                                                       (site.base + "/favicon.ico", site.port)}
 
 
 def test_redirects_are_checked_at_every_hop(browser, servers):
@@ -321,77 +311,63 @@ def test_redirects_are_checked_at_every_hop(browser, servers):
     site.redirect("/img-redirect", f"{other.base}/secret.png")
     policy = FetchPolicy(allow_loopback=True, allowed_ports={site.port})
 
-    # an allowed chain: every hop passes the handler and the page ends at the last URL
-    refusals = []
-    handler = make_route_handler(policy, None, refusals)
-    context, page = _open(browser, handler)
-    response = page.goto(site.base + "/hop1")
-    assert page.url == site.base + "/landing" and page.title() == "landing"
-    assert response.url == site.base + "/landing" and response.status == 200
-    assert (site.base + "/hop1", site.base + "/hop2") in handler.redirects
-    assert (site.base + "/hop2", site.base + "/landing") in handler.redirects
-    # ...and the image that redirects to the refused server is refused
-    assert refusals == [(f"{other.base}/secret.png",
-                         f"redirect from {site.base}/img-redirect: port {other.port} is not allowed "
-                         f"(allowed: {site.port})")]
-    context.close()
+    # an allowed chain: every hop is a request through the proxy; the page ends at the last URL
+    with PolicyProxy(policy.fresh()) as proxy:
+        context, page = _open(browser, proxy=proxy)
+        response = page.goto(site.base + "/hop1")
+        assert page.url == site.base + "/landing" and page.title() == "landing"
+        assert response.url == site.base + "/landing" and response.status == 200
+        context.close()
+    made = [url for url, _, _ in proxy.log.connections]
+    assert made[:3] == [site.base + "/hop1", site.base + "/hop2", site.base + "/landing"]
+    # ...and the image that redirects to the refused server is refused at that hop
+    assert proxy.refusals == [(f"{other.base}/secret.png", f"port {other.port} is not allowed (allowed: {site.port})")]
 
-    # a navigation redirected to a refused URL fails and the refused server sees nothing
-    refusals.clear()
-    context, page = _open(browser, make_route_handler(policy, None, refusals))
-    with pytest.raises(Exception, match="ERR_BLOCKED_BY_CLIENT"):
-        page.goto(site.base + "/go")
-    context.close()
-    assert refusals and refusals[0][0] == f"{other.base}/secret"
-    assert refusals[0][1].startswith(f"redirect from {site.base}/go: port {other.port} is not allowed")
+    # a navigation redirected to a refused URL ends at the proxy's refusal; the server sees nothing
+    with PolicyProxy(policy.fresh()) as proxy:
+        context, page = _open(browser, proxy=proxy)
+        response = page.goto(site.base + "/go")
+        assert response.status == 403 and "policy proxy" in page.inner_text("body")
+        context.close()
+    assert proxy.refusals and proxy.refusals[0][0] == f"{other.base}/secret"
     assert other.hits == []
 
     # a redirect to another allowed server is followed there
-    policy = FetchPolicy(allow_loopback=True, allowed_ports={site.port, other.port})
-    context, page = _open(browser, make_route_handler(policy, None, []))
-    page.goto(site.base + "/go")
-    assert page.url == f"{other.base}/secret" and page.title() == "secret"
-    context.close()
-    assert other.hits == ["/secret"]  # fetched once: the redirected navigation reuses the fetch
+    with PolicyProxy(FetchPolicy(allow_loopback=True, allowed_ports={site.port, other.port})) as proxy:
+        context, page = _open(browser, proxy=proxy)
+        page.goto(site.base + "/go")
+        assert page.url == f"{other.base}/secret" and page.title() == "secret"
+        context.close()
+    assert other.hits[0] == "/secret" and other.hits.count("/secret") == 1
 
 
 def test_websockets_are_checked_too(browser, servers):
     site, other = servers(), servers()
     site.html("/", f'<title>ws</title><script>window.sock = new WebSocket("ws://127.0.0.1:{other.port}/feed");'
                    '</script>')
-    refusals = []
-    handler = make_route_handler(FetchPolicy(allow_loopback=True, allowed_ports={site.port}), None, refusals)
-    context, page = _open(browser, handler)
-    context.route_web_socket("**/*", handler.route_websocket)
-    page.goto(site.base + "/")
-    page.wait_for_function("window.sock.readyState === 3")  # closed
-    context.close()
+    with PolicyProxy(FetchPolicy(allow_loopback=True, allowed_ports={site.port})) as proxy:
+        context, page = _open(browser, proxy=proxy)
+        page.goto(site.base + "/")
+        page.wait_for_function("window.sock.readyState === 3")  # closed
+        context.close()
     assert other.hits == []
-    assert refusals == [(f"ws://127.0.0.1:{other.port}/feed", f"port {other.port} is not allowed (allowed: {site.port})")]
-    # an allowed WebSocket is handed to the browser to connect (Chromium's own Local Network
-    # Access check then stops a page served through route.fulfill from reaching loopback)
-    handler = make_route_handler(FetchPolicy(allow_loopback=True), None, refusals := [])
-    context, page = _open(browser, handler)
-    context.route_web_socket("**/*", handler.route_websocket)
-    page.goto(site.base + "/")
-    page.wait_for_function("window.sock.readyState === 3")
-    context.close()
-    assert handler.websockets == [f"ws://127.0.0.1:{other.port}/feed"] and refusals == []
+    assert [(u, r) for u, r in proxy.refusals] == [
+        (f"https://127.0.0.1:{other.port}/", f"port {other.port} is not allowed (allowed: {site.port})")]
 
 
-def test_page_size_budget(browser, servers):
+def test_page_size_budget_cuts_the_stream(browser, servers):
     site = servers()
-    site.routes["/big.png"] = (200, {"Content-Type": "image/png"}, b"\x89PNG" + b"\0" * 20_000)
+    site.routes["/big.png"] = (200, {"Content-Type": "image/png"}, b"\x89PNG" + b"\0" * 200_000)
     site.html("/", '<title>budget</title><img src="/big.png">')
-    refusals = []
-    handler = make_route_handler(FetchPolicy(allow_loopback=True, max_bytes=5_000), None, refusals)
-    context, page = _open(browser, handler)
-    page.goto(site.base + "/")
-    page.wait_for_load_state("load")
-    context.close()
-    assert [u for u, _ in refusals] == [site.base + "/big.png"]
-    assert "budget of 5000 bytes" in refusals[0][1]
-    assert handler.bytes_served < 5_000
+    with PolicyProxy(FetchPolicy(allow_loopback=True, max_bytes=50_000)) as proxy:
+        context, page = _open(browser, proxy=proxy)
+        page.goto(site.base + "/")
+        page.wait_for_load_state("load")
+        context.close()
+    assert [u for u, _ in proxy.refusals] == [site.base + "/big.png"]
+    assert "budget of 50000 bytes" in proxy.refusals[0][1]
+    # streamed, not buffered: the proxy stopped within one read of the budget
+    assert 50_000 < proxy.log.bytes_served < 50_000 + 70_000
 
 
 def _write_warc(path, records):
@@ -409,15 +385,14 @@ def _write_warc(path, records):
 @needs_web_data
 def test_warc_replay_offline_refuses_what_the_archive_lacks(browser):
     archive = WarcArchive(os.path.join(WEB_DATA, "example-iana.org-chunked.warc"))
-    refusals = []
-    context, page = _open(browser, make_route_handler(FetchPolicy(), archive, refusals), offline=True)
+    context, page = _open(browser, handler := ReplayHandler(archive), offline=True)
     page.goto("http://www.iana.org/")
     assert page.title() == "Internet Assigned Numbers Authority"
     assert "Domain Names" in page.inner_text("body")
     context.close()
-    assert refusals, "the archived page's stylesheets and images are not archived"
-    assert all(reason.startswith("not in the archive") for _, reason in refusals)
-    assert "http://www.iana.org/" not in [u for u, _ in refusals]
+    assert handler.refusals, "the archived page's stylesheets and images are not archived"
+    assert all(reason.startswith("not in the archive") for _, reason in handler.refusals)
+    assert "http://www.iana.org/" not in [u for u, _ in handler.refusals]
 
 
 def test_warc_replay_follows_archived_redirects(browser, tmp_path):
@@ -432,12 +407,11 @@ def test_warc_replay_follows_archived_redirects(browser, tmp_path):
     assert archive.lookup("http://archived.test/old#top")[0] == 200  # followed inside the archive
     assert archive.lookup("http://archived.test/new")[2].startswith(b"<title>New home")  # slash variant
     assert archive.lookup("http://archived.test/nothing") is None
-    refusals = []
-    context, page = _open(browser, make_route_handler(FetchPolicy(), archive, refusals), offline=True)
+    context, page = _open(browser, handler := ReplayHandler(archive), offline=True)
     page.goto("http://archived.test/old")
     assert page.url == "http://archived.test/new/" and page.title() == "New home"
     context.close()
-    assert refusals == [("http://archived.test/missing.png", "not in the archive (replay never fetches live)")]
+    assert handler.refusals == [("http://archived.test/missing.png", "not in the archive (replay never fetches live)")]
 
 
 # -- local sample site ----------------------------------------------------------------------
@@ -495,9 +469,8 @@ def test_sample_site_is_small_self_contained_and_linked():
 
 def test_sample_site_renders_and_clicks_through(browser):
     with LocalSite(SITE) as site:
-        refusals = []
-        policy = FetchPolicy(allow_loopback=True, allowed_ports={site.port})
-        context, page = _open(browser, make_route_handler(policy, None, refusals))
+        proxy = PolicyProxy(FetchPolicy(allow_loopback=True, allowed_ports={site.port}))
+        context, page = _open(browser, proxy=proxy)
         page.goto(site.url_for("index.html"))
         home = page.title()
         page.get_by_role("navigation", name="Main").get_by_role("link", name="Shop").click()
@@ -506,4 +479,60 @@ def test_sample_site_renders_and_clicks_through(browser):
         assert page.locator("img").evaluate_all("imgs => imgs.every(i => i.naturalWidth > 0)")
         assert urlsplit(page.url).port == site.port
         context.close()
-        assert refusals == []
+        proxy.close()
+        assert proxy.refusals == [] and len(proxy.log.connections) > 3
+
+
+# -- the policy proxy without a browser -------------------------------------------------------
+
+class _Echo(BaseHTTPRequestHandler):
+    """POST echoes its body; GET /chunked answers in three chunks; GET /big sends 1 MB."""
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body) + 5))
+        self.end_headers()
+        self.wfile.write(b"echo:" + body)
+
+    def do_GET(self):
+        self.send_response(200)
+        if self.path == "/chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (b"one,", b"two,", b"three"):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.send_header("Content-Length", str(1 << 20))
+            self.end_headers()
+            self.wfile.write(b"x" * (1 << 20))
+
+    def log_message(self, *args):
+        pass
+
+
+def test_policy_proxy_forwards_posts_and_chunked_responses_and_cuts_at_the_budget():
+    import urllib.request
+
+    httpd = ThreadingHTTPServer(("127.0.0.2", 0), _Echo)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.2:{httpd.server_address[1]}"
+    try:
+        with PolicyProxy(FetchPolicy(allow_addresses={"127.0.0.2"}, max_bytes=300_000)) as proxy:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy.url}))
+            assert opener.open(Request(base + "/post", data=b"payload")).read() == b"echo:payload"
+            assert opener.open(base + "/chunked").read() == b"one,two,three"
+            with pytest.raises(HTTPError) as refused:  # another loopback address: refused, not fetched
+                opener.open(f"http://127.0.0.3:{httpd.server_address[1]}/")
+            assert refused.value.code == 403 and b"127.0.0.3 is a loopback address" in refused.value.read()
+            with pytest.raises(Exception):  # 1 MB against a 300 kB budget: cut mid-body
+                opener.open(base + "/big").read()
+        assert proxy.log.bytes_served < 300_000 + 70_000
+        assert [u for u, _ in proxy.refusals] == [f"http://127.0.0.3:{httpd.server_address[1]}/", base + "/big"]
+        assert [address for _, address, _ in proxy.log.connections] == ["127.0.0.2"] * 3
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

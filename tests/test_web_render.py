@@ -16,6 +16,7 @@ import pytest
 
 from transforms.web import render as R
 from transforms.io.transient import is_transient
+from transforms.web.fetch_policy import Admission, FetchPolicy
 from transforms.web.render import BrowserCrashed, Renderer, RenderError, viewport_for
 
 pytestmark = pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")
@@ -268,29 +269,29 @@ def test_route_handler_and_policy(renderer, site):
                                  body="<title>Replayed</title><a href='/b.html'>b</a>")
         return route.continue_()
 
-    class Policy:
-        def check_url(self, url):
-            return "robots.txt disallows" if "/b.html" in url else None
+    class RobotsPolicy(FetchPolicy):  # a policy that refuses one path, enforced by the proxy
+        def admit(self, url):
+            return Admission("robots.txt disallows") if "/b.html" in url else super().admit(url)
 
     row = renderer.render_page(site + "/virtual", "desktop", 1, route_handler=handler)
     assert row["title"] == "Replayed" and site + "/b.html" in seen  # followed link went through it
     assert row["actions"][0]["target_title"] == "Page B"
-    row = renderer.render_page(site + "/virtual", "desktop", 1, route_handler=handler, policy=Policy())
-    assert row["actions"] == []  # the only link is refused by the policy
+    row = renderer.render_page(site + "/", "desktop", 1, policy=RobotsPolicy(allow_loopback=True))
+    assert [a["target_url"] for a in row["actions"]] == []  # the only same-site link is refused
     with pytest.raises(RenderError, match="refused by fetch policy: robots.txt disallows"):
-        renderer.render_page(site + "/b.html", "desktop", 1, policy=Policy())
+        renderer.render_page(site + "/b.html", "desktop", 1, policy=RobotsPolicy(allow_loopback=True))
 
-    class Refusing:  # the shape of transforms/web/routing.RouteHandler: refusals as (url, reason)
+    class Refusing:  # the shape of transforms/web/replay.ReplayHandler: refusals as (url, reason)
         def __init__(self):
-            self.refusals = []
+            self.refusals, self.failures = [], []
 
         def __call__(self, route, request):
             if request.url.endswith("/b.html"):
-                self.refusals.append((request.url, "private address"))
+                self.refusals.append((request.url, "not in the archive"))
                 return route.abort("blockedbyclient")
             return route.continue_()
 
-    with pytest.raises(RenderError, match="refused by fetch policy: private address"):
+    with pytest.raises(RenderError, match="refused by fetch policy: not in the archive"):
         renderer.render_page(site + "/b.html", "desktop", 1, route_handler=Refusing(), timeout_ms=TIMEOUT_MS)
 
 

@@ -9,6 +9,8 @@ Wire format, as the REPL's `getLines` loop reads and prints it:
   escaped. Non-ASCII text (ℝ, ⊢, h₀) is sent as UTF-8, not as `\\u` escapes.
 - A reply is one pretty-printed JSON object followed by a blank line. Pretty JSON never holds an
   empty line (newlines inside strings are escaped), so "up to the next blank line" is one reply.
+- The REPL numbers environments 0, 1, 2, ... per process, one per `cmd` it runs (a reply
+  `{"message": ...}` makes none), so the pool knows which `env` each reply must carry.
 - An end of input (or an empty line on its own) makes the REPL exit; a command it cannot parse
   makes it throw and exit too, which the pool sees as a crash.
 
@@ -20,10 +22,16 @@ sends the header as its own command and the proof code in a second one (reusing 
 `env`), so positions in a :class:`Verdict` are relative to the checked code (line 1 = the first
 line of `code`). A caller who sends header and code as one command passes
 `line_offset=-(number of header lines)` to `verdict_of` to get the same convention.
+
+After each check the pool sends one follow-up command in the check's `env` (`encode_follow_up`):
+`#print axioms NAME` per declared name, then `#print "NONCE"`. Lean 4 answers with info messages
+(src/Lean/Elab/Print.lean): `'NAME' depends on axioms: [A, B, ...]` or `'NAME' does not depend
+on any axioms` (read by `parse_axioms`), and the nonce string itself for `#print "..."`.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,10 +41,28 @@ SORRY_WARNINGS = ("declaration uses 'sorry'", "declaration uses `sorry`")
 OUTCOME_OK = "ok"
 OUTCOME_CRASHED = "crashed"            # the REPL process died (exit, signal, memory limit)
 OUTCOME_TIMEOUT = "timeout"            # no reply within the per-check timeout; process killed
-OUTCOME_PROTOCOL = "protocol_error"    # the process printed something that is not a JSON reply
+OUTCOME_PROTOCOL = "protocol_error"    # not exactly one JSON reply per command (garbage, a second
+                                       # or forged reply, env out of sequence, no sentinel reply)
 OUTCOME_REPL_ERROR = "repl_error"      # the REPL answered {"message": ...} (not a Lean message)
 OUTCOME_HEADER = "header_error"        # the header (imports) did not load
 OUTCOME_REFUSED = "refused"            # the sandbox refused the code before it reached Lean
+OUTCOME_AXIOMS = "axioms"              # Lean accepted the proof, but it rests on an axiom we refuse
+
+# The axioms of Lean 4 + Mathlib's classical logic; any other (sorryAx, an `axiom` of the code,
+# Lean.ofReduceBool / Lean.trustCompiler from native_decide) makes a proof not count.
+STANDARD_AXIOMS = frozenset({"propext", "Classical.choice", "Quot.sound"})
+
+# Lean 4 src/Lean/Elab/Print.lean, printAxiomsOf:
+#   logInfo m!"'{constName}' does not depend on any axioms"
+#   logInfo m!"'{constName}' depends on axioms: {axioms.qsort Name.lt |>.toList}"
+# (older Lean lists them unsorted; a long list may wrap after a comma)
+_DEPENDS = re.compile(r"^'(?P<name>.+)' depends on axioms: \[(?P<axioms>.*)\]$", re.DOTALL)
+_NO_AXIOMS = re.compile(r"^'(?P<name>.+)' does not depend on any axioms$", re.DOTALL)
+
+# What a Lean process prints when the machine, not the proof, failed (DeepSeek-Prover-V1.5's
+# verifier retries on the first three; the rest are the same failures in other words).
+TRANSIENT_HINTS = ("failed to create thread", "std::bad_alloc", "Cannot allocate memory",
+                   "out of memory", "Resource temporarily unavailable", "resource exhausted")
 
 
 class ReplProtocolError(ValueError):
@@ -89,7 +115,10 @@ class Verdict:
     """The normalised result of one check.
 
     `passed`: no message of severity error (and Lean actually ran: outcome "ok").
-    `complete`: passed, no sorry, and no warning "declaration uses 'sorry'".
+    `complete`: passed, no sorry, and no warning "declaration uses 'sorry'"; the pool also
+    requires that every declared name depends on no axiom beyond STANDARD_AXIOMS.
+    `axioms`: the axioms `#print axioms` reported for the code's declarations (sorted; None when
+    they were not checked, e.g. the proof was not complete).
     Positions are relative to the checked code (see the module docstring)."""
 
     passed: bool
@@ -101,9 +130,11 @@ class Verdict:
     verify_time: float = 0.0
     outcome: str = OUTCOME_OK
     reason: str | None = None
+    axioms: list[str] | None = None
 
     def to_dict(self) -> dict:
-        """`{pass, complete, messages, sorries, tactics, verify_time, env, outcome, reason}`."""
+        """`{pass, complete, messages, sorries, tactics, verify_time, env, outcome, reason,
+        axioms}`."""
         d = asdict(self)
         d["pass"] = d.pop("passed")
         return d
@@ -171,6 +202,40 @@ def verdict_of(reply: dict, verify_time: float, line_offset: int = 0) -> Verdict
     return Verdict(passed=passed, complete=complete, messages=messages, sorries=sorries,
                    tactics=tactics, env=env if isinstance(env, int) else None,
                    verify_time=float(verify_time), outcome=OUTCOME_OK, reason=None)
+
+
+def encode_follow_up(names: list[str], nonce: str, env: int | None) -> str:
+    """The command sent after every check: `#print axioms NAME` (line i for names[i-1]), then
+    `#print "NONCE"` on the last line. Its reply proves the check had exactly one reply before it
+    (the nonce is made after the check's reply arrived, so no code under check can forge it)."""
+    lines = [f"#print axioms {name}" for name in names] + [f"#print {json.dumps(nonce)}"]
+    return encode_command("\n".join(lines), env=env, all_tactics=False)
+
+
+def parse_axioms(data: str) -> tuple[str, list[str]] | None:
+    """(constant, axioms) of one `#print axioms` info message; None when `data` is not one."""
+    text = data.strip()
+    m = _NO_AXIOMS.match(text)
+    if m:
+        return m.group("name"), []
+    m = _DEPENDS.match(text)
+    if m:
+        return m.group("name"), [a.strip() for a in m.group("axioms").split(",") if a.strip()]
+    return None
+
+
+def is_transient(verdict: Verdict) -> bool:
+    """A failure of the machine (memory, threads) rather than of the proof: worth a retry on a
+    fresh process. Only crashes and the REPL's own errors qualify; Lean's judgement never does,
+    except an error message that is itself such a failure."""
+    if verdict.outcome in (OUTCOME_CRASHED, OUTCOME_REPL_ERROR, OUTCOME_HEADER):
+        text = verdict.reason or ""
+    elif verdict.outcome == OUTCOME_OK:
+        text = " ".join(str(m.get("data", "")) for m in verdict.messages
+                        if m.get("severity") == "error")
+    else:
+        return False
+    return any(hint in text for hint in TRANSIENT_HINTS)
 
 
 def _excerpt(text: str, n: int = 200) -> str:

@@ -327,9 +327,9 @@ def proof_from_completion(completion: str, prefix: str, statement: str,
     return prefix + cont, ""
 
 
-_FAIL_OUTCOMES = ("refused", "timeout", "crashed", "no_code")
+_FAIL_OUTCOMES = ("refused", "timeout", "crashed", "no_code", "protocol_error", "axioms")
 # outcomes of transforms.lean.repl_protocol that Lean did not judge, as the schema names them
-_UNJUDGED = {"protocol_error": "crashed", "header_error": "crashed", "repl_error": "fail"}
+_UNJUDGED = {"header_error": "crashed", "repl_error": "fail"}
 
 
 def _outcome(verdict: dict) -> str:

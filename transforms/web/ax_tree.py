@@ -8,7 +8,8 @@ re-attached to its nearest kept ancestor, and depths are recomputed from the kep
 """
 from __future__ import annotations
 
-from urllib.parse import urljoin
+from transforms.web import urls
+
 
 # roles that are interactive even when the node is not focusable (schema: "interactive")
 INTERACTIVE_ROLES = frozenset({
@@ -121,9 +122,9 @@ def _node(n, snap, scale, width, height, base, parent, depth, inv_w, inv_h, is_r
     if tag in ("a", "area", "img", "input", "link", "image"):
         at = snap.attrs(i)
         if "href" in at:
-            href = urljoin(base, at["href"].strip())
+            href = _resolve(base, at["href"])
         if "src" in at:
-            src = urljoin(base, at["src"].strip())
+            src = _resolve(base, at["src"])
         alt = at.get("alt")
     return {
         "node_id": -1, "parent": parent, "depth": depth, "role": role,
@@ -133,3 +134,11 @@ def _node(n, snap, scale, width, height, base, parent, depth, inv_w, inv_h, is_r
         "interactive": focusable or role in INTERACTIVE_ROLES,
         "href": href, "src": src, "alt": alt,
     }
+
+
+def _resolve(base: str, ref: str) -> str:
+    """The URL the browser would follow (WHATWG), or the attribute as written when it has none."""
+    try:
+        return urls.join(base, ref)
+    except urls.BadUrl:
+        return ref.strip()

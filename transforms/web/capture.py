@@ -2,8 +2,8 @@
 
 A `CapturePage` holds what a worker keeps for its lifetime (ARCHITECTURE contract 6): one
 Chromium (`Renderer`), the loopback server of an HTML folder, and the opened WARC archives.
-Every page gets its own route handler, so the fetch policy, its DNS cache and the byte budget
-are per page. Pages of an HTML folder are rendered from the worker's own loopback server
+Every page gets its own fetch policy (and so its own policy proxy, DNS answers and byte budget)
+and, when replayed, its own route handler. Pages of an HTML folder are rendered from the worker's own loopback server
 but recorded under the port-free canonical URL, so rows are the same on every worker and run.
 """
 from __future__ import annotations
@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from transforms.io.ids import stable_id
-from transforms.io.transient import Transient
 from transforms.web.fetch_policy import FetchPolicy
-from transforms.web.routing import make_route_handler
+from transforms.web.replay import ReplayHandler
 from transforms.web.targets import LOCAL_BASE, PageTarget
 
 MAX_OPEN_ARCHIVES = 8
@@ -97,36 +96,24 @@ class CapturePage:
         target, platform = job
         self.setup()
         s = self.settings
-        refusals: list = []
-        url, canonical = target.url, None
+        url, canonical, handler = target.url, None, None
         if target.source == "warc":
-            # replay: the archive is the only network; nothing is resolved or fetched live
-            policy = None
-            handler = make_route_handler(FetchPolicy(max_bytes=s.max_page_bytes), self._archive(target.source_ref),
-                                         refusals)
+            # replay: the archive is the only network; whatever passes the handler meets a proxy
+            # that refuses everything
+            policy = FetchPolicy.deny_all()
+            handler = ReplayHandler(self._archive(target.source_ref), s.max_page_bytes)
         elif target.source == "local":
             if self._site is None:
                 raise RuntimeError(f"{target.source_ref}: no HTML folder is being served on this worker")
             # loopback, and only this worker's own server: the one exception to the fetch policy
             policy = FetchPolicy(allow_loopback=True, allowed_ports={self._site.port}, max_bytes=s.max_page_bytes)
-            handler = make_route_handler(policy, None, refusals)
             url, canonical = self._site.from_canonical(target.url), self._site.to_canonical
         else:
             policy = FetchPolicy(allow_private=s.allow_private, allow_loopback=s.allow_loopback,
                                  max_bytes=s.max_page_bytes)
-            handler = make_route_handler(policy, None, refusals)
-        try:
-            page = self._renderer.render_page(
-                url, platform, viewport_seed(target, platform, s.seed), route_handler=handler, policy=policy,
-                timeout_ms=s.timeout_ms, max_screenshot_height=s.max_screenshot_height, follow_links=s.follow_links)
-        except Exception as exc:
-            # the browser only says net::ERR_FAILED; the route handler knows why (refused, too many
-            # redirects, over the size budget, a network error): say that first
-            why = [f"{reason} ({u[:200]})" for u, reason in refusals + handler.failures if _same_doc(u, url)]
-            if why and not isinstance(exc, Transient):   # a crashed browser stays transient (retried)
-                from transforms.web.render import RenderError
-                raise RenderError(f"{'; '.join(why)}; {exc}") from None
-            raise
+        page = self._renderer.render_page(
+            url, platform, viewport_seed(target, platform, s.seed), route_handler=handler, policy=policy,
+            timeout_ms=s.timeout_ms, max_screenshot_height=s.max_screenshot_height, follow_links=s.follow_links)
         page.pop("render_ms", None)       # wall time varies run to run; the manifest has stage timings
         if canonical is not None:        # no port of this worker's server in any row
             page["url"], page["final_url"] = canonical(page["url"]), canonical(page["final_url"])
@@ -141,7 +128,3 @@ class CapturePage:
         return [row]
 
 
-
-def _same_doc(a: str, b: str) -> bool:
-    """Whether a handler's record is about the page's own document (not a sub-resource)."""
-    return a.split("#", 1)[0].rstrip("/") == b.split("#", 1)[0].rstrip("/")

@@ -6,8 +6,10 @@ leaks), closed in teardown; it pickles without the browser. `render_page` gives 
 fresh browser context, so cookies, storage and routes never leak between pages.
 
 How the work is split, and why:
-- Playwright (sync API) drives navigation: contexts, device emulation, routing through the
-  fetch policy's route handler, popups and downloads.
+- Playwright (sync API) drives navigation: contexts, device emulation, popups and downloads.
+  A page rendered under a fetch policy gets a context whose only way out is its own policy
+  proxy (`policy_proxy.py`), which judges every connection; a replayed page's requests are also
+  served by the archive's route handler (`replay.py`).
 - The capture (DOM snapshot, accessibility tree, screenshot) goes over our own DevTools
   WebSocket (`cdp.py`), all commands in flight at once, so parsing the big replies in Python
   overlaps the browser painting the screenshot; see bench/render.py for the cost.
@@ -45,6 +47,7 @@ from urllib.parse import urldefrag, urlsplit
 from transforms.io.transient import Transient
 from transforms.web.ax_tree import SnapshotIndex, build_nodes
 from transforms.web.cdp import CDPConnection, CDPError
+from transforms.web.policy_proxy import PolicyProxy
 
 CHROMIUM = "/usr/bin/chromium"
 DEFAULT_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -54,7 +57,15 @@ _BASE_ARGS = ("--headless", "--hide-scrollbars", "--mute-audio", "--force-color-
               "--disable-dev-shm-usage", "--no-default-browser-check", "--disable-extensions",
               "--disable-background-timer-throttling", "--disable-backgrounding-occluded-windows",
               "--disable-renderer-backgrounding", "--disable-breakpad", "--password-store=basic",
-              "--use-mock-keychain", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1")
+              "--use-mock-keychain", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
+              *("--disable-quic", "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+                "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+                "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"))
+# The last four keep the browser's own traffic off the network: pages rendered under a fetch policy
+# reach it only through the policy proxy (policy_proxy.py). No QUIC (it would not use the proxy),
+# WebRTC only through the proxy (no direct UDP, no host candidates), and Chromium's own resolver
+# answers "not found" for every name, so nothing that slips past the proxy can even resolve one.
+# 127.0.0.1 stays reachable: the proxy and DevTools listen there.
 
 PLATFORMS = ("desktop", "mobile")
 DESKTOP_WIDTH = 1280
@@ -202,7 +213,7 @@ class Renderer:
         if platform not in PLATFORMS:
             raise ValueError(f"platform must be one of {PLATFORMS}, not {platform!r}")
         _check_scheme(target_url)
-        if policy is not None:
+        if policy is not None and route_handler is None:
             reason = policy.check_url(target_url)
             if reason:
                 raise RenderError(f"refused by fetch policy: {reason}: {target_url}")
@@ -221,6 +232,11 @@ class Renderer:
 
 def render_page(target_url: str, platform: str, seed: int, *, renderer: Renderer | None = None, **kw) -> dict:
     """Render `target_url` on `platform` ("desktop" | "mobile"), viewport seeded by `seed`.
+
+    `policy` (a FetchPolicy): every request the page makes goes through a policy proxy that
+    enforces it at the point of connection; without one the browser fetches directly (only for
+    trusted pages: tests and benchmarks). `route_handler` serves requests itself (WARC replay);
+    whatever it lets through still meets the proxy.
 
     Returns a dict with exactly RESULT_KEYS: url, final_url, title, html, screenshot (PNG bytes),
     screenshot_width/height (pixels), viewport_width/height (CSS px), device_scale_factor,
@@ -267,21 +283,28 @@ def _same_site(a: str, b: str) -> bool:
     return bool(ha) and strip(ha) == strip(hb)
 
 
+def _navigation_records(doc: dict, since: list[int], *urls_: str | None) -> str | None:
+    """Why the proxy or the replay handler refused (or failed) the navigation: the records made
+    since it started, about its own URLs first, else the first one (a redirect hop)."""
+    records = []
+    for log, start in zip(doc.get("logs", ()), since):
+        records += log.refusals[start[0]:] + [(u, r) for u, r in log.failures[start[1]:]]
+    if not records:
+        return None
+    wanted = {u.split("#", 1)[0] for u in urls_ if u}
+    url, reason = next(((u, r) for u, r in records if u.split("#", 1)[0] in wanted), records[0])
+    refused = any((url, reason) == r for log in doc.get("logs", ()) for r in log.refusals)
+    return f"{'refused by fetch policy' if refused else 'fetch failed'}: {reason}: {url[:200]}"
+
+
 def _error_reason(err: Exception, doc: dict) -> str:
     """A clear reason for a failed navigation, from Playwright's message and what the main
     document's response said."""
     msg = str(err).split("\n", 1)[0]
     ctype = doc.get("content_type")
-    if doc.get("refused"):
-        return f"refused by fetch policy: {doc['refused']}"
-    if "ERR_BLOCKED_BY_CLIENT" in msg:
-        # the route handler refused it; routing.RouteHandler keeps (url, reason) in .refusals
-        refusals = list(getattr(doc.get("handler"), "refusals", None) or ())
-        for url, reason in reversed(refusals):
-            if url == doc.get("url"):
-                return f"refused by fetch policy: {reason}: {url}"
-        if refusals:  # a redirect hop of the navigation
-            return f"refused by fetch policy: {refusals[-1][1]}: {refusals[-1][0]}"
+    recorded = _navigation_records(doc, doc.get("since", ()), doc.get("url"))
+    if recorded:
+        return recorded
     if "Download is starting" in msg or doc.get("download"):
         return f"download blocked (the page is a download{': ' + ctype if ctype else ''})"
     if ctype and not ctype.startswith(HTML_TYPES):
@@ -392,31 +415,14 @@ class _Worker:
         self.browser = self.conn = self.proc = None
         self.profile_dir = None
 
-    def new_context(self, options: dict, route_handler, policy, doc: dict):
-        ctx = self.browser.new_context(**options, accept_downloads=False, service_workers="block")
-
-        def handler(route, request):
-            url = request.url
-            if request.is_navigation_request() and urlsplit(url).scheme.lower() not in ("http", "https"):
-                return route.abort("blockedbyclient")
-            if policy is not None:
-                reason = policy.check_url(url)
-                if reason:
-                    if request.is_navigation_request() and request.frame == doc.get("frame"):
-                        doc["refused"] = f"{reason}: {url}"
-                    return route.abort("blockedbyclient")
-            if route_handler is not None:
-                return route_handler(route, request)
-            return route.continue_()
-
-        if route_handler is not None or policy is not None:
-            # without either, nothing needs the interception (Chromium itself refuses file: and
-            # data: navigations from http pages), and routing every request through Python
-            # costs a round trip per request
-            ctx.route("**/*", handler)
-        if hasattr(route_handler, "route_websocket"):  # transforms/web/routing.py: WebSockets bypass route()
-            ctx.route_web_socket("**/*", route_handler.route_websocket)
-        doc["handler"] = route_handler
+    def new_context(self, options: dict, route_handler, proxy, doc: dict):
+        ctx = self.browser.new_context(**options, accept_downloads=False, service_workers="block",
+                                       proxy={"server": proxy.url} if proxy is not None else None)
+        if route_handler is not None:
+            # only replay intercepts requests: live pages are fetched by the browser through the
+            # proxy, which keeps the HTTP cache on and costs no round trip through Python
+            ctx.route("**/*", route_handler)
+        doc["logs"] = [log for log in (route_handler, proxy) if hasattr(log, "refusals")]
         return ctx
 
     # ------------------------------------------------------------ pages
@@ -439,6 +445,7 @@ class _Worker:
 
     def navigate(self, page, url: str, doc: dict, timeout_ms: int):
         doc["url"] = url
+        doc["since"] = [(len(log.refusals), len(log.failures)) for log in doc.get("logs", ())]
         try:
             resp = page.goto(url, wait_until="load", timeout=timeout_ms)
         except Exception as e:  # noqa: BLE001 - Playwright's errors, turned into a reason
@@ -447,7 +454,8 @@ class _Worker:
             raise RenderError("the page crashed the renderer")
         status = resp.status if resp is not None else doc.get("status")
         if status is not None and status >= 400:
-            raise RenderError(f"HTTP {status}")
+            # the proxy answers a refused request with 403: say why, not just "HTTP 403"
+            raise RenderError(_navigation_records(doc, doc["since"], url, resp and resp.url) or f"HTTP {status}")
         ctype = doc.get("content_type") or ""
         if resp is not None:
             ctype = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
@@ -459,20 +467,24 @@ class _Worker:
     def render(self, url, platform, seed, route_handler, policy, timeout_ms, max_shot_h, follow_links) -> dict:
         t0 = time.perf_counter()
         doc: dict = {}
+        proxy = None
         try:
             self.ensure_browser()
             options = viewport_for(platform, seed, self.devices)
             if platform == "desktop":
                 options["user_agent"] = (f"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
                                          f"(KHTML, like Gecko) Chrome/{self.ua_version} Safari/537.36")
+            proxy = PolicyProxy(policy) if policy is not None else None
             try:
-                ctx = self.new_context(options, route_handler, policy, doc)
+                ctx = self.new_context(options, route_handler, proxy, doc)
             except Exception:  # noqa: BLE001 - the browser died since the last page: once more, fresh
                 self.stop_browser()
                 self.ensure_browser()
-                ctx = self.new_context(options, route_handler, policy, doc)
+                ctx = self.new_context(options, route_handler, proxy, doc)
         except Exception as e:  # noqa: BLE001 - Chromium exited at start, DevTools refused the driver
             self.stop_browser()
+            if proxy is not None:
+                proxy.close()
             raise BrowserCrashed(f"the browser did not start: {_first_line(e)}") from None
         self.pages_since_start += 1
         self.owner.pages_rendered += 1
@@ -485,7 +497,8 @@ class _Worker:
                                      timeout=timeout_ms / 1000)["sessionId"]
             row = self.capture(session, options, max_shot_h, timeout_ms)
             row["url"] = url
-            row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms, policy)
+            row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
+                                              policy if route_handler is None else None)
                               if follow_links else [])
         except RenderError as e:
             died = self.died()
@@ -507,6 +520,11 @@ class _Worker:
             raise (BrowserCrashed if died else RenderError)(f"render failed: {_first_line(e)}") from None
         finally:
             _quietly(ctx.close)
+            if proxy is not None:
+                proxy.close()
+        over = [r for log in doc["logs"] for r in log.refusals if "budget" in r[1]]
+        if over:  # a page cut short at its byte budget is not the page
+            raise RenderError(f"page too large: {over[0][1]} ({over[0][0][:200]})")
         row["render_ms"] = (time.perf_counter() - t0) * 1000
         return {k: row[k] for k in RESULT_KEYS}
 

@@ -1,7 +1,7 @@
 """Replay of archived responses: a WARC file as the only "network" a page sees.
 
 `WarcArchive(path)` indexes the response records once (URL -> record offset) and serves them
-by URL. The route handler (`routing.py`) fulfills every request of a replayed page from here
+by URL. The route handler (`replay.py`) fulfills every request of a replayed page from here
 and refuses whatever the archive lacks, so a WARC page is rendered without any live fetch.
 """
 from __future__ import annotations

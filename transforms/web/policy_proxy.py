@@ -1,0 +1,335 @@
+"""An HTTP proxy on loopback that applies the fetch policy where the connection is made.
+
+Why a proxy and not a route handler: a check in Playwright's `route()` judges a URL string, and
+the request is then made by somebody else who parses and resolves it again. That left gaps a
+hostile page could use: a URL that Python and the browser parse differently, a name that
+resolves to a public address for the check and to 127.0.0.1 for the fetch (DNS rebinding),
+redirect hops the handler never sees, and requests that never pass through `route()` at all
+(WebRTC, preconnect, shared workers). Here the browser context's only way out is this proxy
+(`proxy={"server": proxy.url}` on the context; Playwright adds `<-loopback>` so loopback is
+proxied too), and the proxy:
+
+- parses the request target with the WHATWG parser and asks `policy.admit` about it, for every
+  plain-HTTP request (each redirect hop is a new request) and every CONNECT tunnel (https, wss,
+  ws);
+- resolves the name once per page (the policy's cache) and connects to exactly one of the
+  addresses that were judged, never to a name;
+- streams responses to the browser and counts every byte against the page's budget; past it the
+  connection is cut mid-body, not after the whole body was buffered;
+- records why it refused a request or a connection failed, for the render error's reason.
+
+What it does not see: the content of https tunnels (a tunnel's bytes still count against the
+budget), and traffic that does not go to a proxy at all. For the latter Chromium is started with
+WebRTC limited to proxied connections and its own host resolver disabled (render.py).
+
+One proxy per page (per browser context): its policy, DNS answers, budget and records are that
+page's. It serves one request per client connection (`Connection: close`), which keeps the
+framing simple; on loopback the extra connections cost little.
+"""
+from __future__ import annotations
+
+import http.client
+import select
+import socket
+import threading
+from dataclasses import dataclass, field
+
+from transforms.web import urls
+from transforms.web.fetch_policy import FetchPolicy
+
+MAX_HEAD = 64 * 1024          # request or response head
+MAX_REQUEST_BODY = 16 * 2**20
+CHUNK = 64 * 1024
+CONNECT_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = 30.0         # no byte in either direction for this long ends a connection
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
+               "te", "trailer", "transfer-encoding", "upgrade"}
+
+
+class Refused(Exception):
+    """A request the policy refused (the message is the reason)."""
+
+
+class OverBudget(Refused):
+    """The page's byte budget ran out; the connection is cut where it stands."""
+
+
+@dataclass
+class ProxyLog:
+    """What happened on one page's proxy."""
+
+    refusals: list[tuple[str, str]] = field(default_factory=list)   # (url, reason)
+    failures: list[tuple[str, str]] = field(default_factory=list)   # (url, error) of allowed requests
+    connections: list[tuple[str, str, int]] = field(default_factory=list)  # (url, address, port) made
+    bytes_served: int = 0
+
+
+class PolicyProxy:
+    """`with PolicyProxy(policy) as proxy:` a loopback proxy at `proxy.url` enforcing `policy`."""
+
+    def __init__(self, policy: FetchPolicy, host: str = "127.0.0.1"):
+        self.policy = policy
+        self.log = ProxyLog()
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._closed = False
+        self._server = socket.create_server((host, 0))
+        self._server.settimeout(None)
+        self.port = self._server.getsockname()[1]
+        self.url = f"http://{host}:{self.port}"
+        self._thread = threading.Thread(target=self._accept, name=f"policy-proxy-{self.port}", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> PolicyProxy:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def refusals(self) -> list[tuple[str, str]]:
+        return self.log.refusals
+
+    @property
+    def failures(self) -> list[tuple[str, str]]:
+        return self.log.failures
+
+    def close(self) -> None:
+        """Stop accepting and cut every open connection (their threads end on the error)."""
+        with self._lock:
+            self._closed = True
+            sockets, self._open = list(self._open), set()
+        for s in [self._server, *sockets]:
+            _shut(s)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            if not self._track(client):
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _track(self, s: socket.socket) -> bool:
+        with self._lock:
+            if self._closed:
+                _shut(s)
+                return False
+            self._open.add(s)
+            return True
+
+    def _untrack(self, *sockets: socket.socket | None) -> None:
+        for s in sockets:
+            if s is None:
+                continue
+            with self._lock:
+                self._open.discard(s)
+            _shut(s)
+
+    def _charge(self, n: int, url: str) -> None:
+        with self._lock:
+            self.log.bytes_served += n
+            over = self.log.bytes_served > self.policy.max_bytes
+        if over:
+            raise OverBudget(f"page size budget of {self.policy.max_bytes} bytes exceeded "
+                          f"({self.log.bytes_served} bytes served)")
+
+    def _connect(self, url: str) -> socket.socket:
+        """Judge `url` and connect to one of the judged addresses (never to a name)."""
+        admission = self.policy.admit(url)
+        if admission.reason:
+            raise Refused(admission.reason)
+        error: OSError | None = None
+        for address in admission.addresses:
+            try:
+                upstream = socket.create_connection((address, admission.port), timeout=CONNECT_TIMEOUT_S)
+            except OSError as e:
+                error = e
+                continue
+            if not self._track(upstream):
+                raise ConnectionAbortedError("proxy closed")
+            upstream.settimeout(IDLE_TIMEOUT_S)
+            with self._lock:
+                self.log.connections.append((url, address, admission.port))
+            return upstream
+        raise ConnectionError(f"cannot connect to {admission.host}:{admission.port}: {error}")
+
+    # -- one client connection ----------------------------------------------------------------
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = None
+        url = ""
+        try:
+            client.settimeout(IDLE_TIMEOUT_S)
+            head, rest = _read_head(client)
+            method, target, headers = _parse_request(head)
+            if method == "CONNECT":
+                url = _tunnel_url(target)
+                upstream = self._connect(url)
+                client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                if rest:
+                    upstream.sendall(rest)
+                self._relay(client, upstream, url)
+            else:
+                url = target
+                upstream = self._connect(url)
+                self._forward(client, upstream, method, url, headers, rest)
+        except Refused as e:
+            with self._lock:
+                self.log.refusals.append((url or "(unparsed request)", str(e)))
+            if not isinstance(e, OverBudget):  # mid-response there is nothing to answer: cut
+                _answer(client, 403, str(e))
+        except (OSError, ValueError, http.client.HTTPException) as e:
+            if url:
+                with self._lock:
+                    self.log.failures.append((url, f"{type(e).__name__}: {str(e)[:300]}"))
+            _answer(client, 502, f"{type(e).__name__}: {e}")
+        finally:
+            self._untrack(client, upstream)
+
+    def _forward(self, client, upstream, method: str, url: str, headers: list[tuple[str, str]],
+                 rest: bytes) -> None:
+        """One plain-HTTP request: sent in origin form over the judged connection, the response
+        streamed back against the budget."""
+        body = _request_body(client, headers, rest)
+        kept = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length"]
+        lines = [f"{method} {urls.parse(url).target} HTTP/1.1"] + [f"{k}: {v}" for k, v in kept]
+        if body or method in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(body)}")
+        lines.append("Connection: close")
+        upstream.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        response = http.client.HTTPResponse(upstream, method=method)
+        response.begin()
+        out = [f"HTTP/1.1 {response.status} {response.reason}"]
+        out += [f"{k}: {v}" for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
+        if response.chunked:  # kept chunked, so a body cut at the budget is seen as incomplete
+            out.append("Transfer-Encoding: chunked")
+        out += ["Connection: close", "Proxy-Connection: close"]
+        data = ("\r\n".join(out) + "\r\n\r\n").encode("latin-1")
+        self._charge(len(data), url)
+        client.sendall(data)
+        while True:
+            chunk = response.read1(CHUNK)
+            if not chunk:
+                break
+            self._charge(len(chunk), url)
+            client.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk) if response.chunked else chunk)
+        if response.chunked:
+            client.sendall(b"0\r\n\r\n")
+
+    def _relay(self, client, upstream, url: str) -> None:
+        """Bytes both ways until either side closes; what comes from upstream is charged."""
+        pair = {client: upstream, upstream: client}
+        while True:
+            ready, _, _ = select.select(list(pair), [], [], IDLE_TIMEOUT_S)
+            if not ready:
+                return
+            for s in ready:
+                data = s.recv(CHUNK)
+                if not data:
+                    return
+                if s is upstream:
+                    self._charge(len(data), url)
+                pair[s].sendall(data)
+
+
+def _read_head(sock: socket.socket) -> tuple[bytes, bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(CHUNK)
+        if not chunk:
+            raise ValueError("the client closed before the request head ended")
+        data += chunk
+        if len(data) > MAX_HEAD:
+            raise ValueError("request head too large")
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def _parse_request(head: bytes) -> tuple[str, str, list[tuple[str, str]]]:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise ValueError(f"not an HTTP/1 request line: {lines[0][:200]!r}")
+    headers = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise ValueError(f"bad header line {line[:200]!r}")
+        headers.append((name, value.strip()))
+    return parts[0].upper(), parts[1], headers
+
+
+def _tunnel_url(target: str) -> str:
+    """CONNECT host:port as a URL the policy can judge (https, or http for port 80 tunnels)."""
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise Refused(f"malformed CONNECT target {target[:200]!r}")
+    scheme = "http" if port == "80" else "https"
+    return f"{scheme}://{host}:{port}/"
+
+
+def _request_body(client: socket.socket, headers: list[tuple[str, str]], rest: bytes) -> bytes:
+    values = {k.lower(): v for k, v in headers}
+    if "chunked" in values.get("transfer-encoding", "").lower():
+        return _dechunk(client, rest)
+    length = int(values.get("content-length") or 0)
+    if length > MAX_REQUEST_BODY:
+        raise Refused(f"request body of {length} bytes is over {MAX_REQUEST_BODY}")
+    body = rest
+    while len(body) < length:
+        chunk = client.recv(min(CHUNK, length - len(body)))
+        if not chunk:
+            raise ValueError("the client closed inside the request body")
+        body += chunk
+    return body[:length]
+
+
+def _dechunk(client: socket.socket, data: bytes) -> bytes:
+    body = b""
+    while True:
+        while b"\r\n" not in data:
+            data += _recv(client)
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            return body
+        while len(data) < size + 2:
+            data += _recv(client)
+        body += data[:size]
+        data = data[size + 2:]
+        if len(body) > MAX_REQUEST_BODY:
+            raise Refused(f"request body is over {MAX_REQUEST_BODY} bytes")
+
+
+def _recv(sock: socket.socket) -> bytes:
+    chunk = sock.recv(CHUNK)
+    if not chunk:
+        raise ValueError("the client closed inside a chunked request body")
+    return chunk
+
+
+def _answer(client: socket.socket, status: int, reason: str) -> None:
+    body = f"shardsmith policy proxy: {reason}\n".encode("utf-8", "replace")
+    text = "Forbidden" if status == 403 else "Bad Gateway"
+    head = (f"HTTP/1.1 {status} {text}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    try:
+        client.sendall(head + body)
+    except OSError:
+        pass
+
+
+def _shut(s: socket.socket) -> None:
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        s.close()
+    except OSError:
+        pass
