@@ -33,7 +33,7 @@ def repl_command(c: dict) -> tuple[list[str], str | None]:
 
 def check_os_sandbox(c: dict) -> None:
     """A ConfigError (one line: what to install or set) when os_sandbox cannot be used here."""
-    from transforms.lean.repl_pool import OsSandboxUnavailable, require_os_sandbox
+    from transforms.lean.os_sandbox import OsSandboxUnavailable, require_os_sandbox
     try:
         require_os_sandbox(c["os_sandbox"])
     except (OsSandboxUnavailable, ValueError) as exc:

@@ -16,10 +16,9 @@ import time
 import pytest
 
 from transforms.lean import repl_protocol as rp
-from transforms.lean import repl_pool
-from transforms.lean.repl_pool import (INSTALL_TEXT, LeanNotFound, OsSandboxUnavailable, ReplPool,
-                                       find_repl)
-from transforms.lean.sandbox import refusal
+from transforms.lean import os_sandbox
+from transforms.lean.os_sandbox import OsSandboxUnavailable
+from transforms.lean.repl_pool import INSTALL_TEXT, LeanNotFound, ReplPool, find_repl
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 LEAN_DATA = os.path.join(TESTS_DIR, "..", "..", "shared", "data", "lean")
@@ -614,14 +613,14 @@ def test_bwrap_keeps_the_environment_minimal(monkeypatch):
     with _pool(sandbox=False, os_sandbox="bwrap", env={"EXTRA": "1"}) as pool:
         v = pool.check(HEADER, code)
     assert v.complete and ": ok: written in " in _results(v)["SCRATCH_WRITE"]
-    env = repl_pool.sandbox_env("/tmp/scratch", {"EXTRA": "1"})
+    env = os_sandbox.sandbox_env("/tmp/scratch", {"EXTRA": "1"})
     assert "SHARDSMITH_TEST_SECRET" not in env and env["EXTRA"] == "1"
     assert env["HOME"] == env["TMPDIR"] == "/tmp/scratch"
 
 
 def test_missing_bwrap_fails_with_one_line_that_says_what_to_do(monkeypatch):
     real_which = shutil.which
-    monkeypatch.setattr(repl_pool.shutil, "which",
+    monkeypatch.setattr(os_sandbox.shutil, "which",
                         lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
     with pytest.raises(OsSandboxUnavailable) as err:
         ReplPool([sys.executable, STANDIN], size=1, os_sandbox="bwrap")

@@ -7,7 +7,7 @@ What each layer covers, and what it does not:
    refuses code that can run programs or change Lean (`#eval`, `IO`, `unsafe`, `axiom`,
    `native_decide`, `sorryAx`, ...). It reads tokens, not meaning: it cannot see an axiom that
    arrives by a route it does not know.
-2. Strict framing (here): one reply per command. The REPL numbers environments 0, 1, 2, ... per
+2. Strict framing (`repl_process.py` and here): one reply per command. The REPL numbers environments 0, 1, 2, ... per
    process, one per `cmd`, so the pool knows the `env` each reply must carry. After every check
    it sends one follow-up command, `#print axioms NAME` per declared name plus
    `#print "<nonce>"`, with a nonce made only after the check's reply arrived; the next reply
@@ -30,7 +30,7 @@ What each layer covers, and what it does not:
    accepted when the token sandbox ran (it refuses every token that adds an axiom: `axiom`,
    `sorryAx`, `native_decide`, `+native`) and refused with `sandbox=False`. The axioms found are
    kept on `Verdict.axioms`.
-4. OS sandbox (`os_sandbox="bwrap"`, the default): each REPL runs under bubblewrap with the
+4. OS sandbox (`os_sandbox.py`; `os_sandbox="bwrap"`, the default): each REPL runs under bubblewrap with the
    whole file system read-only, a private /tmp, /dev and /proc, one writable scratch folder per
    process (its HOME and TMPDIR; made and removed by the pool), no network, its own PID, IPC and
    UTS namespaces, a new session (no terminal injection), every capability dropped, no new
@@ -64,38 +64,25 @@ import concurrent.futures
 import os
 import queue
 import re
-import resource
 import secrets
-import selectors
 import shutil
-import signal
-import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from transforms.lean.os_sandbox import require_os_sandbox
+from transforms.lean.repl_process import ReplDied, ReplProcess, ReplTimeout, find_program
 from transforms.lean.repl_protocol import (OUTCOME_AXIOMS, OUTCOME_CRASHED, OUTCOME_HEADER,
                                            OUTCOME_PROTOCOL, OUTCOME_REFUSED, OUTCOME_TIMEOUT,
                                            STANDARD_AXIOMS, ReplProtocolError, Verdict,
                                            encode_command, encode_follow_up, failure,
-                                           is_transient, parse_axioms, parse_reply, verdict_of)
+                                           excerpt, is_transient, parse_axioms, verdict_of)
 from transforms.lean.sandbox import refusal
 
 LAKEFILES = ("lakefile.lean", "lakefile.toml")
-STDERR_LINES = 40
-MEMORY_HINTS = ("MemoryError", "out of memory", "bad_alloc", "Cannot allocate memory")
-OS_SANDBOXES = ("bwrap", "none")
 FOLLOW_UP_TIMEOUT_S = 60.0        # `#print axioms` is cheap; a REPL this slow is broken
-# environment variables a sandboxed REPL keeps (besides PATH, LANG, LC_ALL and the pool's `env`)
-PASS_ENV_PREFIXES = ("LEAN_", "LAKE_", "ELAN_")
 # a name pasted into `#print axioms NAME` must be one line of one token
 _SAFE_NAME = re.compile(r"^[^\s\"\x00-\x1f]+$")
-
-BWRAP_MISSING = (
-    "os_sandbox='bwrap' needs bubblewrap, which is not installed: run `apt-get install "
-    "bubblewrap` (Debian/Ubuntu; infra/setup.sh does it), or set the config key "
-    "os_sandbox=none to run the Lean REPL without an OS sandbox.")
 
 INSTALL_TEXT = (
     "To verify proofs shardsmith needs a Lean 4 REPL: "
@@ -113,18 +100,6 @@ INSTALL_TEXT = (
 
 class LeanNotFound(RuntimeError):
     """No `lake` or no Lean project: the message says what to install and how to configure it."""
-
-
-class OsSandboxUnavailable(RuntimeError):
-    """os_sandbox='bwrap' but no bubblewrap: the message says what to install or set."""
-
-
-class ReplDied(RuntimeError):
-    """The REPL process exited or closed its output."""
-
-
-class ReplTimeout(RuntimeError):
-    """No complete reply before the deadline."""
 
 
 def find_repl(project_dir: str | os.PathLike | None) -> list[str]:
@@ -146,310 +121,6 @@ def find_repl(project_dir: str | os.PathLike | None) -> list[str]:
         raise LeanNotFound(f"No Lean project: {project_dir!r} has no lakefile.lean or "
                            "lakefile.toml. " + INSTALL_TEXT)
     return [lake, "exe", "repl"]
-
-
-def require_os_sandbox(os_sandbox: str) -> None:
-    """Raise (ValueError, OsSandboxUnavailable) unless `os_sandbox` can be used on this machine."""
-    if os_sandbox not in OS_SANDBOXES:
-        raise ValueError(f"os_sandbox must be one of {OS_SANDBOXES}, not {os_sandbox!r}")
-    if os_sandbox == "bwrap" and shutil.which("bwrap") is None:
-        raise OsSandboxUnavailable(BWRAP_MISSING)
-
-
-def bwrap_command(command: list[str], cwd: str, scratch: str) -> list[str]:
-    """`command` wrapped in bubblewrap: everything read-only but `scratch`, no network.
-
-    Why each flag: `--ro-bind / /` keeps the toolchain, Mathlib and the REPL readable;
-    `--tmpfs /tmp` hides the host's /tmp (other jobs' files) and gives a private one;
-    `--dev`/`--proc` give a minimal /dev and a /proc of the new PID namespace; `--unshare-net`
-    leaves only a loopback of its own; `--unshare-pid` plus `--die-with-parent` make killing
-    bwrap kill everything inside; `--new-session` stops TIOCSTI injection into a terminal;
-    `--cap-drop ALL` matters when the pool runs as root (bwrap keeps root's capabilities
-    otherwise, and CAP_SYS_ADMIN could remount / writable). bubblewrap always sets
-    no_new_privs, so nothing inside can gain privileges through a setuid program."""
-    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--bind", scratch, scratch,
-            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--chdir", cwd, "--", *command]
-
-
-def sandbox_env(scratch: str, extra: dict[str, str] | None) -> dict[str, str]:
-    """The minimal environment of a sandboxed REPL (bwrap passes its own to the command, so this
-    is what `--clearenv` plus `--setenv` would give): PATH, locale, HOME and TMPDIR in the
-    scratch folder, elan's home (the `lake` proxy in ~/.elan/bin finds its toolchains there,
-    and HOME moved), variables named LEAN_*, LAKE_*, ELAN_*, and the pool's `env`. Nothing else
-    (tokens, credentials) reaches the code under check."""
-    env = {k: v for k, v in os.environ.items() if k.startswith(PASS_ENV_PREFIXES)}
-    env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env["LANG"] = env["LC_ALL"] = "C.UTF-8"
-    elan_home = os.environ.get("ELAN_HOME") or os.path.join(os.path.expanduser("~"), ".elan")
-    if os.path.isdir(elan_home):
-        env["ELAN_HOME"] = elan_home
-    env["HOME"] = env["TMPDIR"] = scratch
-    env.update(extra or {})
-    return env
-
-
-def _find_program(program: str, cwd: str | None) -> str | None:
-    """Where `program` is (as the child would find it), checked here because under bwrap a
-    missing program is only a line on bwrap's stderr."""
-    if os.sep in program and cwd and not os.path.isabs(program):
-        program = os.path.join(cwd, program)
-    return shutil.which(program)
-
-
-def _limit_memory(memory_mb: int | None):
-    if not memory_mb:
-        return None
-    limit = int(memory_mb) * 1024 * 1024
-
-    def preexec() -> None:                       # runs in the child, before exec
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    return preexec
-
-
-class ReplProcess:
-    """One REPL subprocess in its own process group, spoken to one command at a time, with
-    strict framing: each command gets exactly one reply, carrying the next env id."""
-
-    def __init__(self, command: list[str], cwd: str | None = None, memory_mb: int | None = None,
-                 env: dict[str, str] | None = None, os_sandbox: str = "none"):
-        self.command = list(command)
-        self.scratch: str | None = None
-        argv = self.command
-        if os_sandbox == "bwrap":
-            self.scratch = tempfile.mkdtemp(prefix="shardsmith-repl-")
-            argv = bwrap_command(self.command, os.path.abspath(cwd or os.getcwd()), self.scratch)
-            full_env = sandbox_env(self.scratch, env)
-        else:
-            full_env = dict(os.environ)
-            full_env.update(env or {})
-        try:
-            self.proc = subprocess.Popen(
-                argv, cwd=cwd, env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, bufsize=0, start_new_session=True,
-                preexec_fn=_limit_memory(memory_mb))
-        except BaseException:
-            self._remove_scratch()
-            raise
-        self.os_sandbox = os_sandbox
-        self.memory_mb = memory_mb
-        self.served = 0
-        self.replies = 0                   # replies read so far (noise is skipped before the first)
-        self.next_env = 0                  # the env id the REPL must give the next `cmd`
-        self._buf = b""
-        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
-        self.noise: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
-        self._stdin_fd = self.proc.stdin.fileno()
-        self._stdout_fd = self.proc.stdout.fileno()
-        os.set_blocking(self._stdin_fd, False)
-        self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True,
-                                            name=f"repl-stderr-{self.proc.pid}")
-        self._err_thread.start()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def _drain_stderr(self) -> None:
-        try:
-            for raw in iter(self.proc.stderr.readline, b""):
-                self._stderr.append(raw.decode("utf-8", "replace").rstrip("\n"))
-        except (OSError, ValueError):
-            pass
-
-    def stderr_tail(self) -> str:
-        return "\n".join(self._stderr)
-
-    def send(self, text: str, deadline: float) -> None:
-        """Write `text` to the REPL's stdin without blocking past `deadline`."""
-        data = text.encode("utf-8")
-        with selectors.DefaultSelector() as sel:
-            sel.register(self._stdin_fd, selectors.EVENT_WRITE)
-            while data:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ReplTimeout("the REPL did not read its input before the deadline")
-                if not sel.select(left):
-                    continue
-                try:
-                    n = os.write(self._stdin_fd, data)
-                except BlockingIOError:
-                    continue
-                except (BrokenPipeError, ConnectionResetError, OSError) as exc:
-                    raise ReplDied(f"the REPL closed its input ({exc.__class__.__name__})") from exc
-                data = data[n:]
-
-    def _read_chunk(self, timeout: float) -> bytes | None:
-        """Bytes available within `timeout` (None: nothing yet; b"": end of output)."""
-        with selectors.DefaultSelector() as sel:
-            sel.register(self._stdout_fd, selectors.EVENT_READ)
-            try:
-                if not sel.select(max(timeout, 0.0)):
-                    return None
-                return os.read(self._stdout_fd, 1 << 16)
-            except (OSError, ValueError) as exc:   # closed under us (pool.close)
-                raise ReplDied(f"the REPL's output was closed ({exc})") from exc
-
-    def _take_block(self) -> str | None:
-        """The next blank-line-terminated block of the buffer, if it holds a whole one."""
-        self._buf = self._buf.lstrip(b"\r\n")
-        end = self._buf.find(b"\n\n")
-        if end < 0:
-            return None
-        block, self._buf = self._buf[:end], self._buf[end + 2:]
-        return block.decode("utf-8", "replace")
-
-    def read_reply(self, deadline: float) -> str:
-        """The text of the next reply (up to its blank line), waiting at most until `deadline`.
-
-        Before the first reply of the process, lines that do not start with `{` are lake's
-        build progress and are skipped (see the module docstring); afterwards nothing is."""
-        while True:
-            block = self._take_block()
-            if block is not None and self.replies == 0:
-                block = self._skip_noise(block)
-            if block is not None:
-                self.replies += 1
-                return block
-            chunk = self._read_chunk(deadline - time.monotonic())
-            if chunk is None:
-                if time.monotonic() >= deadline:
-                    raise ReplTimeout("no reply before the deadline")
-                continue
-            if not chunk:
-                text, self._buf = self._buf.decode("utf-8", "replace"), b""
-                if text.strip():
-                    try:                       # a last reply without its blank line
-                        parse_reply(text)
-                    except ReplProtocolError as exc:
-                        raise ReplDied(f"the REPL stopped mid-reply ({exc})") from exc
-                    raise ReplDied("the REPL printed a reply and exited")
-                raise ReplDied("the REPL closed its output")
-            self._buf += chunk
-
-    def _skip_noise(self, text: str) -> str | None:
-        """Drop lines before the first line that begins with `{` (None: the block is all noise)."""
-        lines = text.split("\n")
-        for i, line in enumerate(lines):
-            if line.startswith("{"):
-                self.noise.extend(lines[:i])
-                return "\n".join(lines[i:])
-        self.noise.extend(lines)
-        return None
-
-    def ensure_quiet(self) -> None:
-        """Raise ReplProtocolError if the REPL printed anything since its last reply: output
-        nobody asked for is either a stray second reply or a forged one for the next command.
-        Before the first reply, output is lake's build progress, which read_reply skips."""
-        if self.replies == 0:
-            return
-        chunk = self._read_chunk(0.0)
-        if chunk:
-            self._buf += chunk
-        if self._buf.strip():
-            raise ReplProtocolError("the REPL printed output nobody asked for: "
-                                    + _excerpt(self._buf.decode("utf-8", "replace")))
-
-    def request(self, command_text: str, timeout_s: float | None = None,
-                deadline: float | None = None) -> dict:
-        """Send one encoded `cmd` and return its one parsed reply.
-
-        Raises ReplProtocolError when output was waiting before the command, when bytes follow
-        the reply, or when the reply's env is not the next in the process's sequence."""
-        if deadline is None:
-            deadline = time.monotonic() + float(timeout_s or 0.0)
-        self.ensure_quiet()
-        self.send(command_text, deadline)
-        reply = parse_reply(self.read_reply(deadline))
-        self._take_env(reply)
-        if self._buf.strip():
-            raise ReplProtocolError("more output after one reply (a second reply or JSON value): "
-                                    + _excerpt(self._buf.decode("utf-8", "replace")))
-        self.served += 1
-        return reply
-
-    def _take_env(self, reply: dict) -> None:
-        """Check the reply's env against the sequence the REPL must follow, and advance it."""
-        if "env" not in reply:
-            if "message" in reply:             # the REPL's own error: no environment made
-                return
-            raise ReplProtocolError(f"a reply with neither env nor message: {_excerpt(str(reply))}")
-        env = reply["env"]
-        if isinstance(env, bool) or env != self.next_env:
-            raise ReplProtocolError(f"env {env!r} out of sequence (expected {self.next_env}): a "
-                                    "forged or stale reply")
-        self.next_env += 1
-
-    def death_reason(self) -> str:
-        """Why the process is gone (exit code or signal, memory hint, last stderr lines)."""
-        try:
-            rc = self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            rc = None
-        if rc is None:
-            what = "the REPL stopped answering"
-        elif rc < 0:
-            try:
-                what = f"the REPL was killed by {signal.Signals(-rc).name}"
-            except ValueError:
-                what = f"the REPL was killed by signal {-rc}"
-        else:
-            what = f"the REPL exited with code {rc}"
-        if rc is not None:                 # let the reader thread take stderr's last lines
-            self._err_thread.join(timeout=1)
-        tail = self.stderr_tail()
-        if any(h in tail for h in MEMORY_HINTS):
-            what += f" (out of memory: limit {self.memory_mb} MB)"
-        if self.os_sandbox == "bwrap" and "bwrap:" in tail:
-            what += (" (bubblewrap could not start the sandbox; fix what it says, or set "
-                     "os_sandbox=none)")
-        if tail:
-            what += "; stderr: " + tail[-800:]
-        return what
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (lake and the repl it started; under bwrap its PID
-        namespace goes with it) and remove the scratch folder."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        self._close_pipes()
-        self._remove_scratch()
-
-    def close(self, grace_s: float = 5.0) -> None:
-        """End of input (the REPL exits on EOF), then kill whatever is left of the group."""
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        self.kill()
-
-    def _close_pipes(self) -> None:
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            try:
-                pipe.close()
-            except OSError:
-                pass
-        self._err_thread.join(timeout=1)
-
-    def _remove_scratch(self) -> None:
-        if self.scratch:
-            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -573,7 +244,7 @@ class ReplPool:
             if self._closed:
                 raise RuntimeError("ReplPool closed")
             c = self.config
-            if c.command and _find_program(c.command[0], c.cwd) is None:
+            if c.command and find_program(c.command[0], c.cwd) is None:
                 raise FileNotFoundError(f"no such program: {c.command[0]!r}")
             if self._spawner is None:
                 self._spawner = concurrent.futures.ThreadPoolExecutor(
@@ -698,7 +369,7 @@ class ReplPool:
                                          for m in messages):
             raise ReplProtocolError("the reply after the check is not the sentinel's (no nonce): "
                                     "the check had more than one reply, e.g. a forged one: "
-                                    + _excerpt(str(reply)))
+                                    + excerpt(str(reply)))
         found: dict[str, list[str] | str] = {}
         for m in messages:
             line = (m.get("pos") or {}).get("line")
@@ -749,7 +420,3 @@ class ReplPool:
                 proc.close(grace_s=2.0)
         if spawner is not None:
             spawner.shutdown(wait=False)
-
-
-def _excerpt(text: str, n: int = 200) -> str:
-    return text if len(text) <= n else text[:n] + "..."

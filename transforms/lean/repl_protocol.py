@@ -90,9 +90,9 @@ def parse_reply(text: str) -> dict:
         obj = json.loads(body, strict=False)
     except json.JSONDecodeError as exc:
         what = "truncated reply" if body.startswith("{") else "reply is not JSON"
-        raise ReplProtocolError(f"{what} ({exc.msg} at char {exc.pos}): {_excerpt(body)}") from exc
+        raise ReplProtocolError(f"{what} ({exc.msg} at char {exc.pos}): {excerpt(body)}") from exc
     if not isinstance(obj, dict):
-        raise ReplProtocolError(f"reply is not a JSON object: {_excerpt(body)}")
+        raise ReplProtocolError(f"reply is not a JSON object: {excerpt(body)}")
     return obj
 
 
@@ -238,5 +238,5 @@ def is_transient(verdict: Verdict) -> bool:
     return any(hint in text for hint in TRANSIENT_HINTS)
 
 
-def _excerpt(text: str, n: int = 200) -> str:
+def excerpt(text: str, n: int = 200) -> str:
     return text if len(text) <= n else text[:n] + "..."
