@@ -233,9 +233,10 @@ class Renderer:
 def render_page(target_url: str, platform: str, seed: int, *, renderer: Renderer | None = None, **kw) -> dict:
     """Render `target_url` on `platform` ("desktop" | "mobile"), viewport seeded by `seed`.
 
-    `policy` (a FetchPolicy): every request the page makes goes through a policy proxy that
-    enforces it at the point of connection; without one the browser fetches directly (only for
-    trusted pages: tests and benchmarks). `route_handler` serves requests itself (WARC replay);
+    `policy` (a FetchPolicy, a fresh one per page: it holds the page's DNS answers): every
+    request the page makes goes through a policy proxy that enforces it at the point of
+    connection. Without one the browser fetches directly, and only 127.0.0.1 (Chromium's own
+    resolver is off): for trusted pages in tests and benchmarks. `route_handler` serves requests itself (WARC replay);
     whatever it lets through still meets the proxy.
 
     Returns a dict with exactly RESULT_KEYS: url, final_url, title, html, screenshot (PNG bytes),
@@ -417,7 +418,7 @@ class _Worker:
 
     def new_context(self, options: dict, route_handler, proxy, doc: dict):
         ctx = self.browser.new_context(**options, accept_downloads=False, service_workers="block",
-                                       proxy={"server": proxy.url} if proxy is not None else None)
+                                       proxy=_through(proxy))
         if route_handler is not None:
             # only replay intercepts requests: live pages are fetched by the browser through the
             # proxy, which keeps the HTTP cache on and costs no round trip through Python
@@ -641,6 +642,13 @@ class _Worker:
                                    timeout=timeout_ms)
         finally:
             _quietly(ctx.close)
+
+
+def _through(proxy: PolicyProxy | None) -> dict | None:
+    """The context's proxy setting. `<-loopback>` is said here, not left to Playwright (which adds
+    it unless PLAYWRIGHT_DISABLE_FORCED_CHROMIUM_PROXIED_LOOPBACK is set): Chromium would
+    otherwise send loopback requests around the proxy."""
+    return None if proxy is None else {"server": proxy.url, "bypass": "<-loopback>"}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -1,0 +1,712 @@
+"""Adversarial fetch suite: hostile pages try to make the renderer's browser reach a canary.
+
+Set-up (all on loopback, all started here; nothing else is ever contacted):
+- the allowed site, an HTTP server on 127.0.0.2:P, serves one attack page per vector
+  (`/v/<name>`) and the helpers the attacks need: `/wait?ms=N` (a slow image that holds the
+  page's load event until the attack's requests have gone out), `/hop?to=URL&code=N` (a
+  redirect whose Location is written byte for byte), worker scripts (`/w/...`), helper pages
+  (`/h/<name>`), `/ran?v=<name>` (the page reports that its attack script ran) and `/again`
+  (the DNS rebinding page's refetches);
+- the canary: raw TCP listeners on 127.0.0.3:P (same port as the site: DNS rebinding) and
+  127.0.0.3:Q, and on 127.0.0.1:R (the address the proxy and DevTools share), that count every
+  accepted connection (a TLS handshake, a CONNECT tunnel, a WebSocket all count), plus UDP
+  sockets on 127.0.0.3:U (WebRTC STUN) and 127.0.0.3:Q (WebTransport, QUIC) that count
+  datagrams.
+
+Every vector is rendered twice:
+- `test_blocked[<vector>]`: with `FetchPolicy(allow_addresses={"127.0.0.2"})`. The canary must
+  count 0, the page must have run (it reported to `/ran`), and, where the control shows the
+  vector really reaches the network, the policy proxy must have refused a request naming the
+  canary, so the 0 comes from the proxy and not from a vector that did nothing.
+- `test_control[<vector>]`: the same page with a policy that also allows the canary; the canary
+  must be hit, which proves the page makes the browser try that address through the real path.
+  Vectors that cannot go through an HTTP proxy at all (WebRTC over UDP, WebTransport) get their
+  control from a second browser started without the renderer's network-restricting flags and
+  without a proxy; vectors with no possible control say why (`no_control`). Vectors that Chromium
+  itself never sends even when allowed (`browser_drops`: popups without a gesture, cross-site
+  prerender, ...) keep a control that asserts exactly that, so a Chromium that starts sending
+  them fails here and the vector gets a real control.
+
+A vector that gets through is marked `xfail_blocked=<diagnosis>` (strict), never fixed here.
+
+The page's names are resolved only by a test resolver (`_resolve`), never by real DNS.
+"""
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, quote, urlsplit
+
+import pytest
+
+from transforms.web import render as R
+from transforms.web.fetch_policy import FetchPolicy
+from transforms.web.render import Renderer, RenderError
+
+pytestmark = pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")
+
+SITE = "127.0.0.2"
+CANARY = "127.0.0.3"
+CANARY_MAPPED = "::ffff:7f00:3"   # 127.0.0.3 as an IPv4-mapped IPv6 address (the proxy's view of [::ffff:...])
+LOCAL = "127.0.0.1"
+TIMEOUT_MS = 5000
+SETTLE_S = 0.1                    # after a render, for the canary's accept threads to count
+PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                        "1f15c4890000000d49444154789c6360000002000185d32d9f0000000049454e44ae426082")
+
+
+# ---------------------------------------------------------------------------------------------
+# the vectors
+
+@dataclass
+class Vector:
+    """One attack. Strings may use {{P}} {{Q}} {{U}} {{R}} (ports), {{C}} (http://127.0.0.3:Q),
+    {{S}} (http://127.0.0.2:P) and {{V}} (the vector's name)."""
+
+    name: str
+    body: str = ""                  # HTML in <body>, before the slow image
+    head: str = ""                  # HTML in <head>
+    headers: tuple = ()             # extra response headers of the attack page
+    redirect: str | None = None     # the attack page is a redirect chain ending at this Location
+    helper: str | None = None       # a helper page served at /h/<name>
+    helper_headers: tuple = ()
+    wait_ms: int = 200              # how long the slow image holds the load event
+    timeout_ms: int = 0             # the render's timeout, when not TIMEOUT_MS
+    hit: tuple = ("tcp", CANARY, "Q")   # which canary listener the control must hit
+    control_allow: tuple = ()       # addresses the control policy allows besides site and canary
+    unrestricted_control: bool = False  # control in a browser without the network flags, no proxy
+    no_control: str | None = None   # why no control is possible
+    browser_drops: str | None = None  # Chromium itself never makes the request (the control checks it still does not)
+    ran: bool = True                # the page reports to /ran (not a bare redirect)
+    xfail_blocked: str | None = None
+    xfail_control: str | None = None
+
+
+def _fetch(url: str, extra: str = "") -> str:
+    return f"<script>fetch({url!r}, {{mode: 'no-cors', cache: 'no-store'{extra}}}).catch(() => {{}})</script>"
+
+
+VECTORS = [
+    # -- URL forms the policy could misread: redirect Locations (headers cannot carry newlines) ---
+    Vector("redirect_backslash", redirect="http://127.0.0.3:{{Q}}\\@127.0.0.2:{{P}}/", ran=False),
+    Vector("redirect_userinfo", redirect="http://127.0.0.2:{{P}}@127.0.0.3:{{Q}}/", ran=False),
+    Vector("redirect_backslash_subresource",
+           body="<img src=\"/hop?to=" + quote("http://127.0.0.3:{{Q}}\\@127.0.0.2:{{P}}/img", safe="{}") + "\">"),
+    Vector("redirect_userinfo_subresource",
+           body="<iframe src=\"/hop?to=" + quote("http://127.0.0.2:{{P}}@127.0.0.3:{{Q}}/frame", safe="{}")
+                + "\"></iframe>",
+           browser_drops="Chromium blocks subresource requests (and their redirects) whose URL carries credentials"),
+    Vector("redirect_to_https", body="<img src=\"/hop?to=" + quote("https://127.0.0.3:{{Q}}/", safe="{}") + "\">"),
+    # -- URL forms from script: the browser normalizes them before the proxy sees them ------------
+    Vector("fetch_tab_in_host", body=_fetch("http://127.0.0.\t3:{{Q}}/tab")),
+    Vector("fetch_newline_in_host", body=_fetch("http://127.0.\n0.3:{{Q}}/nl")),
+    Vector("fetch_crlf_in_host", body=_fetch("http://127\r\n.0.0.3:{{Q}}/crlf")),
+    Vector("fetch_percent_host", body=_fetch("http://%31%32%37.0.0.3:{{Q}}/pct")),
+    Vector("fetch_decimal_host", body=_fetch("http://2130706435:{{Q}}/dec")),
+    Vector("fetch_hex_host", body=_fetch("http://0x7f.0.0.3:{{Q}}/hex")),
+    Vector("fetch_octal_host", body=_fetch("http://0177.0.0.3:{{Q}}/oct")),
+    Vector("fetch_short_host", body=_fetch("http://127.3:{{Q}}/short")),
+    Vector("fetch_trailing_dot_host", body=_fetch("http://127.0.0.3.:{{Q}}/dot")),
+    Vector("fetch_fullwidth_host", body=_fetch("http://\uff11\uff12\uff17\u3002\uff10\u3002\uff10\u3002\uff13:{{Q}}/fw")),
+    Vector("fetch_ipv6_mapped_dotted", body=_fetch("http://[::ffff:127.0.0.3]:{{Q}}/v6d"),
+           control_allow=(CANARY_MAPPED,)),
+    Vector("fetch_ipv6_mapped_hex", body=_fetch("http://[::ffff:7f00:3]:{{Q}}/v6h"),
+           control_allow=(CANARY_MAPPED,)),
+    Vector("fetch_name_to_loopback", body=_fetch("http://canary.test:{{Q}}/name")),
+    Vector("dns_answer_with_loopback", body=_fetch("http://multi.test:{{Q}}/multi")),  # answers 127.0.0.3, 127.0.0.2
+    Vector("loopback_127_0_0_1", body=_fetch("http://127.0.0.1:{{R}}/lo"), hit=("tcp", LOCAL, "R"),
+           control_allow=(LOCAL,)),
+    Vector("localhost_name", body=_fetch("http://localhost:{{R}}/lh"), hit=("tcp", LOCAL, "R"),
+           control_allow=(LOCAL,)),
+    # -- the ways a page fetches ------------------------------------------------------------------
+    Vector("fetch", body=_fetch("{{C}}/fetch")),
+    Vector("xhr", body="<script>const x = new XMLHttpRequest(); x.open('GET', '{{C}}/xhr'); x.send()</script>"),
+    Vector("img", body="<img src=\"{{C}}/img.png\">"),
+    Vector("img_srcset", body="<img srcset=\"{{C}}/srcset.png 1x\">"),
+    Vector("svg_image", body="<svg width=2 height=2><image href=\"{{C}}/svg.png\" width=2 height=2/></svg>"),
+    Vector("input_image", body="<input type=image src=\"{{C}}/input.png\" alt=x>"),
+    Vector("base_href", head="<base href=\"{{C}}/\">", body="<img src=\"relative.png\">"),
+    Vector("css_import", head="<style>@import url(\"{{C}}/import.css\");</style>"),
+    Vector("css_url", body="<div style=\"width:9px;height:9px;background-image:url('{{C}}/bg.png')\"></div>"),
+    Vector("css_link_stylesheet", head="<link rel=stylesheet href=\"{{C}}/style.css\">"),
+    Vector("font_face", head="<style>@font-face {font-family: Evil; src: url('{{C}}/font.woff2')}</style>",
+           body="<p style=\"font-family: Evil\">evil font</p>"),
+    Vector("script_src", body="<script src=\"{{C}}/script.js\"></script>"),
+    Vector("dynamic_import", body="<script>import('{{C}}/module.js').catch(() => {})</script>"),
+    Vector("iframe", body="<iframe src=\"{{C}}/frame\"></iframe>"),
+    Vector("iframe_srcdoc", body="<iframe srcdoc=\"<script>fetch('{{C}}/srcdoc', {mode: 'no-cors'})</script>\">"
+                                 "</iframe>"),
+    Vector("object", body="<object data=\"{{C}}/object\" type=\"text/html\" width=9 height=9></object>"),
+    Vector("embed", body="<embed src=\"{{C}}/embed.png\" type=\"image/png\" width=9 height=9>"),
+    Vector("video_src", body="<video src=\"{{C}}/video.mp4\" preload=auto muted></video>"),
+    Vector("audio_src", body="<audio src=\"{{C}}/audio.mp3\" preload=auto></audio>"),
+    Vector("meta_refresh", head="<meta http-equiv=refresh content=\"0; url={{C}}/refresh\">", wait_ms=150,
+           timeout_ms=2500),  # the control's render waits out its timeout on the refreshed page
+    Vector("meta_refresh_iframe", body="<iframe src=\"/h/meta_refresh_iframe\"></iframe>",
+           helper="<meta http-equiv=refresh content=\"0; url={{C}}/frame-refresh\"><p>frame"),
+    Vector("refresh_header_iframe", body="<iframe src=\"/h/refresh_header_iframe\"></iframe>",
+           helper="<p>frame", helper_headers=(("Refresh", "0; url={{C}}/header-refresh"),)),
+    Vector("location_href", body="<script>ran('navigating'); location.href = '{{C}}/location'</script>"),
+    Vector("window_open", body="<script>ran('window.open returned ' + window.open('{{C}}/open'))</script>",
+           browser_drops="Chromium's popup blocker: window.open without a user gesture opens nothing"),
+    Vector("form_post", body="<form method=post action=\"{{C}}/form\"><input name=a value=b></form>"
+                             "<script>ran('submitting'); document.forms[0].submit()</script>"),
+    Vector("form_post_307", body="<form method=post action=\"/hop?code=307&to="
+                                 + quote("{{C}}/form307", safe="{}") + "\"><input name=a value=b></form>"
+                                 "<script>ran('submitting'); document.forms[0].submit()</script>"),
+    Vector("fetch_post_307", body=_fetch("/hop?code=307&to=" + quote("{{C}}/post307", safe="{}"),
+                                         ", method: 'POST', body: 'x'")),
+    # clicked in an iframe, so that the click's navigation (a 204: it never commits) is not the page's
+    Vector("a_ping", body="<iframe src=\"/h/a_ping\"></iframe>",
+           helper="<a id=a href=\"{{S}}/ran?v={{V}}&x=clicked\" ping=\"{{C}}/ping\">go</a>"
+                  "<script>document.getElementById('a').click()</script>"),
+    # a cross-origin `download` attribute is ignored: the click navigates the page to the canary
+    Vector("download_link", body="<a id=d href=\"{{C}}/file.bin\" download>get</a>"
+                                 "<script>ran('clicking'); document.getElementById('d').click()</script>"),
+    Vector("link_icon", head="<link rel=icon href=\"{{C}}/favicon.png\">"),
+    Vector("link_manifest", head="<link rel=manifest href=\"{{C}}/manifest.json\">",
+           browser_drops="the manifest is fetched only when something asks for it (an install prompt, "
+                         "DevTools); rendering a page never does"),
+    Vector("link_prerender", head="<link rel=prerender href=\"{{C}}/prerender\">",
+           browser_drops="Chromium ignores a cross-site <link rel=prerender>"),
+    Vector("attributionsrc", body="<img attributionsrc=\"{{C}}/attribution\" src=\"{{S}}/wait?ms=1\">",
+           browser_drops="the Attribution Reporting API is off in this Chromium"),
+    Vector("alt_svc", headers=(("Alt-Svc", 'h3="127.0.0.3:{{Q}}"; ma=600, h2="127.0.0.3:{{Q}}"; ma=600'),),
+           body="<script>for (let i = 0; i < 3; i++) fetch('{{S}}/again?alt=' + i, {cache: 'no-store'})"
+                ".catch(() => {})</script>",
+           # Alt-Svc is honoured only for https origins (and h3 needs QUIC, which is off); the site is
+           # plain http, so no browser would follow it here: the test checks nothing was reached.
+           no_control="Alt-Svc is honoured only on https origins and the allowed site is plain http"),
+    Vector("payment_method_manifest", body="""<script>
+try { new PaymentRequest([{supportedMethods: 'https://127.0.0.3:{{Q}}/pay'}],
+                         {total: {label: 'x', amount: {currency: 'USD', value: '1'}}})
+        .canMakePayment().then(r => ran('canMakePayment ' + r), e => ran('canMakePayment: ' + e)) }
+catch (e) { ran('no PaymentRequest: ' + e) }
+</script>""", wait_ms=500),
+    Vector("fedcm", body="""<script>
+try { navigator.credentials.get({identity: {providers: [{configURL: 'https://127.0.0.3:{{Q}}/fedcm.json',
+                                                        clientId: 'x'}]}})
+        .then(r => ran('fedcm ' + r), e => ran('fedcm: ' + e)) }
+catch (e) { ran('no FedCM: ' + e) }
+</script>""", wait_ms=500),
+    Vector("service_worker",
+           body="<script>navigator.serviceWorker ? navigator.serviceWorker.register('/w/sw.js?to="
+                + quote("{{C}}/sw", safe="{}") + "').then(r => ran('registered ' + !!(r && r.scope)), "
+                "e => ran('rejected: ' + e))"
+                " : ran('no navigator.serviceWorker')</script>",
+           # Playwright's service_workers="block" (render.py) refuses the registration, so there is
+           # no path to control; the test still checks the page ran and nothing reached the canary.
+           no_control="service workers are blocked by the browser context (service_workers='block')"),
+    # Playwright's service_workers="block" is only a page script that replaces
+    # ServiceWorkerContainer.prototype.register; a fresh about:blank iframe (where Playwright's init
+    # scripts do not run) still has the browser's own register
+    Vector("service_worker_pristine_register", wait_ms=800, body="""<script>
+const f = document.createElement('iframe');
+document.body.appendChild(f);
+const register = f.contentWindow.ServiceWorkerContainer.prototype.register;
+register.call(navigator.serviceWorker, '/w/sw.js?to=""" + quote("{{C}}/sw", safe="{}") + """', {scope: '/w/'})
+  .then(r => ran('registered ' + !!(r && r.scope)), e => ran('rejected: ' + e));
+</script>""",
+           # Seen with Playwright 1.65: the init script runs in the about:blank iframe too, so its
+           # register is the stub as well (it resolves to undefined: "registered false") and no
+           # service worker starts; with none, there is no path a control could take.
+           no_control="Playwright's register stub also covers the iframe: no service worker starts"),
+    Vector("shared_worker", body="<script>new SharedWorker('/w/fetch.js?to=" + quote("{{C}}/shared", safe="{}")
+                                 + "')</script>"),
+    Vector("dedicated_worker", body="<script>new Worker('/w/fetch.js?to=" + quote("{{C}}/worker", safe="{}")
+                                    + "')</script>"),
+    Vector("worker_import_scripts", body="<script>new Worker('/w/import.js?to=" + quote("{{C}}/imported.js", safe="{}")
+                                         + "')</script>"),
+    Vector("blob_worker", body="<script>new Worker(URL.createObjectURL(new Blob([\"fetch('{{C}}/blob', "
+                               "{mode: 'no-cors'}).catch(() => {})\"], {type: 'text/javascript'})))</script>"),
+    Vector("websocket", body="<script>try { new WebSocket('ws://127.0.0.3:{{Q}}/ws') } catch (e) {}</script>"),
+    Vector("websocket_tls", body="<script>try { new WebSocket('wss://127.0.0.3:{{Q}}/wss') } catch (e) {}</script>"),
+    Vector("https_fetch", body=_fetch("https://127.0.0.3:{{Q}}/tls")),
+    Vector("https_ipv6_mapped", body=_fetch("https://[::ffff:127.0.0.3]:{{Q}}/tls6"),
+           control_allow=(CANARY_MAPPED,)),
+    Vector("eventsource", body="<script>new EventSource('{{C}}/events')</script>"),
+    Vector("send_beacon", body="<script>navigator.sendBeacon('{{C}}/beacon', 'x')</script>"),
+    Vector("link_prefetch", head="<link rel=prefetch href=\"{{C}}/prefetch\">"),
+    Vector("link_preload", head="<link rel=preload as=image href=\"{{C}}/preload.png\">"),
+    Vector("link_modulepreload", head="<link rel=modulepreload href=\"{{C}}/preload.js\">"),
+    Vector("link_preconnect", head="<link rel=preconnect href=\"https://127.0.0.3:{{Q}}\">"
+                                   "<link rel=preconnect href=\"{{C}}\">",
+           browser_drops="behind a proxy a preconnect opens a connection to the proxy only (no request, "
+                         "no CONNECT), so nothing names the canary"),
+    Vector("link_header_preload", headers=(("Link", "<{{C}}/link-header.png>; rel=preload; as=image"),)),
+    Vector("link_dns_prefetch", head="<link rel=dns-prefetch href=\"//canary.test\">"
+                                     "<link rel=dns-prefetch href=\"//127.0.0.3\">",
+           # a DNS prefetch reaches a name server, not the canary: Chromium's own resolver answers
+           # NOTFOUND for every name (--host-resolver-rules), and no test may run a DNS server on
+           # the system's resolver address; the test checks the page ran and nothing was reached.
+           no_control="a DNS prefetch produces no connection and no test name server can observe it"),
+    Vector("speculation_rules_prefetch",
+           head="<script type=speculationrules>{\"prefetch\": [{\"source\": \"list\", "
+                "\"urls\": [\"{{C}}/speculation\"]}]}</script>", wait_ms=600,
+           browser_drops="Chromium makes cross-site speculation-rules prefetches only through its private "
+                         "prefetch proxy, which this browser does not have"),
+    Vector("csp_report_uri", headers=(("Content-Security-Policy", "img-src 'self'; report-uri {{C}}/csp"),),
+           body="<img src=\"data:image/png;base64,AAAA\">"),
+    Vector("webrtc_stun", wait_ms=900, hit=("udp", CANARY, "U"), unrestricted_control=True, body="""<script>
+const pc = new RTCPeerConnection({iceServers: [{urls: 'stun:127.0.0.3:{{U}}'}]});
+pc.createDataChannel('x');
+const cands = [];
+pc.onicecandidate = e => { if (e.candidate) cands.push(e.candidate.candidate) };
+pc.createOffer().then(o => pc.setLocalDescription(o));
+setTimeout(() => ran('candidates: ' + cands.join(' | ')), 600);
+</script>"""),
+    Vector("webrtc_turn_tcp", wait_ms=900, body="""<script>
+const pc = new RTCPeerConnection({iceServers: [{urls: 'turn:127.0.0.3:{{Q}}?transport=tcp',
+                                               username: 'u', credential: 'p'}]});
+pc.createDataChannel('x');
+const cands = [];
+pc.onicecandidate = e => { if (e.candidate) cands.push(e.candidate.candidate) };
+pc.createOffer().then(o => pc.setLocalDescription(o));
+setTimeout(() => ran('candidates: ' + cands.join(' | ')), 600);
+</script>"""),
+    Vector("webrtc_turns_tcp", wait_ms=900, body="""<script>
+const pc = new RTCPeerConnection({iceServers: [{urls: 'turns:127.0.0.3:{{Q}}?transport=tcp',
+                                               username: 'u', credential: 'p'}]});
+pc.createDataChannel('x');
+pc.createOffer().then(o => pc.setLocalDescription(o));
+setTimeout(() => ran('gathering'), 600);
+</script>"""),
+    Vector("webrtc_turn_udp", wait_ms=900, hit=("udp", CANARY, "U"), unrestricted_control=True, body="""<script>
+const pc = new RTCPeerConnection({iceServers: [{urls: 'turn:127.0.0.3:{{U}}?transport=udp',
+                                               username: 'u', credential: 'p'}]});
+pc.createDataChannel('x');
+pc.createOffer().then(o => pc.setLocalDescription(o));
+setTimeout(() => ran('gathering'), 600);
+</script>"""),
+    Vector("webtransport", wait_ms=800, hit=("udp", CANARY, "Q"), unrestricted_control=True, body="""<script>
+try { new WebTransport('https://127.0.0.3:{{Q}}/wt').ready.catch(e => ran('wt: ' + e)) }
+catch (e) { ran('no WebTransport: ' + e) }
+</script>"""),
+]
+CONTROLLED = [v for v in VECTORS if not v.no_control]
+
+
+# ---------------------------------------------------------------------------------------------
+# the servers
+
+class Canary:
+    """Listeners that count every accepted connection and every datagram."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.hits: list[tuple[str, str, int, bytes]] = []   # (proto, address, port, first bytes)
+        self.sockets: list[socket.socket] = []
+
+    def tcp(self, host: str, port: int) -> int:
+        s = socket.create_server((host, port))
+        self.sockets.append(s)
+        port = s.getsockname()[1]
+        threading.Thread(target=self._accept, args=(s, host, port), daemon=True).start()
+        return port
+
+    def udp(self, host: str, port: int) -> int:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((host, port))
+        self.sockets.append(s)
+        port = s.getsockname()[1]
+        threading.Thread(target=self._datagrams, args=(s, host, port), daemon=True).start()
+        return port
+
+    def _accept(self, server, host, port):
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            i = self._record("tcp", host, port, b"")
+            threading.Thread(target=self._answer, args=(conn, i), daemon=True).start()
+
+    def _answer(self, conn, i):
+        try:
+            conn.settimeout(0.5)
+            data = conn.recv(300)
+            with self.lock:
+                p, h, n, _ = self.hits[i]
+                self.hits[i] = (p, h, n, data)
+            body = b"<title>canary</title>canary"
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nAccess-Control-Allow-Origin: *\r\n"
+                         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def _datagrams(self, s, host, port):
+        while True:
+            try:
+                data, _ = s.recvfrom(2048)
+            except OSError:
+                return
+            self._record("udp", host, port, data[:40])
+
+    def _record(self, proto, host, port, data) -> int:
+        with self.lock:
+            self.hits.append((proto, host, port, data))
+            return len(self.hits) - 1
+
+    def take(self) -> list:
+        with self.lock:
+            hits, self.hits = self.hits, []
+        return hits
+
+    def close(self):
+        for s in self.sockets:
+            s.close()
+
+
+class Site(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass  # a browser that hangs up early (favicon, cancelled loads) is no error here
+
+    def __init__(self, host: str):
+        super().__init__((host, 0), _Handler)
+        self.ports: dict[str, int] = {"P": self.server_address[1]}
+        self.lock = threading.Lock()
+        self.requests: list[str] = []        # every path+query served
+        self.ran: list[tuple[str, str]] = []  # (vector, what it said)
+
+    def fill(self, text: str, name: str = "") -> str:
+        p = self.ports
+        for k, v in (("C", f"http://{CANARY}:{p['Q']}"), ("S", f"http://{SITE}:{p['P']}"), ("V", name),
+                     *((k, str(v)) for k, v in p.items())):
+            text = text.replace("{{%s}}" % k, v)
+        return text
+
+    def take(self) -> tuple[list[str], list[tuple[str, str]]]:
+        with self.lock:
+            out = (self.requests, self.ran)
+            self.requests, self.ran = [], []
+        return out
+
+
+BY_NAME = {v.name: v for v in VECTORS}
+WORKERS = {
+    "fetch.js": "fetch(new URL(self.location).searchParams.get('to'), {mode: 'no-cors'}).catch(() => {});",
+    "sw.js": "const to = new URL(self.location).searchParams.get('to');\n"
+             "fetch(to + '-top', {mode: 'no-cors'}).catch(() => {});\n"
+             "self.addEventListener('install', e => e.waitUntil(fetch(to + '-install', {mode: 'no-cors'})"
+             ".catch(() => {})));",
+    "import.js": "try { importScripts(new URL(self.location).searchParams.get('to')) } catch (e) {}",
+}
+REBIND_PAGE = """<!doctype html><title>rebind</title><script>
+(async () => {
+  let ok = 0;
+  for (let i = 0; i < 5; i++) {
+    try { const r = await fetch('http://rebind.test:{{P}}/again?i=' + i, {cache: 'no-store'}); ok += r.ok } catch (e) {}
+  }
+  fetch('/ran?v=rebind&x=' + ok);
+})();
+</script><img src="/wait?ms=500">"""
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Site
+
+    def log_message(self, *a):
+        pass
+
+    def _send(self, status, ctype="text/html; charset=utf-8", body=b"", headers=()):
+        body = body.encode() if isinstance(body, str) else body
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        for k, v in headers:
+            self.send_header(k, self.server.fill(v))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.do_GET()
+
+    def do_GET(self):
+        site = self.server
+        url = urlsplit(self.path)
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        with site.lock:
+            site.requests.append(self.path)
+            if url.path == "/ran":
+                site.ran.append((q.get("v", ""), q.get("x", "")))
+        parts = url.path.split("/")
+        if url.path == "/ran":
+            return self._send(204)
+        if url.path == "/wait":
+            time.sleep(int(q.get("ms", "400")) / 1000)
+            return self._send(200, "image/png", PNG_1PX)
+        if url.path == "/hop":
+            # the Location is written as given, backslash and all (send_header does not escape)
+            return self._send(int(q.get("code", "302")), headers=[("Location", q["to"])])
+        if url.path == "/again":
+            return self._send(200, "text/plain", "again", [("Access-Control-Allow-Origin", "*")])
+        if url.path == "/v/rebind":
+            return self._send(200, body=site.fill(REBIND_PAGE))
+        if len(parts) == 3 and parts[1] == "w" and parts[2] in WORKERS:
+            return self._send(200, "text/javascript", WORKERS[parts[2]])
+        if len(parts) == 3 and parts[1] == "h" and parts[2] in BY_NAME and BY_NAME[parts[2]].helper:
+            v = BY_NAME[parts[2]]
+            return self._send(200, body=site.fill(v.helper, v.name), headers=v.helper_headers)
+        if len(parts) == 3 and parts[1] == "v" and parts[2] in BY_NAME:
+            v = BY_NAME[parts[2]]
+            if v.redirect:  # two hops, the second with the hostile Location
+                return self._send(302, headers=[("Location", "/hop?to=" + quote(site.fill(v.redirect), safe=""))])
+            page = (f"<!doctype html><html><head><meta charset=utf-8><title>{v.name}</title>"
+                    "<script>function ran(x) { fetch('{{S}}/ran?v={{V}}&x=' + encodeURIComponent(x || ''), "
+                    "{keepalive: true, cache: 'no-store'}).catch(() => {}) }</script>"
+                    f"{v.head}</head><body><p>vector {v.name}</p>{v.body}"
+                    f"<img src=\"{{{{S}}}}/wait?ms={v.wait_ms}&v={v.name}\" width=1 height=1 alt=\"\">"
+                    "<script>ran('end')</script></body></html>")
+            return self._send(200, body=site.fill(page, v.name), headers=v.headers)
+        return self._send(404, body="not found")
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures
+
+_NAMES = {"canary.test": [CANARY], "multi.test": [CANARY, SITE], "localhost": [LOCAL]}
+
+
+def _resolve(host, port, type=0, *args, **kwargs):
+    """The policies' resolver: a fixed table, never real DNS."""
+    if host not in _NAMES:
+        raise socket.gaierror(socket.EAI_NONAME, f"{host} is not in the test's name table")
+    return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in _NAMES[host]]
+
+
+def blocked_policy(resolver=_resolve) -> FetchPolicy:
+    return FetchPolicy(allow_addresses={SITE}, resolver=resolver)
+
+
+def control_policy(extra=(), resolver=_resolve) -> FetchPolicy:
+    return FetchPolicy(allow_addresses={SITE, CANARY, *extra}, resolver=resolver)
+
+
+class _RecordingProxy(R.PolicyProxy):
+    """The renderer's own proxy, remembered so a test can read its refusals."""
+
+    made: list = []
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        _RecordingProxy.made.append(self)
+
+
+@dataclass
+class Outcome:
+    error: str | None
+    hits: list
+    requests: list
+    ran: list
+    refusals: list = field(default_factory=list)
+    proxies: list = field(default_factory=list)
+
+    def show(self) -> str:
+        return (f"render error: {self.error}\ncanary hits: {self.hits}\nran: {self.ran}\n"
+                f"proxy refusals: {self.refusals}\nsite requests: {self.requests}")
+
+
+class Env:
+    def __init__(self):
+        self.canary = Canary()
+        for _ in range(20):  # the site's port must also be free on the canary address (rebinding)
+            self.site = Site(SITE)
+            try:
+                self.canary.tcp(CANARY, self.site.ports["P"])
+                break
+            except OSError:
+                self.site.server_close()
+        else:
+            raise RuntimeError("no port free on both 127.0.0.2 and 127.0.0.3")
+        for _ in range(20):  # Q: TCP and UDP (WebTransport) on the same port
+            q = self.canary.tcp(CANARY, 0)
+            try:
+                self.canary.udp(CANARY, q)
+                break
+            except OSError:
+                continue
+        self.site.ports.update(Q=q, U=self.canary.udp(CANARY, 0), R=self.canary.tcp(LOCAL, 0))
+        threading.Thread(target=self.site.serve_forever, daemon=True).start()
+        self.renderer = Renderer()
+        self._unrestricted: Renderer | None = None
+
+    @property
+    def site_url(self) -> str:
+        return f"http://{SITE}:{self.site.ports['P']}"
+
+    def unrestricted(self) -> Renderer:
+        """A second browser without the renderer's network flags (QUIC off, WebRTC proxied only):
+        the control for vectors that an HTTP proxy cannot carry. Used with policy=None (no proxy)
+        and only for pages whose every URL is a loopback address started here."""
+        if self._unrestricted is None:
+            flags = ("--disable-quic", "--force-webrtc-ip-handling-policy", "--webrtc-ip-handling-policy",
+                     "--host-resolver-rules")
+            mp = pytest.MonkeyPatch()
+            mp.setattr(R, "_BASE_ARGS", tuple(a for a in R._BASE_ARGS if not a.startswith(flags)))
+            try:
+                # no mDNS names for host candidates: gathering must not send multicast announcements
+                self._unrestricted = Renderer(args=(*R.DEFAULT_ARGS, "--allow-loopback-in-peer-connection",
+                                                    "--disable-features=WebRtcHideLocalIpsWithMdns",
+                                                    # no name resolves; the rule maps IP literals too,
+                                                    # so the site and the canary are excluded from it
+                                                    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
+                                                    " , EXCLUDE 127.0.0.2 , EXCLUDE 127.0.0.3",
+                                                    "--origin-to-force-quic-on=127.0.0.3:%d" % self.site.ports["Q"]))
+                self._unrestricted.start()
+            finally:
+                mp.undo()
+        return self._unrestricted
+
+    def render(self, url: str, policy: FetchPolicy | None, renderer: Renderer | None = None,
+               timeout_ms: int = 0) -> Outcome:
+        self.canary.take()
+        self.site.take()
+        _RecordingProxy.made.clear()
+        error = None
+        try:
+            (renderer or self.renderer).render_page(url, "desktop", 1, policy=policy, follow_links=0,
+                                                    timeout_ms=timeout_ms or TIMEOUT_MS)
+        except RenderError as e:
+            error = str(e)
+        time.sleep(SETTLE_S)
+        requests, ran = self.site.take()
+        refusals = [r for p in _RecordingProxy.made for r in p.refusals]
+        return Outcome(error, self.canary.take(), requests, ran, refusals, list(_RecordingProxy.made))
+
+    def close(self):
+        for r in (self.renderer, self._unrestricted):
+            if r is not None:
+                r.close()
+        self.site.shutdown()
+        self.site.server_close()
+        self.canary.close()
+
+
+@pytest.fixture(scope="module")
+def env():
+    mp = pytest.MonkeyPatch()
+    mp.setattr(R, "PolicyProxy", _RecordingProxy)
+    e = Env()
+    try:
+        e.renderer.start()
+        yield e
+    finally:
+        e.close()
+        mp.undo()
+
+
+def _port(env: Env, v: Vector) -> int:
+    return env.site.ports[v.hit[2]]
+
+
+def _names_canary(env: Env, url: str) -> bool:
+    q, r = env.site.ports["Q"], env.site.ports["R"]
+    marks = (f"127.0.0.3:{q}", f"[::ffff:7f00:3]:{q}", f"canary.test:{q}", f"multi.test:{q}",
+             f"127.0.0.1:{r}", f"localhost:{r}")
+    return any(m in url for m in marks)
+
+
+def _canary_refused(env: Env, out: Outcome) -> bool:
+    """The proxy refused at least one request that named a canary (after the browser normalized it)."""
+    return any(_names_canary(env, url) for url, _ in out.refusals)
+
+
+def _canary_requested(env: Env, out: Outcome) -> bool:
+    """The proxy was asked (allowed or not) for a URL naming a canary."""
+    return any(_names_canary(env, url) for p in out.proxies for url, _, _ in p.log.connections) or \
+        _canary_refused(env, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# the tests
+
+def _marked(vectors, attr):
+    return [pytest.param(v, id=v.name, marks=[pytest.mark.xfail(strict=True, reason=getattr(v, attr))]
+                         if getattr(v, attr) else []) for v in vectors]
+
+
+@pytest.mark.parametrize("v", _marked(VECTORS, "xfail_blocked"))
+def test_blocked(env, v):
+    out = env.render(f"{env.site_url}/v/{v.name}", blocked_policy(), timeout_ms=v.timeout_ms)
+    assert out.hits == [], f"{v.name}: the canary was reached under the policy\n{out.show()}"
+    if v.ran:
+        assert any(name == v.name for name, _ in out.ran), f"{v.name}: the attack page did not run\n{out.show()}"
+    else:  # a bare redirect chain: the site served its hop, the render failed at the canary's hop
+        assert any(p.startswith("/hop") for p in out.requests), out.show()
+        assert out.error and "refused by fetch policy" in out.error, out.show()
+    if not (v.no_control or v.browser_drops or v.unrestricted_control):
+        # the 0 above is the proxy's doing: it saw the browser's request for the canary and refused it
+        assert _canary_refused(env, out), f"{v.name}: no refusal naming the canary at the proxy\n{out.show()}"
+    if v.name == "webrtc_stun":  # no server-reflexive candidate: no STUN answer came back either
+        assert not any("srflx" in said for _, said in out.ran), out.show()
+
+
+@pytest.mark.parametrize("v", _marked(CONTROLLED, "xfail_control"))
+def test_control(env, v):
+    if v.unrestricted_control:
+        out = env.render(f"{env.site_url}/v/{v.name}", None, env.unrestricted(), v.timeout_ms)
+    else:
+        out = env.render(f"{env.site_url}/v/{v.name}", control_policy(v.control_allow), timeout_ms=v.timeout_ms)
+    proto, host, _ = v.hit
+    wanted = [h for h in out.hits if h[:3] == (proto, host, _port(env, v))]
+    if v.browser_drops:
+        # no control is possible: Chromium itself never asks for the canary, even when allowed. If
+        # this starts failing, Chromium began to make the request: drop `browser_drops` so that the
+        # control and the proxy-refusal check in test_blocked become real.
+        assert out.hits == [] and not _canary_requested(env, out), (
+            f"{v.name}: Chromium now reaches for the canary ({v.browser_drops!r} no longer holds)\n{out.show()}")
+        assert any(name == v.name for name, _ in out.ran), out.show()
+        return
+    assert wanted, f"{v.name}: the control did not reach the canary {proto} {host}:{_port(env, v)}\n{out.show()}"
+
+
+class _Rebinder:
+    """A name server that answers 127.0.0.2 for rebind.test the first time, 127.0.0.3 after."""
+
+    def __init__(self, first=SITE, then=CANARY):
+        self.calls, self.first, self.then = 0, first, then
+
+    def __call__(self, host, port, type=0, *a, **kw):
+        if host != "rebind.test":
+            return _resolve(host, port, type)
+        self.calls += 1
+        address = self.first if self.calls == 1 else self.then
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+
+def test_dns_rebinding(env):
+    p = env.site.ports["P"]
+    rebinder = _Rebinder()
+    policy = blocked_policy(rebinder)
+    out = env.render(f"http://rebind.test:{p}/v/rebind", policy)
+    assert out.error is None, out.show()
+    assert out.hits == [], f"DNS rebinding reached the canary on 127.0.0.3:{p}\n{out.show()}"
+    again = [r for r in out.requests if r.startswith("/again")]
+    assert len(again) == 5, f"the refetches went elsewhere\n{out.show()}"
+    assert ("rebind", "5") in out.ran, out.show()
+    assert rebinder.calls == 1, "the name was resolved more than once for one page"
+    # the next page gets a fresh policy, asks again, hears 127.0.0.3 and is refused
+    with pytest.raises(RenderError, match="loopback"):
+        env.renderer.render_page(f"http://rebind.test:{p}/v/rebind", "desktop", 1, policy=policy.fresh(),
+                                 follow_links=0, timeout_ms=TIMEOUT_MS)
+    time.sleep(SETTLE_S)
+    assert env.canary.take() == []
+
+
+def test_dns_rebinding_control(env):
+    """A name that answers 127.0.0.3 from the start, with the canary allowed: the page's host is
+    the canary on the site's port, so the browser really goes there by name."""
+    p = env.site.ports["P"]
+    out = env.render(f"http://rebind.test:{p}/v/rebind", control_policy(resolver=_Rebinder(CANARY, CANARY)))
+    assert [h for h in out.hits if h[:3] == ("tcp", CANARY, p)], out.show()
