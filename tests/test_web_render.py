@@ -9,6 +9,7 @@ import http.server
 import json
 import os
 import pickle
+import socket
 import threading
 import time
 
@@ -354,3 +355,24 @@ def test_mobile_page_wider_than_the_phone_is_captured_zoomed_out(renderer, site)
     button = _find(row, "button", "Far right")
     assert 0.85 < button["box_norm"][0] < button["box_norm"][2] <= 1.0  # the far-right button, near the right edge
     _check_tree(row)
+
+
+def test_a_name_server_that_does_not_answer_is_a_transient_fault(renderer):
+    calls = []
+
+    def flaky(host, port, type=0):
+        calls.append(host)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    policy = FetchPolicy(resolver=flaky)
+    with pytest.raises(R.NameServerDown, match="name server temporarily unavailable") as err:
+        renderer.render_page("http://flaky.test/", "desktop", 1, policy=policy)
+    assert is_transient(err.value)  # the stage retries the page instead of writing it off
+    assert "name server" in policy.check_url("http://flaky.test/") and calls == ["flaky.test"] * 2  # not cached
+
+    def unknown(host, port, type=0):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    with pytest.raises(RenderError) as err:  # a name that does not exist is the page's fault
+        renderer.render_page("http://gone.test/", "desktop", 1, policy=FetchPolicy(resolver=unknown))
+    assert not is_transient(err.value) and "cannot resolve host" in str(err.value)

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from transforms.web import urls
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024  # per page: every response served to it, summed
+# in a refusal's reason: the name server did not answer (EAI_AGAIN), a fault that may pass
+DNS_UNAVAILABLE = "name server temporarily unavailable"
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT, RFC 6598
@@ -187,6 +189,8 @@ class FetchPolicy:
         try:
             infos = self._resolver(host, port, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError) as e:
+            if isinstance(e, socket.gaierror) and e.errno == socket.EAI_AGAIN:
+                raise OSError(f"{DNS_UNAVAILABLE} ({e})") from None  # not cached: it may pass
             self._dns[host] = str(e)
             raise OSError(str(e)) from None
         addresses = tuple(dict.fromkeys(info[4][0].split("%")[0] for info in infos))

@@ -47,6 +47,7 @@ from urllib.parse import urldefrag, urlsplit
 from transforms.io.transient import Transient
 from transforms.web.ax_tree import SnapshotIndex, build_nodes
 from transforms.web.cdp import CDPConnection, CDPError
+from transforms.web.fetch_policy import DNS_UNAVAILABLE
 from transforms.web.policy_proxy import PolicyProxy
 
 CHROMIUM = "/usr/bin/chromium"
@@ -94,6 +95,11 @@ _PAGE_STATE_JS = """(() => {
 
 class RenderError(RuntimeError):
     """A page that cannot be rendered into a row; the message says why."""
+
+
+class NameServerDown(RenderError, Transient):
+    """The page's host could not be resolved because the name server did not answer: no verdict
+    on the page, so the stage tries it again."""
 
 
 class BrowserCrashed(RenderError, Transient):
@@ -216,7 +222,8 @@ class Renderer:
         if policy is not None and route_handler is None:
             reason = policy.check_url(target_url)
             if reason:
-                raise RenderError(f"refused by fetch policy: {reason}: {target_url}")
+                error = NameServerDown if DNS_UNAVAILABLE in reason else RenderError
+                raise error(f"refused by fetch policy: {reason}: {target_url}")
         # goto, capture and each followed link get timeout_ms; past this the browser is killed
         budget_s = timeout_ms / 1000 * (3 + follow_links) + self.watchdog_slack_s
         return self._submit(lambda w: w.render(target_url, platform, seed, route_handler, policy, timeout_ms,
@@ -450,13 +457,15 @@ class _Worker:
         try:
             resp = page.goto(url, wait_until="load", timeout=timeout_ms)
         except Exception as e:  # noqa: BLE001 - Playwright's errors, turned into a reason
-            raise RenderError(_error_reason(e, doc)) from None
+            reason = _error_reason(e, doc)
+            raise (NameServerDown if DNS_UNAVAILABLE in reason else RenderError)(reason) from None
         if doc.get("crashed"):
             raise RenderError("the page crashed the renderer")
         status = resp.status if resp is not None else doc.get("status")
         if status is not None and status >= 400:
             # the proxy answers a refused request with 403: say why, not just "HTTP 403"
-            raise RenderError(_navigation_records(doc, doc["since"], url, resp and resp.url) or f"HTTP {status}")
+            reason = _navigation_records(doc, doc["since"], url, resp and resp.url) or f"HTTP {status}"
+            raise (NameServerDown if DNS_UNAVAILABLE in reason else RenderError)(reason)
         ctype = doc.get("content_type") or ""
         if resp is not None:
             ctype = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
