@@ -555,19 +555,27 @@ def _results(verdict):
     return out
 
 
-@needs_bwrap
-def test_bwrap_blocks_network_and_writes_outside_scratch(outside_dirs):
+def _try_escapes(outside_dirs, os_sandbox: str):
+    """Check code whose cues open a socket to a loopback server, write outside scratch and spawn
+    a shell that writes; return (verdict, pool stats, connections the server saw, the paths)."""
     tmp_dir, repo_dir = outside_dirs
-    tmp_file, repo_file = tmp_dir / "escaped.txt", os.path.join(repo_dir, "escaped.txt")
-    shell_file = os.path.join(repo_dir, "shell.txt")
+    paths = (tmp_dir / "escaped.txt", os.path.join(repo_dir, "escaped.txt"), os.path.join(repo_dir, "shell.txt"))
     server = _Loopback()
     try:
-        with _pool(sandbox=False, os_sandbox="bwrap") as pool:
-            v = pool.check(HEADER, _escape_code(server.port, tmp_file, repo_file, shell_file))
+        with _pool(sandbox=False, os_sandbox=os_sandbox) as pool:
+            v = pool.check(HEADER, _escape_code(server.port, *paths))
             stats = pool.stats()
-        time.sleep(0.3)
+        deadline = time.monotonic() + (0.3 if os_sandbox == "bwrap" else 2)
+        while server.connections == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         server.close()
+    return v, stats, server.connections, paths
+
+
+@needs_bwrap
+def test_bwrap_blocks_network_and_writes_outside_scratch(outside_dirs):
+    v, stats, connections, (tmp_file, repo_file, shell_file) = _try_escapes(outside_dirs, "bwrap")
     results = _results(v)
     assert v.outcome == "ok" and v.complete, v              # the sandboxed REPL still works
     assert len(results) == 5, results
@@ -578,7 +586,7 @@ def test_bwrap_blocks_network_and_writes_outside_scratch(outside_dirs):
             assert ": failed: " in text, text
     assert "Read-only file system" in results[f"ESCAPE_WRITE {repo_file}"]
     assert "Read-only file system" in results[f"ESCAPE_SHELL {shell_file}"]
-    assert server.connections == 0
+    assert connections == 0
     assert not tmp_file.exists() and not os.path.exists(repo_file)
     assert not os.path.exists(shell_file)
     scratch = results["SCRATCH_WRITE"].split("written in ", 1)[1].rsplit("/", 1)[0]
@@ -589,20 +597,9 @@ def test_bwrap_blocks_network_and_writes_outside_scratch(outside_dirs):
 
 def test_without_os_sandbox_the_same_escapes_succeed(outside_dirs):
     """The control for the test above: the cues really do escape when nothing stops them."""
-    tmp_dir, repo_dir = outside_dirs
-    tmp_file, repo_file = tmp_dir / "escaped.txt", os.path.join(repo_dir, "escaped.txt")
-    shell_file = os.path.join(repo_dir, "shell.txt")
-    server = _Loopback()
-    try:
-        with _pool(sandbox=False, os_sandbox="none") as pool:
-            v = pool.check(HEADER, _escape_code(server.port, tmp_file, repo_file, shell_file))
-        deadline = time.monotonic() + 2
-        while server.connections == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        server.close()
+    v, _, connections, (tmp_file, repo_file, shell_file) = _try_escapes(outside_dirs, "none")
     assert all(": ok: " in text for text in _results(v).values()), _results(v)
-    assert server.connections == 1
+    assert connections == 1
     assert tmp_file.exists() and os.path.exists(repo_file) and os.path.exists(shell_file)
 
 
