@@ -1,4 +1,4 @@
-"""The `shardsmith` command: list, run, validate, inspect, train.
+"""The `shardsmith` command: list, run, validate, inspect, export, train.
 
 Every user mistake (unknown dataset or key, bad value, missing file) prints
 one line and exits 2; a run that fails its error budget or a dataset that
@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
                    "here (default: DATASET-SAMPLEID.png in the current folder)")
     i.add_argument("--sample", default=None, help="the sample id to picture (default: the first of --task)")
     i.add_argument("--task", default=None, help="picture a sample of this task")
+    e = sub.add_parser("export", help="write a dataset as its paper's training files (multiui: LLaVA JSON + images)")
+    e.add_argument("dataset")
+    e.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
+    e.add_argument("--out", required=True, help="a local folder for the files")
     t = sub.add_parser("train", help="train a dataset's model from its shards")
     t.add_argument("dataset")
     t.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
@@ -154,6 +158,17 @@ def _inspect(args, beam_args) -> int:
     return 0
 
 
+def _export(args, beam_args) -> int:
+    from pipelines.export import JSON_NAME, export
+    t0 = time.time()
+    counts = export(args.dataset, args.data, args.out)
+    skipped = {k: v for k, v in counts.items() if k.startswith("skipped")}
+    print(f"exported {counts.get('samples', 0):,} samples over {counts.get('pages', 0):,} page screenshots "
+          f"({counts.get('marked', 0):,} pictures with a drawn box) in {time.time() - t0:.1f} s -> "
+          f"{os.path.join(args.out, JSON_NAME)}" + (f"; {skipped}" if skipped else ""))
+    return 0
+
+
 def _train(args, beam_args) -> int:
     from pipelines import registry
     from pipelines.train import train
@@ -164,7 +179,8 @@ def _train(args, beam_args) -> int:
     return 0
 
 
-_COMMANDS = {"list": _list, "run": _run, "validate": _validate, "inspect": _inspect, "train": _train}
+_COMMANDS = {"list": _list, "run": _run, "validate": _validate, "inspect": _inspect, "export": _export,
+             "train": _train}
 
 if __name__ == "__main__":
     sys.exit(main())

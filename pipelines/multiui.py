@@ -27,6 +27,16 @@ def sources(c: dict) -> list[tuple[str, str]]:
     return out or [("local", SAMPLE_SITE)]
 
 
+def llm_page_count(value: str) -> int | None:
+    """The llm_pages key as a count of pages, None for every page (`all` or 0)."""
+    text = str(value).strip().lower()
+    if text in ("all", "0"):
+        return None
+    if not text.isdigit():
+        raise ConfigError(f"llm_pages: a number of pages (e.g. 2) or all for every page, got {value!r}")
+    return int(text)
+
+
 def _check(c: dict) -> None:
     bad = [p for p in names(c["platforms"]) if p not in schema.PLATFORMS]
     if bad or not names(c["platforms"]):
@@ -41,6 +51,8 @@ def _check(c: dict) -> None:
         check_llm(c)
     if c["llm_tasks"] or c["llm_judge"]:
         check_cache(c)
+    llm_page_count(c["llm_pages"])
+    curation_rules(c)
     if c["vision_base_url"] and not c["vision_model"]:
         raise ConfigError("vision_base_url needs vision_model (the model name the server serves)")
     if not os.path.exists(c["chromium"]):
@@ -63,20 +75,38 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("allow_private", bool, False, "let live URLs reach private (RFC 1918) addresses; loopback, link-local "
         "and multicast stay refused"),
     Key("allow_loopback", bool, False, "let live URLs reach loopback addresses (tests and local servers only)"),
+    Key("subresources", str, "archive", "where a replayed (WARC) page gets the CSS, fonts and images its archive "
+        "lacks: archive (nowhere: refused) or live (fetched under the fetch policy)", choices=("archive", "live")),
     Key("chromium", str, "/usr/bin/chromium", "the Chromium binary Playwright drives"),
     Key("min_text_chars", int, 200, "curation: pages with less visible text are dropped", low=0),
     Key("llm_judge", bool, False, "curation: also ask the LLM whether to keep each page"),
+    Key("languages", str, "en", "curation: keep pages whose text is in these languages (comma-separated ISO 639-1 "
+        "codes, detected by lingua) or any"),
+    Key("blocklist", str, "ut1,url_words", "curation: drop pages whose URL is listed: ut1 (UT1 blacklist domains), "
+        "url_words (FineWeb's banned URL words), both from the datatrove wheel; a file of domains/URLs; or none"),
+    Key("require_css", bool, False, "curation: drop pages rendered with all their stylesheets missing"),
     Key("tasks", str, ",".join(schema.TASKS), "comma-separated tasks to make"),
     Key("max_per_task", int, 8, "samples (or LLM requests) per page and task", low=0),
     Key("llm_tasks", bool, True, "make the LLM-written tasks (caption, QA, action grounding)"),
-    Key("caption_tokens", int, 200, "max tokens of a webpage caption", low=1),
-    Key("qa_tokens", int, 400, "max tokens of a webpage QA completion", low=1),
+    Key("llm_pages", str, "2", "kept pages that get the LLM tasks, a seeded draw: a number >= 1, or all (also 0) "
+        "for every page; the default model on CPU takes about a minute a page", gridable=False),
+    Key("caption_tokens", int, 160, "max tokens of a webpage caption (3 to 5 sentences fit in about 120)", low=1),
+    Key("qa_tokens", int, 256, "max tokens of a webpage QA completion (4 pairs fit in about 200)", low=1),
     Key("instruction_tokens", int, 48, "max tokens of an action-grounding instruction", low=1),
     Key("vision_base_url", str, None, "OpenAI-compatible server of a vision model for the embedded image tasks "
         "(without it they are skipped and counted)", optional=True),
     Key("vision_model", str, None, "the vision model's served name", optional=True),
     *llm_keys(temperature=0.7, batch_size=8),
 ))
+
+
+def curation_rules(c: dict):
+    """The curation settings of a config; ConfigError saying what to set when one is wrong."""
+    from transforms.web.curation import Rules
+    try:
+        return Rules.from_settings(c["min_text_chars"], c["languages"], c["blocklist"], c["require_css"])
+    except (ValueError, ImportError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _plan(c: dict):
@@ -91,7 +121,7 @@ def _plan(c: dict):
         tasks=tuple(names(c["tasks"])), rules=TaskRules(max_per_task=c["max_per_task"]),
         sampling={"webpage_caption": sampling(c["caption_tokens"]), "webpage_qa": sampling(c["qa_tokens"]),
                   "action_grounding": sampling(c["instruction_tokens"]), "embedded_image": sampling(300)},
-        min_text_chars=c["min_text_chars"],
+        min_text_chars=c["min_text_chars"], curation=curation_rules(c), llm_pages=llm_page_count(c["llm_pages"]), seed=c["seed"],
         judge=Sampling(temperature=0.0, max_tokens=4) if c["llm_judge"] else None)
 
 
@@ -114,7 +144,7 @@ def build(pipeline, resolved: Resolved, ledger):
     settings = CaptureSettings(seed=c["seed"], timeout_ms=int(c["timeout_s"] * 1000),
                                max_screenshot_height=c["max_screenshot_height"], follow_links=c["follow_links"],
                                max_page_bytes=int(c["max_page_mb"] * 2**20), allow_private=c["allow_private"],
-                               allow_loopback=c["allow_loopback"],
+                               allow_loopback=c["allow_loopback"], subresources=c["subresources"],
                                chromium=c["chromium"])
     plan = _plan(c)
     backend = make_backend(c) if c["llm_tasks"] or c["llm_judge"] else None
@@ -152,15 +182,13 @@ def picture(path: str, png: str | None = None, *, sample_id: str | None = None, 
     if not chosen:
         raise ConfigError(f"no sample {'with id ' + sample_id if sample_id else 'of task ' + str(task)} in {path}")
     sample = chosen[0]
-    image = sample["image"]
-    if image is None:
-        pages = table("pages")
-        found = pages.to_table(filter=ds.field("id") == sample["page_id"], columns=["screenshot"]).to_pylist()
-        if not found or found[0]["screenshot"] is None:
-            raise ConfigError(f"sample {sample['id']}: its page {sample['page_id']} has no screenshot in {path}")
-        image = found[0]["screenshot"]
+    pages = table("pages")     # samples v2: element OCR's frame is its bbox, drawn here like any box
+    found = pages.to_table(filter=ds.field("id") == sample["page_id"], columns=["screenshot"]).to_pylist()
+    if not found or found[0]["screenshot"] is None:
+        raise ConfigError(f"sample {sample['id']}: its page {sample['page_id']} has no screenshot in {path}")
+    image = found[0]["screenshot"]
     turns = sample["conversations"]
-    card = render_sample_card(image, None if sample["task"] == "element_ocr" else sample["bbox"],
+    card = render_sample_card(image, sample["bbox"],
                               f"[{sample['task']}] " + turns[0]["value"].removeprefix("<image>\n"), turns[1]["value"] if len(turns) > 1 else "")
     png = png or f"multiui-{sample['id']}.png"
     with open(png, "wb") as fh:

@@ -3,8 +3,11 @@
 Two tables. `pages` holds each rendered page once per platform: the screenshot,
 the HTML and the enhanced accessibility tree (every visible node with its box).
 `samples` holds LLaVA-style conversations that refer to a page's screenshot by
-`page_id`, so an image is stored once however many samples ask about it; only
-element OCR, whose target is drawn as a red box, carries its own image.
+`page_id`, so an image is stored once however many samples ask about it. Element OCR
+asks about a target framed in red: the sample stores the frame (`box_px`), not a copy of
+the page with the frame drawn on it (samples v1 did: 247 page copies, 44 MB, against
+5.1 MB for the 32 pages of one run), and whoever reads it draws the frame at load time
+with `mark_rect` (the trainer, `shardsmith export`), so the pixels are the same everywhere.
 """
 import pyarrow as pa
 
@@ -44,7 +47,7 @@ TURN = pa.struct([pa.field("from", pa.string(), nullable=False), pa.field("value
 PAGES = TableSchema(
     dataset=DATASET,
     table="pages",
-    version=1,
+    version=2,  # 2: stylesheets/images loaded and missing; nodes judged visible by clipping, opacity, cover
     doc="One rendered page per (source, platform): screenshot, HTML, enhanced accessibility tree, curation.",
     split_field="platform",
     fields=(
@@ -72,9 +75,15 @@ PAGES = TableSchema(
               "Links the renderer followed: the node clicked and the title of the page it leads to "
               "(source of action prediction)."),
         Field("text_chars", pa.int64(), "Characters of visible text in the tree (names of text nodes)."),
+        Field("stylesheets_loaded", pa.int32(), "Stylesheets the page loaded (from the archive or the network)."),
+        Field("stylesheets_missing", pa.int32(),
+              "Stylesheets the page asked for and did not get (not archived, refused, failed or 4xx/5xx)."),
+        Field("images_loaded", pa.int32(), "Images the page loaded."),
+        Field("images_missing", pa.int32(), "Images the page asked for and did not get."),
         Field("kept", pa.bool_(), "Whether curation kept the page (only kept pages yield samples)."),
         Field("reject_reason", pa.string(),
               "Why curation dropped it: error_page, parked, too_little_text, adult, gambling, violent, "
+              "'blocklist LIST: ...', 'language: xx (not in ...)', 'rendered without its CSS ...', "
               "llm_judge; null when kept.", nullable=True),
     ),
 )
@@ -82,7 +91,7 @@ PAGES = TableSchema(
 SAMPLES = TableSchema(
     dataset=DATASET,
     table="samples",
-    version=1,
+    version=2,
     doc="LLaVA-style instruction samples of the nine MultiUI tasks, referring to page screenshots.",
     split_field="task",
     fields=(
@@ -99,10 +108,38 @@ SAMPLES = TableSchema(
         # a variable-size list: pyarrow 25 cannot read back a nullable fixed-size list holding nulls
         Field("bbox", pa.list_(pa.float32()), "Target box [l, t, r, b] (4 values) normalised to [0, 1], 3 decimals; "
               "null when none.", nullable=True),
-        Field("image", pa.binary(),
-              "PNG used instead of the page screenshot (element OCR: the target drawn as a red box); "
-              "null means use the page's screenshot.", nullable=True),
+        Field("box_px", pa.list_(pa.int32()),
+              "Target box [l, t, r, b] (4 values) in the page screenshot's pixels, rounded; set by the rule tasks, "
+              "null for page-level and LLM-written samples. "
+              "For the tasks in MARKED_TASKS (element OCR) the sample's image is the page screenshot with "
+              "this box framed in red, drawn by the reader (schemas.multiui.mark_rect: a MARK_WIDTH px "
+              "MARK_COLOR frame just outside the box). v2; v1 stored that image as a PNG in `image`.",
+              nullable=True),
     ),
 )
 
 TABLES = (PAGES, SAMPLES)
+
+# Element OCR's red frame, shared by every reader of `samples` (schemas import only pyarrow, so
+# the geometry lives here and each reader makes the one PIL call: ImageDraw.rectangle(rect,
+# outline=MARK_COLOR, width=MARK_WIDTH)).
+MARKED_TASKS = ("element_ocr",)
+MARK_COLOR = (255, 0, 0)
+MARK_WIDTH = 3
+
+
+def mark_rect(box_px, size, width=MARK_WIDTH):
+    """The outer rectangle (x0, y0, x1, y1), inclusive pixels, of a `width`-px frame drawn just
+    outside box_px ([l, t, r, b] pixels) on an image of `size` (w, h); None when the box lies
+    outside the image.
+
+    The frame sits outside the element so that it does not cover the text to be read; where the
+    element touches the image border the frame is pushed inside there, so all four sides show.
+    """
+    w, h = size
+    left, top, right, bottom = (int(round(float(v))) for v in box_px)
+    x0, y0, x1, y1 = left - width, top - width, right - 1 + width, bottom - 1 + width
+    x0, y0, x1, y1 = max(0, x0), max(0, y0), min(w - 1, x1), min(h - 1, y1)
+    if x1 < x0 or y1 < y0:
+        return None
+    return x0, y0, x1, y1

@@ -67,7 +67,7 @@ def test_bundled_site_pages_and_rule_tasks(site_run):
         assert s["conversations"][0]["from"] == "human" and s["conversations"][0]["value"].startswith("<image>\n")
         if s["bbox"] is not None:
             assert all(0 <= v <= 1 and round(v, 3) == pytest.approx(v, abs=1e-6) for v in s["bbox"])
-        assert (s["image"] is not None) == (s["task"] == "element_ocr")
+        assert "image" not in s and s["box_px"] is not None      # every rule task has a target box
     for s in by_task["action_prediction"]:
         answer = s["conversations"][1]["value"]
         assert answer.split(". ", 1)[1] in titles[s["page_id"]]
@@ -88,6 +88,42 @@ def test_inspect_pictures_a_sample_with_its_box(site_run, tmp_path, capsys):
     assert card.width == 800
     red = sum(1 for x in range(card.width) for y in range(0, card.height, 2) if card.getpixel((x, y)) == (255, 0, 0))
     assert red > 20                                      # the target's box is drawn
+
+
+def test_samples_stay_a_small_fraction_of_the_pages(site_run):
+    """samples v2 store element OCR's box, not a framed PNG copy of the page (issue 12, part 6)."""
+    path, manifest = site_run
+    size = {t: sum(f["bytes"] for f in manifest["tables"][t]["files"]) for t in ("pages", "samples")}
+    assert manifest["tables"]["samples"]["splits"].get("element_ocr")
+    assert size["samples"] < 0.05 * size["pages"], size
+
+
+def test_export_writes_llava_files_with_the_box_drawn(site_run, tmp_path, capsys):
+    import json
+    import numpy as np
+    from PIL import Image
+    from pipelines.cli import main
+    path, _ = site_run
+    out = tmp_path / "llava"
+    assert main(["export", "multiui", "--data", path, "--out", str(out)]) == 0
+    assert "exported" in capsys.readouterr().out
+    records = json.loads((out / "multiui.json").read_text())
+    samples = {s["id"]: s for s in _rows(path, "samples")}
+    assert sorted(r["id"] for r in records) == sorted(samples)
+    pages = {p["id"]: p for p in _rows(path, "pages")}
+    for r in records:
+        assert r["conversations"] == samples[r["id"]]["conversations"]
+        image = np.asarray(Image.open(out / r["image"]).convert("RGB"))
+        shot = np.asarray(Image.open(__import__("io").BytesIO(pages[r["page_id"]]["screenshot"])).convert("RGB"))
+        assert image.shape == shot.shape
+        if r["task"] != "element_ocr":
+            assert (image == shot).all()
+            continue
+        changed = (image != shot).any(axis=2)
+        assert changed.any() and (image[changed] == [255, 0, 0]).all()     # only the red frame differs
+        l, t, rr, b = samples[r["id"]]["box_px"]
+        assert not changed[t + 3:b - 3, l + 3:rr - 3].any()                # the text inside stays readable
+    assert main(["export", "selfmoe", "--data", path, "--out", str(out)]) == 2
 
 
 def test_rerun_gives_the_same_rows(site_run, tmp_path):
@@ -274,6 +310,8 @@ def test_llm_tasks_with_the_default_model(tmp_path, converted_model_cache):
     assert generate["dead"] == 0
     assert parsed["inputs"] == 1 + 1 + 2                 # caption, QA, two action-grounding elements
     assert (parsed["outputs"], parsed["dead"]) == (len(samples), len(dead))
+    # the default model must write usable samples, not only garbage that the parsers reject
+    assert samples, f"no usable LLM sample; every completion was rejected: {[d['message'] for d in dead]}"
     for s in samples:
         assert s["generator"].startswith("llm:smollm2-135m-instruct@") and s["platform"] == "mobile"
         assert s["conversations"][0]["value"].startswith("<image>\n") and s["conversations"][1]["value"].strip()

@@ -2,7 +2,8 @@
 
 The dataset is written like the sink writes it: pages/ and samples/ part files (samples in two
 parts of several row groups) and a _manifest.json; three PNG screenshots, 20 samples over the
-nine tasks, one element-OCR sample with its own image and one whose page is not in `pages`.
+nine tasks, element-OCR samples with their box (the trainer draws the red frame) and one whose
+page is not in `pages`.
 """
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def _page(pid, platform, size, color) -> dict:
             "nodes": [{"node_id": 0, "parent": -1, "depth": 0, "role": "RootWebArea", "name": pid, "tag": "html",
                        "box": box, "box_norm": [0.0, 0.0, 1.0, 1.0], "interactive": False,
                        "href": None, "src": None, "alt": None}],
-            "actions": [], "text_chars": 20, "kept": True, "reject_reason": None}
+            "actions": [], "text_chars": 20, "stylesheets_loaded": 1, "stylesheets_missing": 0, "images_loaded": 0,
+            "images_missing": 0, "kept": True, "reject_reason": None}
 
 
 def _samples() -> list[dict]:
@@ -74,7 +76,7 @@ def _samples() -> list[dict]:
             conv += [{"from": "human", "value": "And the title?"}, {"from": "gpt", "value": f"Title {pid}"}]
         rows.append({"id": f"s{i:03d}", "page_id": pid, "task": task, "platform": "desktop", "template_id": i % 4,
                      "generator": "rule", "conversations": conv, "target_node": None, "bbox": None,
-                     "image": _png((40, 40), (200, 200, 0), box=True) if task == "element_ocr" else None})
+                     "box_px": [6, 5, 30, 20] if task == "element_ocr" else None})
     return rows
 
 
@@ -175,6 +177,24 @@ def test_missing_page_is_skipped_and_counted(data, tiny):
     assert counts["page_cache_misses"] == 3 and counts["page_cache_hits"] > 0
     held = [s for s in samples if is_eval(s["page_id"], RUN["eval_fraction"])]
     assert held and len(held) < 15, "the eval_fraction of RUN must hold out some but not most pages"
+
+
+def test_the_trainer_draws_the_element_ocr_frame_that_samples_v1_stored(data):
+    """samples v2 keep element OCR's box, not a framed copy of the page: the image the trainer
+    builds at load time is, pixel for pixel, the copy the pipeline used to store."""
+    import numpy as np
+    from trainers.multiui_data import sample_image
+    from transforms.web.tasks import draw, rule_tasks
+    from tests.test_web_tasks import make_page
+    page = make_page()
+    for sample in rule_tasks.element_ocr(page).samples:
+        old_copy = draw.draw_box(page["screenshot"], page["nodes"][sample["target_node"]]["box"])
+        drawn = sample_image(page["screenshot"], sample["task"], sample["box_px"])
+        assert np.array_equal(np.asarray(drawn), np.asarray(Image.open(io.BytesIO(old_copy)).convert("RGB")))
+    plain = sample_image(page["screenshot"], "element_grounding", None)      # other tasks: the page as is
+    assert np.array_equal(np.asarray(plain), np.asarray(Image.open(io.BytesIO(page["screenshot"])).convert("RGB")))
+    with pytest.raises(ValueError):
+        sample_image(page["screenshot"], "element_ocr", None)
 
 
 @pytest.fixture(scope="module")

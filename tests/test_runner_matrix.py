@@ -76,7 +76,9 @@ def test_heavy_workers_write_the_same_files_on_every_runner(run_dataset, tmp_pat
                                      part_mb=0.6)
         results[runner] = (_digests(path), manifest)
     reference, ref_manifest = results["local"]
-    assert all(len(entry["files"]) > 1 for entry in ref_manifest["tables"].values())
+    # the big table (pages, features) comes in several parts; a small one (samples) may be one part
+    assert max(len(entry["files"]) for entry in ref_manifest["tables"].values()) > 1
+    assert all(entry["rows"] > 0 for entry in ref_manifest["tables"].values())
     for runner, (digests, manifest) in results.items():
         assert digests == reference, f"{runner} wrote different {dataset} shards than local"
         assert without_generation(manifest["tables"]) == without_generation(ref_manifest["tables"])

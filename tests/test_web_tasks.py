@@ -67,6 +67,11 @@ def make_page(page_id="page-1", screenshot=None, actions=None, nodes=None, **ext
         _node(16, 0, "textbox", "Search products", [100, 260, 240, 285], tag="input", interactive=True),
         _node(17, 0, "heading", "", [10, 290, 100, 299], tag="h3"),
         _node(18, 0, "StaticText", "OK", [200, 50, 220, 60]),
+        # the text children Chromium gives links, buttons and headings (OCR reads them, not names)
+        _node(19, 6, "StaticText", "Read more", [10, 100, 80, 115], depth=2),
+        _node(20, 7, "StaticText", "Read more", [10, 200, 80, 215], depth=2),
+        _node(21, 8, "StaticText", "Add to cart", [300, 100, 380, 130], depth=2),
+        _node(22, 10, "StaticText", "Our products", [10, 140, 200, 160], depth=2),
     ]
     page = {"id": page_id, "url": "https://shop.example/", "final_url": "https://shop.example/",
             "source": "local", "source_ref": "tests/shop.html", "platform": "desktop", "viewport_width": W,
@@ -77,7 +82,8 @@ def make_page(page_id="page-1", screenshot=None, actions=None, nodes=None, **ext
                 {"node_id": 4, "target_url": "https://shop.example/about", "target_title": "About Us | Shop"},
                 {"node_id": 6, "target_url": "https://shop.example/apples", "target_title": "Apple varieties"},
                 {"node_id": 99, "target_url": "https://shop.example/x", "target_title": "Gone"}],
-            "text_chars": 200, "kept": True, "reject_reason": None}
+            "text_chars": 200, "stylesheets_loaded": 1, "stylesheets_missing": 0, "images_loaded": 1,
+            "images_missing": 0, "kept": True, "reject_reason": None}
     page.update(extra)
     return page
 
@@ -140,17 +146,45 @@ def test_template_choice_is_seeded_and_varies_with_the_page():
 
 # -- rule tasks -------------------------------------------------------------------------------
 
-def test_heading_ocr():
+def test_heading_ocr_asks_for_the_main_heading_of_the_page():
+    """VisualWebBench's heading OCR: one page-level question, the highest-level heading in the first screen."""
     page = make_page()
     out = rule_tasks.heading_ocr(page)
     check_samples(out.samples, "heading_ocr")
-    assert [s["target_node"] for s in out.samples] == [2, 10]
+    assert [s["target_node"] for s in out.samples] == [2]                 # the h1, not the h2
     first = out.samples[0]
     assert first["conversations"][1]["value"] == "Welcome to the Shop"
     assert first["bbox"] == node_bbox(page, 2)
-    assert format_box(first["bbox"]) in first["conversations"][0]["value"]
-    assert first["generator"] == "rule" and first["image"] is None
-    assert out.skipped["empty name"] == 1  # the empty h3
+    assert "[" not in first["conversations"][0]["value"]                  # no box in the question
+    assert first["generator"] == "rule" and first["box_px"] == [10, 5, 250, 35]
+    assert out.skipped["no visible text"] == 1 and out.skipped["not the main heading"] == 1  # empty h3; the h2
+    below = make_page(viewport_height=100)             # the first screen ends above both headings' tops? no: h1 at 5
+    assert [s["target_node"] for s in rule_tasks.heading_ocr(below).samples] == [2]
+    none = make_page(nodes=[n for n in make_page()["nodes"] if n["node_id"] not in (2, 3)], viewport_height=120)
+    out = rule_tasks.heading_ocr(none)
+    assert out.samples == [] and out.skipped["no heading in the first screen"] == 1
+    assert out.skipped["heading below the first screen"] == 1             # the h2 at y=140
+
+
+def test_ocr_answers_are_the_visible_text_not_the_accessible_name():
+    nodes = make_page()["nodes"]
+    nodes[4] = dict(nodes[4], name="Learn who we are and what we do")          # aria-label on "About us"
+    nodes[2] = dict(nodes[2], name="Welcome to the Shop, skip to content")     # sr-only text, dropped from the tree
+    nodes[5] = dict(nodes[5], name="About us ")
+    page = make_page(nodes=nodes)
+    read = {s["target_node"]: s["conversations"][1]["value"]
+            for s in rule_tasks.element_ocr(page, TaskRules(max_per_task=50)).samples}
+    assert read[2] == "Welcome to the Shop" and 5 not in read                   # not the name; text once
+    assert read[4] == "About us" and 5 not in read          # the link's text, not its aria-label; read once
+    heading = rule_tasks.heading_ocr(page).samples[0]
+    assert heading["conversations"][1]["value"] == "Welcome to the Shop"
+    hidden = make_page(nodes=[n for n in nodes if n["node_id"] != 3])          # its only text was hidden
+    assert 2 not in {s["target_node"] for s in rule_tasks.element_ocr(hidden, TaskRules(max_per_task=50)).samples}
+    from transforms.web.tasks.elements import PageIndex
+    split = [_node(0, -1, "RootWebArea", "x", [0, 0, W, H]), _node(1, 0, "paragraph", "Hello world", [0, 0, 200, 20]),
+             _node(2, 1, "StaticText", "Hello wor", [0, 0, 90, 20]), _node(3, 1, "StaticText", "ld", [90, 0, 110, 20]),
+             _node(4, 1, "StaticText", "again", [0, 20, 50, 40])]
+    assert PageIndex(make_page(nodes=split)).visible_text(split[1]) == "Hello world again"
 
 
 def test_element_grounding_answers_the_rounded_box_and_applies_quality_rules():
@@ -167,7 +201,7 @@ def test_element_grounding_answers_the_rounded_box_and_applies_quality_rules():
     assert 'button "Add to cart"' in targets[8]["conversations"][0]["value"]
     assert targets[4]["bbox"] == [0.65, 0.033, 0.8, 0.1]
     assert out.skipped["duplicate name on the page"] == 2  # both "Read more" links
-    assert out.skipped["repeats an ancestor's name"] == 2  # the text inside the heading and the link
+    assert out.skipped["repeats an ancestor's name"] == 6  # the text inside headings, links and the button
     assert out.skipped["empty name"] == 2  # the whitespace text and the empty heading
     assert out.skipped["box under 4 px"] == 1
     assert out.skipped["box outside the screenshot"] == 1
@@ -187,7 +221,7 @@ def test_max_per_task_caps_samples():
     page = make_page()
     out = rule_tasks.element_grounding(page, TaskRules(max_per_task=2))
     assert len(out.samples) == 2 and out.skipped["over max_per_task"] == 5
-    assert len(rule_tasks.heading_ocr(page, TaskRules(max_per_task=1)).samples) == 1
+    assert len(rule_tasks.heading_ocr(page, TaskRules(max_per_task=8)).samples) == 1    # one per page
 
 
 def _changed_and_ring(original, drawn, box, width=3):
@@ -203,7 +237,7 @@ def _changed_and_ring(original, drawn, box, width=3):
     return after, changed, outer & ~inner
 
 
-def test_element_ocr_draws_a_red_box_on_a_copy():
+def test_element_ocr_stores_the_box_and_readers_draw_the_red_frame():
     page = make_page()
     screenshot = bytes(page["screenshot"])
     out = rule_tasks.element_ocr(page, TaskRules(max_per_task=50))
@@ -217,16 +251,20 @@ def test_element_ocr_draws_a_red_box_on_a_copy():
         node = page["nodes"][node_id]
         assert sample["conversations"][1]["value"] == node["name"]
         assert sample["bbox"] == node_bbox(page, node_id)
-        after, changed, ring = _changed_and_ring(screenshot, sample["image"], node["box"])
+        assert sample["box_px"] == [int(round(v)) for v in node["box"]] and "image" not in sample
+        drawn = draw.to_png(draw.sample_image(screenshot, sample))   # what `export` and `inspect` draw
+        after, changed, ring = _changed_and_ring(screenshot, drawn, node["box"])
         assert (changed == ring).all(), node_id  # exactly the 3 px frame changed
         assert (after[ring] == [255, 0, 0]).all()  # and it is pure red
-        assert Image.open(io.BytesIO(sample["image"])).size == (W, H)
+        assert drawn == draw.draw_box(screenshot, node["box"])       # the samples v1 copy, pixel for pixel
 
 
-def test_element_ocr_on_an_unreadable_screenshot_is_rejected():
+def test_element_ocr_never_decodes_the_screenshot():
+    """Making the sample costs no PNG decode or encode: a broken PNG is the reader's bad_image."""
     out = rule_tasks.element_ocr(make_page(screenshot=b"not a png"))
-    assert out.samples == [] and len(out.rejected) == 1
-    assert "not a readable PNG" in out.rejected[0].reason
+    assert out.samples and not out.rejected
+    with pytest.raises(ValueError):
+        draw.sample_image(make_page()["screenshot"], dict(out.samples[0], box_px=None))
 
 
 def test_action_prediction_offers_eight_distinct_options():
@@ -317,7 +355,7 @@ def test_caption_request_and_parser():
     check_samples(samples, "webpage_caption")
     assert samples[0]["generator"] == "llm:test-model" and samples[0]["target_node"] is None
     assert samples[0]["conversations"][1]["value"].startswith("This is the home page")
-    assert samples[0]["bbox"] is None and samples[0]["image"] is None
+    assert samples[0]["bbox"] is None and samples[0]["box_px"] is None
     for bad, reason in ((completion("   "), "empty model output"),
                         (completion("I'm sorry, I can't help with that."), "model refused"),
                         (completion("asdf qwer"), "caption too short"),

@@ -4,9 +4,9 @@ PAPERS.md section 1 (the paper trains a LLaVA-style model on LLaVA conversations
 screenshots). Steps:
 
 1. Data: `samples` streamed with ShardDataset (shuffled per epoch, split across DataLoader
-   workers, resumable mid-epoch); each sample's image is its own `image` when set (element OCR),
-   else its page's screenshot, read lazily from `pages` (trainers/multiui_data.py: id + screenshot
-   columns only, LRU of PNG bytes per worker). Held out: every sample of a page whose id hashes
+   workers, resumable mid-epoch); each sample's image is its page's screenshot, read lazily from
+   `pages` (trainers/multiui_data.py: id + screenshot columns only, LRU of PNG bytes per worker),
+   with element OCR's red frame drawn at load time from the sample's `box_px` (samples v2). Held out: every sample of a page whose id hashes
    below `eval_fraction`; the eval set is the first `eval_samples` of them (manifest order).
 2. Model: `model=tiny` builds a small random LLaVA (SigLIP vision tower, 2-layer Llama, the
    tokenizer folder given as `tokenizer` with `<image>` added as a special token and the

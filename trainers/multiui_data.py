@@ -22,7 +22,8 @@ Three pieces, used by trainers/multiui.py:
 
 Rows are skipped and counted, never fatal (ARCHITECTURE.md, contract 4): missing_page (the
 sample's page_id is not in `pages`), no_screenshot (the page row has a null screenshot), bad_image
-(the PNG does not decode), bad_conversation (no gpt turn, first turn not human, several <image>),
+(the PNG does not decode, or an element-OCR sample has no box inside it), bad_conversation (no gpt
+turn, first turn not human, several <image>),
 too_long (the prompt with its image tokens leaves no answer token within max_length). The trainer
 fails when their share passes `max_skip_rate`.
 """
@@ -38,10 +39,11 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
+from schemas import multiui as schema
 from trainers.data import OFFSET, STREAM, DatasetError, ShardDataset, open_parquet, open_table
 
 IGNORE = -100
-SAMPLE_COLUMNS = ["id", "page_id", "task", "conversations", "image"]
+SAMPLE_COLUMNS = ["id", "page_id", "task", "conversations", "box_px"]
 LLAVA_IMAGE = "<image>"
 ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
 
@@ -144,6 +146,23 @@ def decode_image(png: bytes):
     img = Image.open(io.BytesIO(png))
     img.load()
     return img.convert("RGB")
+
+
+def sample_image(png: bytes, task: str, box_px):
+    """The image a sample is about: its page's screenshot, with element OCR's red frame drawn on it.
+
+    samples v2 store the frame's box instead of a framed copy of the page (schemas/multiui.py);
+    the geometry is schemas.multiui.mark_rect, the same the pipeline's pictures and `shardsmith
+    export` use, so the model sees the pixels v1 stored. Raises ValueError for a marked task
+    without a box inside the image (counted as bad_image)."""
+    from PIL import ImageDraw
+    image = decode_image(png)
+    if task in schema.MARKED_TASKS:
+        rect = schema.mark_rect(box_px, image.size) if box_px is not None and len(box_px) == 4 else None
+        if rect is None:
+            raise ValueError(f"{task} sample without a box inside its {image.size} screenshot")
+        ImageDraw.Draw(image).rectangle(rect, outline=schema.MARK_COLOR, width=schema.MARK_WIDTH)
+    return image
 
 
 # ------------------------------------------------------------------------------------ collator
@@ -340,17 +359,16 @@ class SampleBatches(IterableDataset):
 
     def _batch(self, rows: list[dict], streams: list[int], offsets: list[int], counts: Counter) -> dict:
         before = Counter(self.pages.stats)
-        need = [r["page_id"] for r in rows if r.get("image") is None]
-        shots = self.pages.get_many(need) if need else {}
+        shots = self.pages.get_many([r["page_id"] for r in rows]) if rows else {}
         items, kept_rows = [], []
         for r in rows:
-            png = r["image"] if r.get("image") is not None else shots[r["page_id"]]
+            png = shots[r["page_id"]]
             if isinstance(png, str):
                 counts[png] += 1             # missing_page / no_screenshot
                 continue
             try:
-                image = decode_image(png)
-            except Exception:                # PIL raises several types for broken files
+                image = sample_image(png, r["task"], r.get("box_px"))
+            except Exception:                # PIL raises several types for broken files; a box off the image
                 counts["bad_image"] += 1
                 continue
             items.append((r["conversations"], image))

@@ -32,6 +32,7 @@ class CaptureSettings:
     max_page_bytes: int = 16 * 2**20
     allow_private: bool = False
     allow_loopback: bool = False
+    subresources: str = "archive"   # replayed pages: "archive" only, or "live" for what it lacks
     restart_after_pages: int = 200
     chromium: str = "/usr/bin/chromium"
 
@@ -42,8 +43,9 @@ def page_id(target: PageTarget, platform: str, settings: CaptureSettings) -> str
     if target.source == "warc":  # the archive's name and record offset, wherever the file lies
         path, _, offset = ref.rpartition("#")
         ref = f"{os.path.basename(path)}#{offset}"
+    filled = (settings.subresources,) if target.source == "warc" and settings.subresources != "archive" else ()
     return stable_id("multiui-page", target.source, ref, platform, settings.seed, settings.max_screenshot_height,
-                     settings.follow_links)
+                     settings.follow_links, *filled)
 
 
 def viewport_seed(target: PageTarget, platform: str, seed: int) -> int:
@@ -96,12 +98,16 @@ class CapturePage:
         target, platform = job
         self.setup()
         s = self.settings
-        url, canonical, handler = target.url, None, None
+        url, canonical, handler, clock = target.url, None, None, None
+        live = FetchPolicy(allow_private=s.allow_private, allow_loopback=s.allow_loopback, max_bytes=s.max_page_bytes)
         if target.source == "warc":
-            # replay: the archive is the only network; whatever passes the handler meets a proxy
-            # that refuses everything
-            policy = FetchPolicy.deny_all()
-            handler = ReplayHandler(self._archive(target.source_ref), s.max_page_bytes)
+            # replay: the archive serves the page; what it lacks is refused, or with subresources=live
+            # fetched under the live policy; the page's clock starts at the record's WARC-Date
+            archive = self._archive(target.source_ref)
+            fill = s.subresources == "live"
+            policy = live if fill else FetchPolicy.deny_all()
+            handler = ReplayHandler(archive, s.max_page_bytes, live_subresources=fill)
+            clock = archive.record_at(int(target.source_ref.rpartition("#")[2])).date
         elif target.source == "local":
             if self._site is None:
                 raise RuntimeError(f"{target.source_ref}: no HTML folder is being served on this worker")
@@ -109,11 +115,11 @@ class CapturePage:
             policy = FetchPolicy(allow_loopback=True, allowed_ports={self._site.port}, max_bytes=s.max_page_bytes)
             url, canonical = self._site.from_canonical(target.url), self._site.to_canonical
         else:
-            policy = FetchPolicy(allow_private=s.allow_private, allow_loopback=s.allow_loopback,
-                                 max_bytes=s.max_page_bytes)
+            policy = live
         page = self._renderer.render_page(
             url, platform, viewport_seed(target, platform, s.seed), route_handler=handler, policy=policy,
-            timeout_ms=s.timeout_ms, max_screenshot_height=s.max_screenshot_height, follow_links=s.follow_links)
+            timeout_ms=s.timeout_ms, max_screenshot_height=s.max_screenshot_height, follow_links=s.follow_links,
+            clock=clock)
         page.pop("render_ms", None)       # wall time varies run to run; the manifest has stage timings
         if canonical is not None:        # no port of this worker's server in any row
             page["url"], page["final_url"] = canonical(page["url"]), canonical(page["final_url"])

@@ -3,7 +3,7 @@
     sources ─ targets ─ render ─ curate ─┬─ (LLM judge) ─ pages
                                          ├─ title sample ─┐
                                          ├────────────────┴─ rule tasks ─────────────┐
-                                         ├─ llm plan ─ Generate ─ llm parse ──────────┤─ samples
+                                         ├─ llm pages ─ llm plan ─ Generate ─ parse ──┤─ samples
                                          └─ vision plan ─ Generate (vision) ─ parse ──┘
 
 Joins use CoGroupByKey and events travel through `Ledger.stage`, so the graph runs on every
@@ -58,7 +58,10 @@ class TaskPlan:
     rules: TaskRules = TaskRules()
     sampling: dict = field(default_factory=dict)   # task -> Sampling
     min_text_chars: int = 200
+    curation: Optional[curation.Rules] = None       # languages, blocklists, CSS; None: content rules only
     judge: Optional[Sampling] = None                # the LLM judge runs when set
+    llm_pages: Optional[int] = None                 # pages drawn for the LLM tasks; None = every kept page
+    seed: int = 0                                   # seeds that draw
 
 
 def read_sources(source: tuple[str, str]):
@@ -72,9 +75,9 @@ def read_sources(source: tuple[str, str]):
     return scan_html_folder(path)
 
 
-def curate(page: dict, min_text_chars: int) -> dict:
+def curate(page: dict, min_text_chars: int, rules: Optional[curation.Rules] = None) -> dict:
     """The rules' verdict on a page; a dropped page keeps its row without the screenshot."""
-    reason = curation.rule_reason(page, min_text_chars)
+    reason = curation.rule_reason(page, min_text_chars, rules=rules)
     return drop(page, reason) if reason else page
 
 
@@ -169,6 +172,43 @@ class Distractors(beam.PTransform):
                 | "Draw" >> beam.FlatMap(_draw, k))
 
 
+def llm_page_rank(page_id: str, seed: int) -> tuple[int, str]:
+    """A page's place in the seeded draw of LLM pages (smaller goes first): a stable hash of the
+    seed and the page id, the id breaking ties."""
+    return _hash64(f"{seed}:{page_id}"), page_id
+
+
+def pick_llm_pages(page_ids: Iterable[str], count: Optional[int], seed: int = 0) -> list[str]:
+    """The `count` page ids first in the seeded draw (every id when count is None), sorted.
+
+    A function of the set of ids and the seed only, so every run, runner and input order picks the
+    same pages. The LLM tasks cost far more than rendering on a CPU (tens of seconds a page with
+    the default model), so a default run writes them for a few pages and `llm_pages=all` for all."""
+    ids = set(page_ids)
+    if count is None:
+        return sorted(ids)
+    return sorted(i for _, i in heapq.nsmallest(count, (llm_page_rank(i, seed) for i in ids)))
+
+
+class PickLlmPages(beam.CombineFn):
+    """`pick_llm_pages` as a combine over page ids; an accumulator holds at most `count` ids."""
+
+    def __init__(self, count: int, seed: int = 0):
+        self.count, self.seed = count, seed
+
+    def create_accumulator(self) -> list:
+        return []
+
+    def add_input(self, ranked: list, page_id: str) -> list:
+        return heapq.nsmallest(self.count, set(ranked) | {llm_page_rank(page_id, self.seed)})
+
+    def merge_accumulators(self, accumulators: Iterable[list]) -> list:
+        return heapq.nsmallest(self.count, {r for ranked in accumulators for r in ranked})
+
+    def extract_output(self, ranked: list) -> list[str]:
+        return sorted(i for _, i in ranked)
+
+
 def outputs_of(results: dict):
     """TaskOutputs -> samples, Skipped counts (reason prefixed with the task) and Rejected."""
     for task, out in results.items():
@@ -211,8 +251,8 @@ class BuildMultiUI(beam.PTransform):
                 | "Platforms" >> beam.FlatMap(lambda t: [(t, p) for p in platforms])
                 | "SpreadJobs" >> beam.Reshuffle())
         rendered = jobs | ledger.stage("render", CapturePage(self.settings, self.html_folder))
-        min_chars = plan.min_text_chars
-        pages = rendered | ledger.stage("curate", lambda page: [curate(page, min_chars)])
+        min_chars, rules = plan.min_text_chars, plan.curation
+        pages = rendered | ledger.stage("curate", lambda page: [curate(page, min_chars, rules)])
         if plan.judge is not None and self.backend is not None:
             pages = self._judge(pages)
         kept = pages | "Kept" >> beam.Filter(lambda p: p["kept"])
@@ -250,7 +290,27 @@ class BuildMultiUI(beam.PTransform):
         def plan_page(page):
             return planned_events({t: out for t, out in llm_requests(page, rules, **sampling).items() if t in tasks})
 
-        return self._generate_and_parse(kept, plan_page, self.backend, "llm")
+        chosen = kept if self.plan.llm_pages is None else self._llm_pages(kept)
+        return self._generate_and_parse(chosen, plan_page, self.backend, "llm")
+
+    def _llm_pages(self, kept):
+        """The kept pages drawn for the LLM tasks (`pick_llm_pages`); each other page is counted as
+        skipped by stage llm_pages, with the key that gets them all."""
+        count, seed = self.plan.llm_pages, self.plan.seed
+        skipped = Skipped(f"not among the llm_pages={count} pages drawn for LLM tasks (llm_pages=all: every page)")
+        chosen = (kept
+                  | "LlmPageIds" >> beam.Map(lambda p: p["id"])
+                  | "PickLlmPages" >> beam.CombineGlobally(PickLlmPages(count, seed)).without_defaults()
+                  | "LlmChosen" >> beam.FlatMap(lambda ids: [(i, True) for i in ids]))
+
+        def pick(keyed):
+            _, grouped = keyed
+            (page,) = grouped["page"]
+            return [page] if list(grouped["chosen"]) else [skipped]
+
+        return ({"page": kept | "LlmPageKey" >> beam.Map(lambda p: (p["id"], p)), "chosen": chosen}
+                | "JoinLlmPages" >> beam.CoGroupByKey()
+                | self.ledger.stage("llm_pages", pick))
 
     def _vision_samples(self, kept):
         tasks, rules, vision = set(self.plan.tasks), self.plan.rules, self.vision_backend is not None

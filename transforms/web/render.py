@@ -59,10 +59,13 @@ _BASE_ARGS = ("--headless", "--hide-scrollbars", "--mute-audio", "--force-color-
               "--disable-background-timer-throttling", "--disable-backgrounding-occluded-windows",
               "--disable-renderer-backgrounding", "--disable-breakpad", "--password-store=basic",
               "--use-mock-keychain", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
+              "--disable-features=HttpsUpgrades",
               *("--disable-quic", "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
                 "--webrtc-ip-handling-policy=disable_non_proxied_udp",
                 "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"))
-# The last four keep the browser's own traffic off the network: pages rendered under a fetch policy
+# HttpsUpgrades off: Chromium would turn an http:// navigation into https://, which an archive of
+# the http:// page does not hold and a live site may not serve. The last four keep the browser's
+# own traffic off the network: pages rendered under a fetch policy
 # reach it only through the policy proxy (policy_proxy.py). No QUIC (it would not use the proxy),
 # WebRTC only through the proxy (no direct UDP, no host candidates), and Chromium's own resolver
 # answers "not found" for every name, so nothing that slips past the proxy can even resolve one.
@@ -77,7 +80,9 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 RESULT_KEYS = ("url", "final_url", "title", "html", "screenshot", "screenshot_width", "screenshot_height",
                "viewport_width", "viewport_height", "device_scale_factor", "nodes", "actions", "text_chars",
-               "render_ms")
+               "stylesheets_loaded", "stylesheets_missing", "images_loaded", "images_missing", "render_ms")
+# sub-resources counted per page: loaded (a response below 400) or missing (failed, refused, 4xx/5xx)
+COUNTED_TYPES = {"stylesheet": "stylesheets", "image": "images"}
 
 # one round trip before the capture: scroll to the top, sizes, title, HTML (page.content()'s recipe)
 _PAGE_STATE_JS = """(() => {
@@ -214,7 +219,8 @@ class Renderer:
     # ------------------------------------------------------------ the work
 
     def render_page(self, target_url: str, platform: str, seed: int, *, route_handler=None, policy=None,
-                    timeout_ms: int = 15000, max_screenshot_height: int = 4096, follow_links: int = 3) -> dict:
+                    timeout_ms: int = 15000, max_screenshot_height: int = 4096, follow_links: int = 3,
+                    clock: str | None = None) -> dict:
         """Render one page; see `render_page` (module level) for the result."""
         if platform not in PLATFORMS:
             raise ValueError(f"platform must be one of {PLATFORMS}, not {platform!r}")
@@ -227,7 +233,7 @@ class Renderer:
         # goto, capture and each followed link get timeout_ms; past this the browser is killed
         budget_s = timeout_ms / 1000 * (3 + follow_links) + self.watchdog_slack_s
         return self._submit(lambda w: w.render(target_url, platform, seed, route_handler, policy, timeout_ms,
-                                               max_screenshot_height, follow_links), budget_s)
+                                               max_screenshot_height, follow_links, clock), budget_s)
 
     def bare_capture(self, url: str, width: int = DESKTOP_WIDTH, height: int = 900,
                      max_screenshot_height: int = 4096, timeout_ms: int = 15000) -> bytes:
@@ -243,13 +249,17 @@ def render_page(target_url: str, platform: str, seed: int, *, renderer: Renderer
     `policy` (a FetchPolicy, a fresh one per page: it holds the page's DNS answers): every
     request the page makes goes through a policy proxy that enforces it at the point of
     connection. Without one the browser fetches directly, and only 127.0.0.1 (Chromium's own
-    resolver is off): for trusted pages in tests and benchmarks. `route_handler` serves requests itself (WARC replay);
-    whatever it lets through still meets the proxy.
+    resolver is off): for trusted pages in tests and benchmarks. `route_handler` serves requests
+    itself (WARC replay); whatever it lets through still meets the proxy. `clock` (ISO 8601, e.g.
+    a record's WARC-Date) is the time the page's clock starts at: a replayed page sees the day it
+    was crawled.
 
     Returns a dict with exactly RESULT_KEYS: url, final_url, title, html, screenshot (PNG bytes),
     screenshot_width/height (pixels), viewport_width/height (CSS px), device_scale_factor,
     nodes (NODE dicts, schemas/multiui.py), actions ({node_id, target_url, target_title}),
-    text_chars, render_ms. Raises RenderError for a page that cannot become a row.
+    text_chars, stylesheets_loaded/missing and images_loaded/missing (the page's own sub-resources:
+    loaded, or failed, refused or answered 4xx/5xx), render_ms. Raises RenderError for a page that
+    cannot become a row.
     Without `renderer`, a browser is started and closed for this one call."""
     if renderer is not None:
         return renderer.render_page(target_url, platform, seed, **kw)
@@ -445,7 +455,18 @@ class _Worker:
                 doc["status"] = resp.status
                 doc["content_type"] = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
 
+        counted: set = set()
+
+        def on_resource(request, loaded: bool):
+            kind = COUNTED_TYPES.get(request.resource_type)
+            if kind and request not in counted:  # a refused response may also end as a failure
+                counted.add(request)
+                key = f"{kind}_{'loaded' if loaded else 'missing'}"
+                doc[key] = doc.get(key, 0) + 1
+
         page.on("response", on_response)
+        page.on("response", lambda resp: on_resource(resp.request, resp.status < 400))
+        page.on("requestfailed", lambda req: on_resource(req, False))
         page.on("popup", lambda p: _quietly(p.close))
         page.on("download", lambda d: (doc.__setitem__("download", True), _quietly(d.cancel)))
         page.on("crash", lambda p: doc.__setitem__("crashed", True))
@@ -474,7 +495,8 @@ class _Worker:
         _check_scheme(page.url)
         return resp
 
-    def render(self, url, platform, seed, route_handler, policy, timeout_ms, max_shot_h, follow_links) -> dict:
+    def render(self, url, platform, seed, route_handler, policy, timeout_ms, max_shot_h, follow_links,
+               clock=None) -> dict:
         t0 = time.perf_counter()
         doc: dict = {}
         proxy = None
@@ -500,6 +522,8 @@ class _Worker:
         self.owner.pages_rendered += 1
         session = None
         try:
+            if clock:
+                ctx.clock.install(time=clock)
             page = self.open_page(ctx, doc, timeout_ms)
             self.navigate(page, url, doc, timeout_ms)
             tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
@@ -507,6 +531,8 @@ class _Worker:
                                      timeout=timeout_ms / 1000)["sessionId"]
             row = self.capture(session, options, max_shot_h, timeout_ms)
             row["url"] = url
+            row.update({f"{kind}_{state}": doc.get(f"{kind}_{state}", 0)
+                        for kind in COUNTED_TYPES.values() for state in ("loaded", "missing")})
             row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
                                               policy if route_handler is None else None)
                               if follow_links else [])
@@ -571,7 +597,7 @@ class _Worker:
             "screenWidth": screen["width"], "screenHeight": screen["height"],
             "screenOrientation": {"angle": 0, "type": "portraitPrimary"}}, session)
         state = send("Runtime.evaluate", {"expression": _PAGE_STATE_JS, "returnByValue": True}, session)
-        snap_f = send("DOMSnapshot.captureSnapshot", {"computedStyles": ["visibility"]}, session)
+        snap_f = send("DOMSnapshot.captureSnapshot", SnapshotIndex.PARAMS, session)  # styles for clip, opacity, overlays
         ax_f = send("Accessibility.getFullAXTree", {}, session)
         st = state.result(wait)
         if "exceptionDetails" in st:

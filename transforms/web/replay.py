@@ -5,9 +5,12 @@
 request is fulfilled from the `WarcArchive`; whatever the archive lacks is aborted and recorded
 as (url, reason), never fetched live. The bytes served are summed against the page's budget.
 
-Requests that never pass through `route()` (WebSockets, WebRTC, preconnects, a shared worker's
-fetches) are not this handler's business: the renderer puts a replayed page's context behind a
-policy proxy that refuses everything (`FetchPolicy.deny_all()`), so they reach nothing either.
+With `live_subresources`, a sub-resource the archive lacks is passed on to the network instead:
+Common Crawl rarely stores CSS, fonts and images, and a page rendered without them is not the
+page. Requests that never pass through `route()` (WebSockets, WebRTC, preconnects, a shared
+worker's fetches) and those passed on meet the policy proxy the renderer puts every context
+behind: one that refuses everything for a pure replay (`FetchPolicy.deny_all()`), the live
+fetch policy otherwise. HTML is served with the charset its bytes are in (`charset.py`).
 
 Archived redirects of a navigation: the chain is followed inside the archive, then the browser
 is handed one new navigation to the chain's last URL through Playwright's
@@ -17,6 +20,7 @@ Should a Playwright version drop that call, the final response is served under t
 """
 from __future__ import annotations
 
+from transforms.web.charset import html_charset, with_charset
 from transforms.web.fetch_policy import DEFAULT_MAX_BYTES
 from transforms.web.warc_archive import MAX_REDIRECTS, WarcArchive
 
@@ -33,8 +37,13 @@ class ReplayHandler:
     """
 
     def __init__(self, archive: WarcArchive, max_bytes: int = DEFAULT_MAX_BYTES,
-                 max_redirects: int = MAX_REDIRECTS):
+                 max_redirects: int = MAX_REDIRECTS, live_subresources: bool = False):
+        """live_subresources: a sub-resource the archive lacks (CSS, fonts, images, scripts) is
+        fetched live, through the page's policy proxy, instead of refused; the page itself and
+        its redirects always come from the archive."""
         self.archive = archive
+        self.live_subresources = live_subresources
+        self.live: list[str] = []  # URLs passed on to the network (live_subresources)
         self.max_bytes = int(max_bytes)
         self.max_redirects = max_redirects
         self.refusals: list[tuple[str, str]] = []
@@ -59,6 +68,9 @@ class ReplayHandler:
             return route.continue_()  # local to the browser, no network involved
         record = self.archive.get(url)
         if record is None:
+            if self.live_subresources and not _is_page(request):
+                self.live.append(url)
+                return route.continue_()  # to the network through the policy proxy
             return self._refuse(route, url, "not in the archive (replay never fetches live)")
         if record.location:
             record = self.archive.resolve(url, self.max_redirects)
@@ -74,11 +86,25 @@ class ReplayHandler:
             return self._refuse(route, url, f"page size budget of {self.max_bytes} bytes exceeded "
                                             f"({self.bytes_served} bytes already served)")
         self.bytes_served += len(record.body)
-        route.fulfill(status=record.status, headers=record.headers, body=record.body)
+        headers = record.headers
+        content_type = headers.get("content-type", "")
+        if request.resource_type == "document" or content_type.startswith(("text/html", "application/xhtml")):
+            # the charset the bytes are really in, so the page reads as it did live (charset.py)
+            headers = dict(headers, **{"content-type": with_charset(content_type, html_charset(content_type,
+                                                                                                record.body))})
+        route.fulfill(status=record.status, headers=headers, body=record.body)
 
     def _refuse(self, route, url: str, reason: str) -> None:
         self.refusals.append((url, reason))
         route.abort(BLOCKED)
+
+
+def _is_page(request) -> bool:
+    """The page's own document (its main frame's navigation), which only the archive may serve."""
+    if not request.is_navigation_request():
+        return False
+    frame = request.frame
+    return frame.parent_frame is None
 
 
 def _can_redirect_navigation(route) -> bool:

@@ -28,6 +28,7 @@ class ArchivedResponse:
     headers: dict[str, str]
     body: bytes
     redirects: tuple[str, ...] = field(default=())  # URLs that redirected here, in order
+    date: str | None = None  # WARC-Date: when the crawler fetched it (ISO 8601, UTC)
 
     @property
     def location(self) -> str | None:
@@ -55,13 +56,22 @@ def normalize_url(url: str) -> str:
 
 
 def _variants(url: str) -> list[str]:
+    """The keys `url` may be archived under, best first: as asked, with or without a trailing
+    slash, then the same under the other scheme (a crawler that fetched http:// archives the
+    http:// URL, while the page links to https://, or the other way round)."""
     key = normalize_url(url)
     parts = urlsplit(key)
     other = parts.path[:-1] if parts.path.endswith("/") else parts.path + "/"
-    variants = [key]
-    if other:
-        variants.append(urlunsplit((parts.scheme, parts.netloc, other, parts.query, "")))
-    return variants
+    paths = [parts.path] + ([other] if other else [])
+    swapped = {"http": "https", "https": "http"}.get(parts.scheme)
+    schemes = [parts.scheme] + ([swapped] if swapped else [])
+    netloc = parts.netloc
+    out = []
+    for scheme in schemes:
+        if scheme != parts.scheme and ":" in netloc.rsplit("]", 1)[-1]:
+            continue  # an explicit port belongs to its scheme
+        out += [urlunsplit((scheme, netloc, path, parts.query, "")) for path in paths]
+    return out
 
 
 class WarcArchive:
@@ -145,7 +155,7 @@ class WarcArchive:
             response = following
         if response is not None and hops:
             response = ArchivedResponse(response.url, response.status, response.headers, response.body,
-                                        tuple(hops))
+                                        tuple(hops), response.date)
         return response
 
     def lookup(self, url: str) -> tuple[int, dict[str, str], bytes] | None:
@@ -172,4 +182,9 @@ class WarcArchive:
                 else:
                     headers[low] = value
             archived_url = record.rec_headers.get_header("WARC-Target-URI") or url
-        return ArchivedResponse(url=archived_url, status=status, headers=headers, body=body)
+            date = record.rec_headers.get_header("WARC-Date")
+        return ArchivedResponse(url=archived_url, status=status, headers=headers, body=body, date=date)
+
+    def record_at(self, offset: int) -> ArchivedResponse:
+        """The response record at `offset` (a target's `source_ref`), without following a redirect."""
+        return self._read(offset, "")

@@ -1,6 +1,8 @@
 """Pictures for samples: the red target box of element OCR, and a card for `shardsmith inspect`.
 
 Both work on PNG bytes and return new PNG bytes; the page's screenshot is never modified.
+Element OCR samples store only their box (`box_px`); `sample_image` draws the frame when
+a sample is looked at or exported, exactly as the trainer does at load time.
 """
 from __future__ import annotations
 
@@ -10,24 +12,16 @@ from typing import Optional, Sequence
 
 from PIL import Image, ImageDraw, ImageFont
 
+from schemas import multiui as schema
+
 FONT_DIR = "/usr/share/fonts/truetype/dejavu"
 IMAGE_TOKEN = "<image>\n"
 
 
 def outline_rect(box_px: Sequence[float], width: int, size: tuple[int, int]) -> Optional[tuple[int, int, int, int]]:
-    """The outer rectangle [x0, y0, x1, y1] (inclusive pixels) of a `width`-px frame drawn just
-    outside the box, clipped to the image; None when the box is outside the image.
-
-    The frame sits outside the element so that it does not cover the text to be read; where the
-    element touches the image border the frame is pushed inside there, so all four sides show.
-    """
-    w, h = size
-    left, top, right, bottom = (int(round(float(v))) for v in box_px)
-    x0, y0, x1, y1 = left - width, top - width, right - 1 + width, bottom - 1 + width
-    x0, y0, x1, y1 = max(0, x0), max(0, y0), min(w - 1, x1), min(h - 1, y1)
-    if x1 < x0 or y1 < y0:
-        return None
-    return x0, y0, x1, y1
+    """The frame element OCR asks about (schemas.multiui.mark_rect: one definition for the
+    pipeline, the trainer and `shardsmith export`, so their pixels agree)."""
+    return schema.mark_rect(box_px, size, width)
 
 
 def open_rgb(png_bytes: bytes) -> Image.Image:
@@ -43,12 +37,27 @@ def draw_box(png_bytes: bytes, box_px: Sequence[float], color: tuple = (255, 0, 
 
 def draw_box_on(image: Image.Image, box_px: Sequence[float], color: tuple = (255, 0, 0), width: int = 3) -> bytes:
     """draw_box on an already decoded image (left unchanged): decode a screenshot once, frame many targets."""
+    return to_png(mark_image(image.copy(), box_px, color, width))
+
+
+def mark_image(image: Image.Image, box_px: Sequence[float], color: tuple = schema.MARK_COLOR,
+               width: int = schema.MARK_WIDTH) -> Image.Image:
+    """Frame box_px on `image` in place (raises ValueError for a box outside it) and return it."""
     rect = outline_rect(box_px, width, image.size)
     if rect is None:
         raise ValueError(f"box {list(box_px)} lies outside the {image.size[0]}x{image.size[1]} image")
-    image = image.copy()
     ImageDraw.Draw(image).rectangle(rect, outline=tuple(color), width=width)
-    return to_png(image)
+    return image
+
+
+def sample_image(screenshot_png: bytes, sample: dict) -> Image.Image:
+    """The picture a sample is about: its page's screenshot, with the red frame for element OCR."""
+    image = open_rgb(screenshot_png)
+    if sample.get("task") in schema.MARKED_TASKS:
+        if sample.get("box_px") is None:
+            raise ValueError(f"sample {sample.get('id')}: {sample.get('task')} without box_px")
+        mark_image(image, sample["box_px"])
+    return image
 
 
 def to_png(image: Image.Image) -> bytes:
@@ -126,4 +135,4 @@ def render_sample_card(png: bytes, box_norm: Optional[Sequence[float]], question
     return to_png(card)
 
 
-__all__ = ["draw_box", "draw_box_on", "open_rgb", "outline_rect", "render_sample_card", "load_font", "to_png"]
+__all__ = ["draw_box", "draw_box_on", "mark_image", "sample_image", "open_rgb", "outline_rect", "render_sample_card", "load_font", "to_png"]

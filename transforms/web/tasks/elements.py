@@ -35,6 +35,8 @@ GROUNDING_ROLES = TEXT_ROLES | frozenset({
     "menuitemcheckbox", "menuitemradio", "spinbutton",
 })
 IMAGE_ROLES = frozenset({"image", "img"})
+# Roles of text nodes: their name is the painted text itself (Chromium's StaticText).
+TEXT_LEAVES = frozenset({"statictext", "text"})
 
 ROLE_WORDS = {
     "statictext": "text", "text": "text", "paragraph": "paragraph", "heading": "heading", "link": "link",
@@ -105,18 +107,20 @@ def role_of(node: Mapping) -> str:
 
 
 def role_word(node: Mapping) -> str:
-    if role_of(node) == "heading" or _heading_level(node):
+    if role_of(node) == "heading" or heading_level(node):
         return "heading"
     return ROLE_WORDS.get(role_of(node), role_of(node) or "element")
 
 
-def _heading_level(node: Mapping) -> int:
+def heading_level(node: Mapping) -> int:
+    """1-6 for <h1>-<h6>, 0 for anything else (a role=heading on another tag included)."""
     tag = str(node.get("tag") or "").lower()
     return int(tag[1]) if re.fullmatch(r"h[1-6]", tag) else 0
 
 
+
 def is_heading(node: Mapping) -> bool:
-    return role_of(node) == "heading" or _heading_level(node) > 0
+    return role_of(node) == "heading" or heading_level(node) > 0
 
 
 def describe(node: Mapping) -> str:
@@ -179,20 +183,26 @@ class PageIndex:
         self.page = page
         self.nodes = list(page.get("nodes") or [])
         self.by_id = {int(n["node_id"]): n for n in self.nodes}
+        self._children: Optional[dict] = None
+        self._text: dict[int, str] = {}
         self._shadow = {int(n["node_id"]): self._repeats_ancestor(n) for n in self.nodes}
         self.name_counts = Counter(name_key(n.get("name")) for n in self.nodes
                                    if name_key(n.get("name")) and role_of(n) in GROUNDING_ROLES
                                    and not self._shadow[int(n["node_id"])])
 
     def _repeats_ancestor(self, node: Mapping) -> bool:
-        key = name_key(node.get("name"))
+        return self._ancestor_repeats(node, GROUNDING_ROLES, lambda n: name_key(n.get("name")))
+
+    def _ancestor_repeats(self, node: Mapping, roles, key_of) -> bool:
+        """Whether an ancestor with a role in `roles` has the same non-empty `key_of` as `node`."""
+        key = key_of(node)
         if not key:
             return False
         seen, parent = set(), int(node.get("parent", -1))
         while parent in self.by_id and parent not in seen:
             seen.add(parent)
             ancestor = self.by_id[parent]
-            if role_of(ancestor) in GROUNDING_ROLES and name_key(ancestor.get("name")) == key:
+            if role_of(ancestor) in roles and key_of(ancestor) == key:
                 return True
             parent = int(ancestor.get("parent", -1))
         return False
@@ -200,8 +210,83 @@ class PageIndex:
     def is_shadow(self, node: Mapping) -> bool:
         return self._shadow.get(int(node["node_id"]), False)
 
+    def _children_map(self) -> dict:
+        if self._children is None:
+            self._children = {}
+            for n in self.nodes:
+                self._children.setdefault(int(n.get("parent", -1)), []).append(n)
+        return self._children
+
+    def visible_text(self, node: Mapping) -> str:
+        """The text an OCR question can ask for: what the node's text descendants paint.
+
+        Not the accessible name, which may come from aria-label, alt, title or screen-reader-only
+        text: the tree keeps only text the screenshot shows (ax_tree.py drops clipped, covered
+        and transparent text), and this joins what is left under the node, in document order.
+        When that is the name with its spacing changed, the name is used (Chromium spaces the
+        parts of a name as they are laid out). A node with no text under it reads as its name
+        only when it is an <input>, whose value Chromium paints without a text node; otherwise ''.
+        """
+        node_id = int(node["node_id"])
+        if node_id in self._text:
+            return self._text[node_id]
+        name = clean_text(node.get("name"))
+        if role_of(node) in TEXT_LEAVES:
+            text = name
+        else:
+            pieces = self._text_pieces(node_id)
+            if not pieces:
+                text = name if str(node.get("tag") or "").lower() == "input" else ""
+            else:
+                joined = _join_pieces(pieces)
+                text = name if _squash(name) == _squash(joined) else joined
+        self._text[node_id] = text
+        return text
+
+    def _text_pieces(self, node_id: int) -> list:
+        """(text, box) of the text leaves under node_id, in document order."""
+        children, out, stack, seen = self._children_map(), [], list(reversed(self._children_map().get(node_id, []))), set()
+        while stack:
+            n = stack.pop()
+            nid = int(n["node_id"])
+            if nid in seen:
+                continue
+            seen.add(nid)
+            if role_of(n) in TEXT_LEAVES:
+                text = str(n.get("name") or "")
+                if text.strip():
+                    out.append((text, n.get("box")))
+                continue
+            stack.extend(reversed(children.get(nid, [])))
+        return out
+
+    def repeats_ancestor_text(self, node: Mapping) -> bool:
+        """Whether an OCR-able ancestor (TEXT_ROLES) shows the same text: the same words framed twice."""
+        return self._ancestor_repeats(node, TEXT_ROLES, lambda n: self.visible_text(n).casefold())
+
     def is_duplicate(self, node: Mapping) -> bool:
         return self.name_counts[name_key(node.get("name"))] > 1
+
+
+def _squash(text: str) -> str:
+    return "".join(text.split()).casefold()
+
+
+def _join_pieces(pieces: Sequence[tuple]) -> str:
+    """Text leaves joined as laid out: no space between fragments that touch on one line
+    ("wor" + "ld" of "wor<b>ld</b>"), one space otherwise (list items, cells, lines, and
+    fragments whose own text ends or starts with a space)."""
+    out, last = "", None
+    for text, box in pieces:
+        if out:
+            touching = (not out[-1].isspace() and not text[0].isspace() and box is not None and last is not None and len(box) == 4 and len(last) == 4
+                        and abs(float(box[1]) - float(last[1])) < 0.5 * max(1.0, float(last[3]) - float(last[1]))
+                        and 0 <= float(box[0]) - float(last[2]) < 1.5)
+            out += text if touching else " " + text
+        else:
+            out = text
+        last = box
+    return clean_text(out)
 
 
 def page_problem(page: Mapping) -> Optional[str]:
@@ -215,7 +300,7 @@ def page_problem(page: Mapping) -> Optional[str]:
 
 def make_sample(page: Mapping, task: str, template_id: int, question: str, answer: str, *,
                 generator: str = RULE, target_node: Optional[int] = None, bbox: Optional[list] = None,
-                image: Optional[bytes] = None) -> dict:
+                box_px: Optional[Sequence[float]] = None) -> dict:
     """One `samples` row: a two-turn LLaVA conversation whose human turn starts with `<image>\\n`.
 
     The id hashes the page, task, target, template and the turns themselves, so a change in the
@@ -234,7 +319,7 @@ def make_sample(page: Mapping, task: str, template_id: int, question: str, answe
                           {"from": "gpt", "value": answer}],
         "target_node": None if target_node is None else int(target_node),
         "bbox": None if bbox is None else [float(v) for v in bbox],
-        "image": image,
+        "box_px": None if box_px is None else [int(round(float(v))) for v in box_px],
     }
 
 

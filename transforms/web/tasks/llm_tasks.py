@@ -14,7 +14,9 @@ Each `*_requests(page, ...)` returns a TaskOutput whose `requests` are (Request,
 `meta` is small plain data (page id, platform, task, target, box, cap) that travels with the
 request, so `parse_completion(meta, completion)` needs no page. A parser returns a list of
 `samples` rows, or a Rejected naming what was wrong with the output (empty, refused, no
-Q/A pair, cut off) for the dead-letter table. generator = "llm:" + completion.model.
+Q/A pair, cut off, a generation loop, prose instead of an instruction, a copy of the prompt's
+example) for the dead-letter table. Near-misses of the format are read, not rejected (see the
+comment above _LIST_MARK). generator = "llm:" + completion.model.
 
 Vision tasks (embedded_image_caption, embedded_image_qa) need a model that sees the image.
 Without one, `embedded_image_tasks(page, vision=False)` counts the images left undone as a skip
@@ -50,10 +52,25 @@ MIN_CAPTION_WORDS = {"webpage_caption": 12, "embedded_image_caption": 3}
 MAX_QUESTION_CHARS = 300
 MAX_ANSWER_CHARS = 1000
 MAX_INSTRUCTION_CHARS = 200
+COPIED = "copies the prompt's example page"
 
-_Q_LINE = re.compile(r"^\s*(?:Q|Question)\s*\d*\s*[:：]\s*(.*)$", re.IGNORECASE)
-_A_LINE = re.compile(r"^\s*(?:A|Answer)\s*\d*\s*[:：]\s*(.*)$", re.IGNORECASE)
-_LABEL = re.compile(r"^\s*(?:caption|description|instruction)\s*[:：]\s*", re.IGNORECASE)
+# Small models write the asked-for format with variations: "**Q1:**", "1. Question:", "Q. ...",
+# "Q: ...? A: ..." on one line, a numbered question with its answer below and no labels. The
+# parsers accept these near-misses (tests/data/multiui_llm_outputs.json holds real ones) rather than
+# throw the completion away; what is still unreadable becomes a Rejected with the text.
+_LIST_MARK = r"(?:[-*•>]\s*|\(?\d{1,2}[.)]\s*|#{1,6}\s*)?"
+_Q_LINE = re.compile(rf"^\s*{_LIST_MARK}(?:Q|Question)\s*\d*\s*(?:[:：.)]|\s-|\s(?=\S.*\?\s*$))\s*(.*)$",
+                     re.IGNORECASE)
+_A_LINE = re.compile(rf"^\s*{_LIST_MARK}(?:A|Answer)\s*\d*\s*(?:[:：.)]|\s-)\s*(.*)$", re.IGNORECASE)
+_INLINE_A = re.compile(r"\s(?:A|Answer)\s*\d*\s*[:：]\s*", re.IGNORECASE)
+_NUMBERED_Q = re.compile(r"^\s*(?:\d{1,2}[.)]|[-*•])\s+(.+?\?)\s*(.*)$")
+_MARKUP = re.compile(r"\*\*|__")
+_LABEL = re.compile(r"^\s*(?:#{1,6}\s*)?(?:(?:webpage|page|image)\s+)?(?:caption|description|instruction)\s*\d*"
+                    r"\s*[:：]\s*", re.IGNORECASE)
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,2}[.)])\s+")
+_HEADING = re.compile(r"^\s*#{1,6}\s+\S.*$")
+_TREE_BOX = re.compile(r"\s*\[\d+(?:\.\d+)?(?:\s*,\s*\d+(?:\.\d+)?){3}\]")
+_QUOTES = "\"'`“”‘’ "
 _COORDINATES = re.compile(r"[\[(]\s*\d+(?:\.\d+)?\s*,\s*\d+(?:\.\d+)?")
 _SENTENCE_END = re.compile(r"[.!?。](?=\s|$)")
 
@@ -91,6 +108,55 @@ def _start(page: Mapping, task: str) -> tuple[TaskOutput, bool]:
 
 # -- requests ---------------------------------------------------------------------------------
 
+# Action grounding shows a worked example, sent as an earlier user/assistant exchange: a small model
+# (the default SmolLM2-135M) copies a shown answer's shape far more reliably than it follows a
+# described format (on 4 bundled pages, unusable instructions fell from 28 of 32 to 7). The example
+# page is made up and short (sent 8 times a page); output that copies its content is rejected
+# (EXAMPLE_WORDS). Stop at a blank line: an instruction is one line, and what the model adds after
+# it only costs tokens. Caption and QA show none: given one, the model wrote the example back with
+# the name changed, or one stray question, more often than without.
+EXAMPLE_HEADER = ("Platform: desktop (1280x900 px)\nTitle: Acme Bakery | Fresh bread daily\n"
+                  "URL: https://acme-bakery.example/")
+EXAMPLE_CONTEXT = ('  StaticText "Sourdough loaf $6" [80,260,300,284]\n  *button "Add to basket" [320,256,460,288]')
+EXAMPLE_TARGET = 'button "Add to basket" [320,256,460,288]'
+EXAMPLE_INSTRUCTION = "Add a sourdough loaf to my basket."
+CAPTION_ASK = ("Write a caption of this webpage as if describing its screenshot: what the page is for, its "
+               "layout, its main sections and content, in 3 to 5 sentences of plain prose. Reply with the "
+               "caption only.")
+INSTRUCTION_ASK = ("Write one short instruction (at most 15 words) that a user of this page might give, which is "
+                   "carried out by clicking or using exactly this element. Do not mention coordinates, the tree "
+                   "or the element's role. Reply in the form:\nInstruction: <instruction>")
+# Words of the example page: output that uses one the real page lacks copied the example (the
+# default model does: "Add a pickup to our gift basket.").
+EXAMPLE_WORDS = frozenset({"acme", "bakery", "bread", "sourdough", "loaf", "basket"})
+_WORD = re.compile(r"\w+")
+
+
+def example_words_missing(page: Mapping, tree: str) -> list[str]:
+    """The example page's words that this page's title and tree do not hold (small, so it travels
+    in the request's meta to the parser, which never sees the page)."""
+    words = set(_WORD.findall(f"{page.get('title') or ''} {tree}".casefold()))
+    return sorted(EXAMPLE_WORDS - words)
+
+
+def copies_example(text: str, meta: Mapping) -> bool:
+    """Whether model output uses a word of the prompt's example that the page itself lacks."""
+    missing = meta.get("example_words") or ()
+    return bool(missing) and not set(missing).isdisjoint(_WORD.findall(text.casefold()))
+
+
+def _qa_ask(pairs: int) -> str:
+    return (f"Write {pairs} different question-answer pairs about this webpage that a person looking at its "
+            "screenshot could answer: facts stated on the page, what a section or control is for, simple "
+            "reasoning over the content. Do not mention the accessibility tree, node roles or pixel "
+            "coordinates. Use exactly this format, one pair after another:\nQ: <question>\nA: <answer>")
+
+
+def _messages(example_user: str, example_answer: str, user: str) -> tuple:
+    return ({"role": "system", "content": SYSTEM}, {"role": "user", "content": example_user},
+            {"role": "assistant", "content": example_answer}, {"role": "user", "content": user})
+
+
 def caption_requests(page: Mapping, sampling: Sampling = Sampling(max_tokens=400),
                      tree_chars: int = 6000) -> TaskOutput:
     """One request per page: describe the page from its tree."""
@@ -100,17 +166,14 @@ def caption_requests(page: Mapping, sampling: Sampling = Sampling(max_tokens=400
         out.skip("empty accessibility tree")
     if not tree:
         return out
-    user = (f"{_page_header(page)}\nAccessibility tree:\n{tree}\n\n"
-            "Write a detailed caption of this webpage as if describing its screenshot: what the page "
-            "is for, its layout and its main sections and content, in 3 to 6 sentences of plain prose. "
-            "Reply with the caption only.")
-    messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+    messages = ({"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"{_page_header(page)}\nAccessibility tree:\n{tree}\n\n{CAPTION_ASK}"})
     out.requests.append((_request(page, "webpage_caption", None, messages, sampling),
                          _meta(page, "webpage_caption")))
     return out
 
 
-def qa_requests(page: Mapping, sampling: Sampling = Sampling(max_tokens=600), pairs: int = 5,
+def qa_requests(page: Mapping, sampling: Sampling = Sampling(max_tokens=600), pairs: int = 4,
                 tree_chars: int = 6000, rules: TaskRules = TaskRules()) -> TaskOutput:
     """One request per page asking for `pairs` Q/A pairs in the strict `Q: ...` / `A: ...` format."""
     out, ok = _start(page, "webpage_qa")
@@ -119,20 +182,15 @@ def qa_requests(page: Mapping, sampling: Sampling = Sampling(max_tokens=600), pa
         out.skip("empty accessibility tree")
     if not tree:
         return out
-    user = (f"{_page_header(page)}\nAccessibility tree:\n{tree}\n\n"
-            f"Write {pairs} diverse question-answer pairs about this webpage that a person looking at its "
-            "screenshot could answer: facts stated on the page, what a section or control is for, "
-            "comparisons, simple reasoning over the content. Do not mention the accessibility tree, "
-            "node roles or pixel coordinates. Use exactly this format, one pair after another:\n"
-            "Q: <question>\nA: <answer>\n")
-    messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+    messages = ({"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"{_page_header(page)}\nAccessibility tree:\n{tree}\n\n{_qa_ask(pairs)}"})
     out.requests.append((_request(page, "webpage_qa", None, messages, sampling),
                          _meta(page, "webpage_qa", max_samples=rules.max_per_task)))
     return out
 
 
 def action_grounding_requests(page: Mapping, sampling: Sampling = Sampling(max_tokens=60),
-                              rules: TaskRules = TaskRules(), context_chars: int = 2000) -> TaskOutput:
+                              rules: TaskRules = TaskRules(), context_chars: int = 1000) -> TaskOutput:
     """One request per chosen interactive element: write the instruction a user would give."""
     out, ok = _start(page, "action_grounding")
     if not ok:
@@ -151,19 +209,19 @@ def action_grounding_requests(page: Mapping, sampling: Sampling = Sampling(max_t
     candidates = reading_order(candidates)
     chosen = pick(candidates, rules.max_per_task, page["id"], "action_grounding", "pick")
     out.skip("over max_per_task", len(candidates) - len(chosen))
+    example = (f"{EXAMPLE_HEADER}\nPart of the accessibility tree:\n{EXAMPLE_CONTEXT}\n\n"
+               f"Target element: {EXAMPLE_TARGET}\n\n{INSTRUCTION_ASK}")
+    sampling = sampling if sampling.stop else dataclasses.replace(sampling, stop=("\n\n",))
     for node in chosen:
         node_id = int(node["node_id"])
         context = tree_text(index.nodes, context_chars, focus=node_id)
         box = ",".join(str(int(round(float(v)))) for v in node["box"])
         user = (f"{_page_header(page)}\nPart of the accessibility tree:\n{context}\n\n"
-                f"Target element: {node.get('role')} \"{clean_text(node.get('name'))}\" [{box}]\n\n"
-                "Write one short, natural instruction that a user of this page might give, which is "
-                "carried out by clicking or using exactly this element (for example \"Open the pricing "
-                "page\" or \"Search for running shoes\"). Do not mention coordinates, the tree or the "
-                "element's role. Reply in the form:\nInstruction: <instruction>")
-        messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+                f"Target element: {node.get('role')} \"{clean_text(node.get('name'))}\" [{box}]\n\n{INSTRUCTION_ASK}")
+        messages = _messages(example, f"Instruction: {EXAMPLE_INSTRUCTION}", user)
         out.requests.append((_request(page, "action_grounding", node_id, messages, sampling),
-                             _meta(page, "action_grounding", node_id, norm_bbox(node), element=describe(node))))
+                             _meta(page, "action_grounding", node_id, norm_bbox(node), element=describe(node),
+                                   example_words=example_words_missing(page, context))))
     return out
 
 
@@ -198,9 +256,38 @@ def _common_problem(text: str) -> Optional[str]:
     return None
 
 
+def caption_text(text: str) -> str:
+    """The caption in a completion, as prose: a "Caption:" label, short markdown headings, bold
+    and list marks taken out (list items joined as sentences), and pixel boxes copied from the tree
+    dropped, since a screenshot caption never shows them."""
+    kept = []
+    for raw in text.splitlines():
+        line = _TREE_BOX.sub("", _MARKUP.sub("", raw)).strip()
+        if not kept:
+            line = _LABEL.sub("", line, count=1).strip()
+        if not line or (_HEADING.match(line) and len(line.split()) <= 5):
+            continue
+        if _BULLET.match(line):
+            line = _BULLET.sub("", line)
+            line = line if line[-1] in ".!?:;" else line + "."
+        kept.append(line)
+    return " ".join(kept).strip()
+
+
+def repetitive(text: str, n: int = 3, min_words: int = 24) -> bool:
+    """Whether a text loops ("a variety of services, a variety of services, ..."), as small models
+    do near max_tokens: fewer than half of its word n-grams are distinct. Such a caption teaches
+    nothing about the page."""
+    words = re.findall(r"\w+", text.casefold())
+    if len(words) < min_words:
+        return False
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return len(set(grams)) < 0.5 * len(grams)
+
+
 def parse_caption(meta: Mapping, completion: Completion) -> Union[list, Rejected]:
     """webpage_caption / embedded_image_caption: the completion is the caption."""
-    task, text = meta["task"], _LABEL.sub("", completion.text.strip(), count=1).strip()
+    task, text = meta["task"], caption_text(completion.text)
     problem = _common_problem(text)
     if problem:
         return Rejected(problem, _excerpt(completion))
@@ -210,6 +297,10 @@ def parse_caption(meta: Mapping, completion: Completion) -> Union[list, Rejected
     if len(text.split()) < MIN_CAPTION_WORDS[task]:
         reason = "caption cut off at max_tokens" if completion.finish_reason == "length" else "caption too short"
         return Rejected(reason, _excerpt(completion))
+    if repetitive(text):
+        return Rejected("caption repeats itself (a generation loop)", _excerpt(completion))
+    if copies_example(text, meta):
+        return Rejected(COPIED, _excerpt(completion))
     bbox = meta.get("bbox")
     template_id, question = templates.instruction(task, meta["page_id"], meta.get("target_node"),
                                                   box=format_box(bbox) if bbox else "")
@@ -218,25 +309,57 @@ def parse_caption(meta: Mapping, completion: Completion) -> Union[list, Rejected
 
 
 def qa_pairs(text: str) -> list[tuple[str, str]]:
-    """(question, answer) pairs from `Q: ...` / `A: ...` lines; an answer runs until the next Q line.
-    Text before the first Q line, and a question without an answer, are dropped."""
-    pairs, question, answer = [], None, None
-    for line in text.splitlines():
+    """(question, answer) pairs from `Q: ...` / `A: ...` lines and their near-misses.
+
+    An answer runs until the next question or a blank line (so an epilogue such as "I hope this
+    helps" is not glued to the last answer); a line after a question that ends in "?" is taken as
+    its answer even without the `A:` label. A question on the same line as its answer, numbered
+    questions without labels, list marks and markdown bold are read too. Text before the first
+    question, and a question without an answer, are dropped."""
+    pairs: list[list[str]] = []
+    question: Optional[str] = None
+    answer: Optional[str] = None
+
+    def close():
+        nonlocal question, answer
+        if question is not None and answer is not None and answer.strip():
+            pairs.append([question, answer])
+        question = answer = None
+
+    for raw in text.splitlines():
+        line = _MARKUP.sub("", raw).rstrip()
         q_match, a_match = _Q_LINE.match(line), _A_LINE.match(line)
-        if q_match:
-            if question is not None and answer is not None:
-                pairs.append((question, answer))
-            question, answer = q_match.group(1), None
-        elif a_match and question is not None and answer is None:
-            answer = a_match.group(1)
-        elif line.strip() and question is not None:
-            if answer is None:
-                question += " " + line
+        numbered = _NUMBERED_Q.match(line) if not (q_match or a_match) else None
+        if q_match or numbered:
+            close()
+            head = q_match.group(1) if q_match else numbered.group(1) + " " + numbered.group(2)
+            question, answer = _split_inline(head)
+        elif a_match:
+            if question is not None and answer is None:
+                answer = a_match.group(1)      # a second answer to one question is dropped
+        elif not line.strip():
+            if answer is not None and answer.strip():
+                close()
+        elif question is not None:
+            if answer is not None:
+                answer = (answer + "\n" + line.strip()).strip()
+            elif question.rstrip().endswith("?") and not line.rstrip().endswith("?"):
+                answer = line.strip()          # the answer line lost its "A:" label
             else:
-                answer += "\n" + line
-    if question is not None and answer is not None:
-        pairs.append((question, answer))
-    return [(clean_text(q), answer.strip()) for q, answer in pairs]
+                question += " " + line.strip()
+    close()
+    return [(clean_text(q).strip(_QUOTES), a.strip().strip(_QUOTES).strip()) for q, a in pairs]
+
+
+def _split_inline(text: str) -> tuple[str, Optional[str]]:
+    """A question line that also holds its answer ("What ...? A: Yes", "What ...? Yes") -> both."""
+    labelled = _INLINE_A.search(text)
+    if labelled:
+        return text[: labelled.start()].strip(), text[labelled.end():].strip()
+    mark = text.find("? ")
+    if 0 <= mark < len(text) - 2 and not text.rstrip().endswith("?"):
+        return text[: mark + 1].strip(), text[mark + 2:].strip()
+    return text.strip(), None
 
 
 def parse_qa(meta: Mapping, completion: Completion) -> Union[list, Rejected]:
@@ -251,7 +374,8 @@ def parse_qa(meta: Mapping, completion: Completion) -> Union[list, Rejected]:
     kept, seen = [], set()
     for question, answer in pairs:
         if (not question or not answer.strip() or len(question) > MAX_QUESTION_CHARS
-                or len(answer) > MAX_ANSWER_CHARS or question.casefold() in seen or REFUSALS.search(answer)):
+                or len(answer) > MAX_ANSWER_CHARS or question.casefold() in seen or REFUSALS.search(answer)
+                or repetitive(answer) or copies_example(question + " " + answer, meta)):
             continue
         seen.add(question.casefold())
         kept.append((question, answer))
@@ -268,21 +392,52 @@ def parse_qa(meta: Mapping, completion: Completion) -> Union[list, Rejected]:
     return samples
 
 
+_NOT_INSTRUCTION = re.compile(r"^(?:this (?:is|page|website|instruction|element)|here(?: is|'s)|"
+                              r"i(?:'m|'d| am| would)?\b|hello|hi\b|the (?:task|element|page|webpage|website|information|user|anchor)\b|"
+                              r"what an?\b|you are\b|title\b|to illustrate\b)", re.IGNORECASE)
+_WORDS = re.compile(r"[^\W\d_]{2,}")
+
+
+def instruction_text(text: str) -> Optional[tuple[str, bool]]:
+    """The instruction in a completion: the text after an `Instruction:` label (on its line or the
+    next), else the completion's only line; markdown, list marks, quotes and a pixel box copied
+    from the prompt taken out; with whether a line break ends it (a cut at max_tokens left it
+    whole). None when there is no label and more than one line: a small model that wanders writes
+    prose whose first line is seldom an instruction."""
+    text = _MARKUP.sub("", text)
+    labelled = re.search(r"instructions?\s*\d*\s*[:：]\s*(\S.*)", text, re.IGNORECASE)
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    if labelled:
+        line, whole = labelled.group(1), "\n" in text[labelled.end(1):]
+    elif len(lines) == 1 or (len(lines) == 2 and _TREE_BOX.fullmatch(" " + lines[1])):
+        line, whole = lines[0], len(lines) == 2
+    else:
+        return None
+    line = _TREE_BOX.sub("", _BULLET.sub("", line))
+    return clean_text(line).strip(_QUOTES + "*"), whole
+
+
 def parse_instruction(meta: Mapping, completion: Completion) -> Union[list, Rejected]:
     """action_grounding: the model's instruction -> "where to act?" -> the element's box."""
     text = completion.text.strip()
     problem = _common_problem(text)
     if problem:
         return Rejected(problem, _excerpt(completion))
-    labelled = re.search(r"instruction\s*[:：]\s*(.+)", text, re.IGNORECASE)
-    line = labelled.group(1) if labelled else next(l for l in text.splitlines() if l.strip())
-    instruction = clean_text(line).strip("\"'*` ")
-    if len(instruction.split()) < 2:
+    found = instruction_text(text)
+    if found is None:
+        return Rejected("no Instruction: line in model output", _excerpt(completion))
+    instruction, whole = found
+    if len(_WORDS.findall(instruction)) < 2:
         return Rejected("instruction too short", _excerpt(completion))
-    if len(instruction) > MAX_INSTRUCTION_CHARS:
+    if len(instruction) > MAX_INSTRUCTION_CHARS or (completion.finish_reason == "length" and not whole
+                                                     and not _SENTENCE_END.search(instruction + " ")):
         return Rejected("instruction too long", _excerpt(completion))
     if _COORDINATES.search(instruction):
         return Rejected("instruction gives coordinates", _excerpt(completion))
+    if _NOT_INSTRUCTION.match(instruction):
+        return Rejected("not an instruction (describes the page or chats)", _excerpt(completion))
+    if copies_example(instruction, meta):
+        return Rejected(COPIED, _excerpt(completion))
     bbox = meta["bbox"]
     template_id, question = templates.instruction("action_grounding", meta["page_id"], meta["target_node"],
                                                   instruction=instruction)

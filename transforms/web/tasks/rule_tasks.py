@@ -6,19 +6,21 @@ when it breaks a quality rule (TaskRules): an empty name, a box under min_box_px
 the screenshot, a name too long to ask for, or, for grounding, a name that another element
 on the page shares (the question would be ambiguous). At most `max_per_task` samples per
 page and task, drawn with a seeded Random so that a rerun picks the same ones.
+
+OCR answers are the text the screenshot shows (PageIndex.visible_text: the page's visible text
+nodes), never an accessible name from aria-label, alt or title. Heading OCR is VisualWebBench's
+page-level question about the main heading, one per page.
 """
 from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
-from PIL import UnidentifiedImageError
-
+from schemas.multiui import mark_rect
 from transforms.web.tasks import templates
-from transforms.web.tasks.draw import draw_box_on, open_rgb
 from transforms.web.tasks.elements import (GROUNDING_ROLES, TEXT_ROLES, PageIndex, TaskOutput, TaskRules,
-                                           box_problem, clean_text, describe, format_box, is_heading,
+                                           box_problem, clean_text, describe, format_box, heading_level, is_heading,
                                            make_sample, name_key, norm_bbox, page_problem, pick, reading_order,
-                                           grounding_problem, rejected_page, rng_for, role_of)
+                                           grounding_problem, rng_for, role_of)
 
 OPTION_LETTERS = "ABCDEFGH"
 DISTRACTORS = len(OPTION_LETTERS) - 1
@@ -26,55 +28,67 @@ MAX_TITLE_CHARS = 150
 RULE_TASKS = ("heading_ocr", "element_ocr", "element_grounding", "action_prediction")
 
 
-def _start(page: Mapping, task: str) -> tuple[TaskOutput, Optional[PageIndex]]:
+def _start(page: Mapping, task: str, index: Optional[PageIndex] = None) -> tuple[TaskOutput, Optional[PageIndex]]:
     out = TaskOutput(task)
     problem = page_problem(page)
     if problem:
         out.skip(problem)
         return out, None
-    return out, PageIndex(page)
+    return out, index if index is not None else PageIndex(page)
 
 
-def heading_ocr(page: Mapping, rules: TaskRules = TaskRules()) -> TaskOutput:
-    """Heading nodes -> "what does the heading at [box] say?" -> the heading's text.
+def first_screen_px(page: Mapping) -> float:
+    """Height of the first screen in screenshot pixels (what a visitor sees before scrolling)."""
+    width = float(page.get("viewport_width") or 0)
+    ratio = float(page.get("screenshot_width") or 0) / width if width else 1.0
+    return float(page.get("viewport_height") or page.get("screenshot_height") or 0) * ratio
 
-    The box in the question tells which heading is meant; the first max_per_task headings in
-    reading order are used (the page's main headings come first).
+
+def heading_ocr(page: Mapping, rules: TaskRules = TaskRules(), index: Optional[PageIndex] = None) -> TaskOutput:
+    """VisualWebBench's heading OCR: "the main text within the screenshot, which can be regarded
+    as the heading of the webpage" -> its visible text. One question per page, without a box.
+
+    The main heading is the highest-level heading (h1 before h2 ...; a role=heading without a tag
+    last) that shows text in the first screen, the top-most among equals. A page without one
+    in the first screen has no heading to ask about and is counted as skipped.
     """
-    out, index = _start(page, "heading_ocr")
+    out, index = _start(page, "heading_ocr", index)
     if index is None:
         return out
+    fold = first_screen_px(page)
     candidates = []
     for node in index.nodes:
         if not is_heading(node):
             continue
-        text = clean_text(node.get("name"))
+        text = index.visible_text(node)
         problem = box_problem(node, page, rules.min_box_px)
         if not text:
-            out.skip("empty name")
+            out.skip("no visible text")
         elif len(text) > rules.max_ocr_chars:
             out.skip("text too long")
         elif problem:
             out.skip(problem)
+        elif float(node["box"][1]) >= fold:
+            out.skip("heading below the first screen")
         else:
             candidates.append(node)
-    ordered = reading_order(candidates)
-    out.skip("over max_per_task", max(0, len(ordered) - rules.max_per_task))
-    for node in ordered[: rules.max_per_task]:
-        bbox = norm_bbox(node)
-        template_id, question = templates.instruction("heading_ocr", page["id"], int(node["node_id"]),
-                                                      box=format_box(bbox))
-        out.samples.append(make_sample(page, "heading_ocr", template_id, question, clean_text(node["name"]),
-                                       target_node=int(node["node_id"]), bbox=bbox))
+    if not candidates:
+        out.skip("no heading in the first screen")
+        return out
+    main = min(candidates, key=lambda n: (heading_level(n) or 7, float(n["box"][1]), int(n["node_id"])))
+    out.skip("not the main heading", len(candidates) - 1)
+    template_id, question = templates.instruction("heading_ocr", page["id"], int(main["node_id"]))
+    out.samples.append(make_sample(page, "heading_ocr", template_id, question, index.visible_text(main),
+                                   target_node=int(main["node_id"]), bbox=norm_bbox(main), box_px=main["box"]))
     return out
 
 
 def _ocr_candidate_problem(node: Mapping, index: PageIndex, page: Mapping, rules: TaskRules) -> Optional[str]:
-    text = clean_text(node.get("name"))
+    text = index.visible_text(node)
     if not text:
-        return "empty name"
-    if index.is_shadow(node):
-        return "repeats an ancestor's name"
+        return "no visible text"
+    if index.repeats_ancestor_text(node):
+        return "repeats an ancestor's text"
     if (len(text) < rules.min_ocr_chars or not any(c.isalpha() for c in text)
             or (len(text.split()) < 2 and len(text) < 12)):  # one short word: nothing to read
         return "trivial text"
@@ -83,10 +97,14 @@ def _ocr_candidate_problem(node: Mapping, index: PageIndex, page: Mapping, rules
     return box_problem(node, page, rules.min_box_px)
 
 
-def element_ocr(page: Mapping, rules: TaskRules = TaskRules()) -> TaskOutput:
-    """A non-trivial text element framed by a 3 px pure red box on a copy of the screenshot;
-    the sample's `image` is that copy and the answer is the element's text."""
-    out, index = _start(page, "element_ocr")
+def element_ocr(page: Mapping, rules: TaskRules = TaskRules(), index: Optional[PageIndex] = None) -> TaskOutput:
+    """A non-trivial text element framed by a 3 px pure red box; the answer is the text it shows
+    (PageIndex.visible_text), not its accessible name.
+
+    The sample stores the box (`box_px`), not a framed copy of the screenshot: readers draw the
+    frame at load time (schemas.multiui.mark_rect), so the samples table stays small and making
+    the sample costs no image decode or encode."""
+    out, index = _start(page, "element_ocr", index)
     if index is None:
         return out
     candidates = []
@@ -101,28 +119,21 @@ def element_ocr(page: Mapping, rules: TaskRules = TaskRules()) -> TaskOutput:
     candidates = reading_order(candidates)
     chosen = pick(candidates, rules.max_per_task, page["id"], "element_ocr", "pick")
     out.skip("over max_per_task", len(candidates) - len(chosen))
-    if not chosen:
-        return out
-    try:
-        screenshot = open_rgb(page["screenshot"])
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        out.rejected.append(rejected_page(page, "element_ocr", f"screenshot is not a readable PNG: {exc}"))
-        return out
+    size = (int(page["screenshot_width"]), int(page["screenshot_height"]))
     for node in chosen:
-        try:
-            image = draw_box_on(screenshot, node["box"])
-        except ValueError:
+        if mark_rect(node["box"], size) is None:
             out.skip("box outside the screenshot")
             continue
         template_id, question = templates.instruction("element_ocr", page["id"], int(node["node_id"]))
-        out.samples.append(make_sample(page, "element_ocr", template_id, question, clean_text(node["name"]),
-                                       target_node=int(node["node_id"]), bbox=norm_bbox(node), image=image))
+        out.samples.append(make_sample(page, "element_ocr", template_id, question, index.visible_text(node),
+                                       target_node=int(node["node_id"]), bbox=norm_bbox(node),
+                                       box_px=node["box"]))
     return out
 
 
-def element_grounding(page: Mapping, rules: TaskRules = TaskRules()) -> TaskOutput:
+def element_grounding(page: Mapping, rules: TaskRules = TaskRules(), index: Optional[PageIndex] = None) -> TaskOutput:
     """"Where is the button "Sign in"?" -> its normalised box, "[0.123, 0.456, 0.789, 0.900]"."""
-    out, index = _start(page, "element_grounding")
+    out, index = _start(page, "element_grounding", index)
     if index is None:
         return out
     candidates = []
@@ -142,7 +153,7 @@ def element_grounding(page: Mapping, rules: TaskRules = TaskRules()) -> TaskOutp
         template_id, question = templates.instruction("element_grounding", page["id"], int(node["node_id"]),
                                                       element=describe(node))
         out.samples.append(make_sample(page, "element_grounding", template_id, question, format_box(bbox),
-                                       target_node=int(node["node_id"]), bbox=bbox))
+                                       target_node=int(node["node_id"]), bbox=bbox, box_px=node["box"]))
     return out
 
 
@@ -159,11 +170,11 @@ def distractor_pool(titles: Sequence[str], exclude: Sequence[str] = ()) -> list[
 
 
 def action_prediction(page: Mapping, distractor_titles: Sequence[str],
-                      rules: TaskRules = TaskRules()) -> TaskOutput:
+                      rules: TaskRules = TaskRules(), index: Optional[PageIndex] = None) -> TaskOutput:
     """A followed link from `actions`: which page would clicking it lead to? Eight options A-H:
     the true target title and 7 seeded distractors from other pages' titles; the answer is the
     letter and the title. Skipped when the pool has fewer than 7 distinct other titles."""
-    out, index = _start(page, "action_prediction")
+    out, index = _start(page, "action_prediction", index)
     if index is None:
         return out
     candidates, seen = [], set()
@@ -206,14 +217,14 @@ def action_prediction(page: Mapping, distractor_titles: Sequence[str],
         question += "\n" + "\n".join(f"{OPTION_LETTERS[i]}. {option}" for i, option in enumerate(options))
         question += "\nAnswer with the option's letter and title."
         out.samples.append(make_sample(page, "action_prediction", template_id, question, f"{letter}. {title}",
-                                       target_node=node_id, bbox=bbox))
+                                       target_node=node_id, bbox=bbox, box_px=node["box"]))
     return out
 
 
 def rule_samples(page: Mapping, distractor_titles: Sequence[str] = (),
                rules: TaskRules = TaskRules()) -> dict[str, TaskOutput]:
-    """All four rule tasks for one page, by task name."""
-    return {"heading_ocr": heading_ocr(page, rules), "element_ocr": element_ocr(page, rules),
-            "element_grounding": element_grounding(page, rules),
-            "action_prediction": action_prediction(page, distractor_titles, rules)}
-
+    """All four rule tasks for one page, by task name; one PageIndex (tree walks, texts) for all."""
+    index = PageIndex(page) if page_problem(page) is None else None
+    return {"heading_ocr": heading_ocr(page, rules, index), "element_ocr": element_ocr(page, rules, index),
+            "element_grounding": element_grounding(page, rules, index),
+            "action_prediction": action_prediction(page, distractor_titles, rules, index)}

@@ -8,7 +8,9 @@ templates are only ever appended, never reordered, or old ids would change meani
 
 Placeholders per task are listed in FIELDS (action grounding's instruction also comes as
 `instruction_bare`, without end punctuation, and `instruction_lower`, as the end of a
-question; render() derives both); REQUIRED names those every template of a task must use (a heading OCR question without the heading's box would be ambiguous).
+question; render() derives both); REQUIRED names those every template of a task must use (an embedded-image question without the
+image's box would be ambiguous). The heading OCR templates were replaced with samples v2, when
+the task became VisualWebBench's page-level question.
 """
 from __future__ import annotations
 
@@ -116,19 +118,21 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
         "Return the normalised box around {element}.",
         "Show me where {element} is located.",
     ),
+    # page-level since samples v2 (VisualWebBench's heading OCR: "the main text within the
+    # screenshot, which can be regarded as the heading of the webpage"); v1 asked about a box
     "heading_ocr": (
-        "What does the heading at {box} say?",
-        "Read the heading located at {box}.",
-        "What is the text of the heading in the region {box}?",
-        "Transcribe the heading at {box}.",
-        "Extract the heading text found at {box}.",
-        "There is a heading at {box}. What does it read?",
-        "OCR the heading inside {box}.",
-        "Tell me the heading shown at position {box}.",
-        "What title text appears in the heading at {box}?",
-        "Give the exact wording of the heading at {box}.",
-        "Read out the heading bounded by {box}.",
-        "Which words make up the heading at {box}?",
+        "What is the main heading of this webpage?",
+        "Read the main heading of the page in the screenshot.",
+        "What does the page's heading say?",
+        "Transcribe the heading of this webpage.",
+        "What is the main text that serves as the heading of this page?",
+        "Which words make up the title heading shown on this webpage?",
+        "OCR the main heading of the web page.",
+        "Tell me the heading text of the page shown.",
+        "What title text appears as the page's main heading?",
+        "Give the exact wording of this webpage's main heading.",
+        "Read out the heading at the top of this page.",
+        "What is written in the main heading of the screenshot?",
     ),
     "element_ocr": (
         "What text is inside the red box?",
@@ -154,7 +158,7 @@ FIELDS: dict[str, frozenset] = {
     "action_prediction": frozenset({"element", "box"}),
     "action_grounding": frozenset({"instruction", "instruction_bare", "instruction_lower"}),
     "element_grounding": frozenset({"element"}),
-    "heading_ocr": frozenset({"box"}),
+    "heading_ocr": frozenset(),
     "element_ocr": frozenset(),
 }
 
@@ -166,7 +170,7 @@ REQUIRED: dict[str, frozenset] = {
     "action_prediction": frozenset({"element", "box"}),
     "action_grounding": frozenset(),  # either form of the instruction
     "element_grounding": frozenset({"element"}),
-    "heading_ocr": frozenset({"box"}),
+    "heading_ocr": frozenset(),
     "element_ocr": frozenset(),
 }
 
