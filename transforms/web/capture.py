@@ -107,7 +107,7 @@ class CapturePage:
             fill = s.subresources == "live"
             policy = live if fill else FetchPolicy.deny_all()
             handler = ReplayHandler(archive, s.max_page_bytes, live_subresources=fill)
-            clock = archive.record_at(int(target.source_ref.rpartition("#")[2])).date
+            clock = archive.date_at(int(target.source_ref.rpartition("#")[2]))
         elif target.source == "local":
             if self._site is None:
                 raise RuntimeError(f"{target.source_ref}: no HTML folder is being served on this worker")

@@ -228,8 +228,7 @@ class Renderer:
         if policy is not None and route_handler is None:
             reason = policy.check_url(target_url)
             if reason:
-                error = NameServerDown if DNS_UNAVAILABLE in reason else RenderError
-                raise error(f"refused by fetch policy: {reason}: {target_url}")
+                raise _navigation_error(f"refused by fetch policy: {reason}: {target_url}")
         # goto, capture and each followed link get timeout_ms; past this the browser is killed
         budget_s = timeout_ms / 1000 * (3 + follow_links) + self.watchdog_slack_s
         return self._submit(lambda w: w.render(target_url, platform, seed, route_handler, policy, timeout_ms,
@@ -313,6 +312,11 @@ def _navigation_records(doc: dict, since: list[int], *urls_: str | None) -> str 
     url, reason = next(((u, r) for u, r in records if u.split("#", 1)[0] in wanted), records[0])
     refused = any((url, reason) == r for log in doc.get("logs", ()) for r in log.refusals)
     return f"{'refused by fetch policy' if refused else 'fetch failed'}: {reason}: {url[:200]}"
+
+
+def _navigation_error(reason: str) -> RenderError:
+    """The error for a page that could not be loaded: transient when only the name server failed."""
+    return (NameServerDown if DNS_UNAVAILABLE in reason else RenderError)(reason)
 
 
 def _error_reason(err: Exception, doc: dict) -> str:
@@ -479,14 +483,14 @@ class _Worker:
             resp = page.goto(url, wait_until="load", timeout=timeout_ms)
         except Exception as e:  # noqa: BLE001 - Playwright's errors, turned into a reason
             reason = _error_reason(e, doc)
-            raise (NameServerDown if DNS_UNAVAILABLE in reason else RenderError)(reason) from None
+            raise _navigation_error(reason) from None
         if doc.get("crashed"):
             raise RenderError("the page crashed the renderer")
         status = resp.status if resp is not None else doc.get("status")
         if status is not None and status >= 400:
             # the proxy answers a refused request with 403: say why, not just "HTTP 403"
             reason = _navigation_records(doc, doc["since"], url, resp and resp.url) or f"HTTP {status}"
-            raise (NameServerDown if DNS_UNAVAILABLE in reason else RenderError)(reason)
+            raise _navigation_error(reason)
         ctype = doc.get("content_type") or ""
         if resp is not None:
             ctype = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()

@@ -88,6 +88,3 @@ def join(base: str, ref: str) -> str:
     except ValueError:
         raise BadUrl(f"cannot resolve {ref[:200]!r} against {base[:200]!r}") from None
 
-
-def without_fragment(url: str) -> str:
-    return url.split("#", 1)[0]

@@ -87,6 +87,7 @@ class WarcArchive:
 
         self.path = path
         self._index: dict[str, int] = {}
+        self._dates: dict[int, str] = {}  # record offset -> WARC-Date, read in the same pass
         revisits: dict[str, str] = {}
         by_digest: dict[str, int] = {}
         with storage.open_stream(path) as fh:  # one sequential pass
@@ -99,6 +100,7 @@ class WarcArchive:
                     if record.rec_type == "response":
                         offset = iterator.get_record_offset()
                         self._index.setdefault(normalize_url(uri), offset)
+                        self._dates[offset] = record.rec_headers.get_header("WARC-Date")
                         digest = record.rec_headers.get_header("WARC-Payload-Digest")
                         if digest:
                             by_digest.setdefault(digest, offset)
@@ -185,6 +187,7 @@ class WarcArchive:
             date = record.rec_headers.get_header("WARC-Date")
         return ArchivedResponse(url=archived_url, status=status, headers=headers, body=body, date=date)
 
-    def record_at(self, offset: int) -> ArchivedResponse:
-        """The response record at `offset` (a target's `source_ref`), without following a redirect."""
-        return self._read(offset, "")
+    def date_at(self, offset: int) -> str | None:
+        """The WARC-Date of the response record at `offset` (a target's `source_ref`), without
+        reading the record again."""
+        return self._dates.get(offset)
