@@ -12,7 +12,7 @@ import sys
 import time
 
 from pipelines import logs
-from pipelines.config import ConfigError
+from schemas.config import ConfigError
 from schemas import storage
 
 EXIT_USAGE, EXIT_FAILED = 2, 1

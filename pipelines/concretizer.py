@@ -4,7 +4,7 @@ from __future__ import annotations
 import glob
 import os
 
-from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
+from schemas.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
 from pipelines.dataset import Dataset, input_fingerprint
 from schemas import concretizer as schema
 from schemas import storage

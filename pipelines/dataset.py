@@ -7,7 +7,7 @@ from typing import Callable
 
 import apache_beam as beam
 
-from pipelines.config import ConfigSpec, Resolved
+from schemas.config import ConfigSpec, Resolved
 from schemas import storage
 from transforms.io.shards import TableSpec
 from transforms.io.stage import Ledger

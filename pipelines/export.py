@@ -20,7 +20,7 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 
-from pipelines.config import ConfigError
+from schemas.config import ConfigError
 from schemas import multiui as schema
 from schemas import storage
 from schemas.manifest import read_manifest, table_locations

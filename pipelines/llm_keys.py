@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from pipelines.config import ConfigError, Key
+from schemas.config import ConfigError, Key
 from schemas import storage
 
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "shardsmith", "responses")

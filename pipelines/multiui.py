@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
+from schemas.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
 from pipelines.dataset import Dataset, input_fingerprint
 from pipelines.llm_keys import check_cache, check_llm, llm_keys, make_backend
 from schemas import multiui as schema

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 
-from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
+from schemas.config import ConfigError, ConfigSpec, Key, Resolved
 from pipelines.dataset import Dataset, content_digest
 from schemas import pruned_synth as schema
 from schemas import storage

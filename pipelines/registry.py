@@ -1,7 +1,7 @@
 """The datasets the `shardsmith` command knows."""
 from __future__ import annotations
 
-from pipelines.config import ConfigError
+from schemas.config import ConfigError
 from pipelines.dataset import Dataset
 
 

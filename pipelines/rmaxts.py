@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from pipelines.config import ConfigError, ConfigSpec, Key, Resolved, matching_files
+from schemas.config import ConfigError, ConfigSpec, Key, Resolved, matching_files
 from pipelines.dataset import Dataset, input_fingerprint
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import rmaxts as schema

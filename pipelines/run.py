@@ -12,7 +12,7 @@ import apache_beam as beam
 
 import schemas
 from pipelines import progress
-from pipelines.config import ConfigError
+from schemas.config import ConfigError
 from pipelines.dataset import Dataset
 from pipelines.runners import RUNNERS, pipeline_options
 from schemas import storage

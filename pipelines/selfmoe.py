@@ -1,7 +1,7 @@
 """selfmoe: self-specialization data per domain (Self-MoE, PAPERS.md section 2)."""
 from __future__ import annotations
 
-from pipelines.config import ConfigError, ConfigSpec, Key, Resolved
+from schemas.config import ConfigError, ConfigSpec, Key, Resolved
 from pipelines.dataset import Dataset, input_fingerprint
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import selfmoe as schema

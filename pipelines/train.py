@@ -5,7 +5,7 @@ import importlib
 import json
 import os
 
-from pipelines.config import ConfigError, ConfigSpec, Key
+from schemas.config import ConfigError, ConfigSpec, Key
 from pipelines.dataset import Dataset
 from schemas import storage
 from transforms.io import layout

@@ -12,7 +12,7 @@ pytest.importorskip("spconv")
 pytest.importorskip("open3d")
 
 from pipelines import registry  # noqa: E402
-from pipelines.config import ConfigError  # noqa: E402
+from schemas.config import ConfigError  # noqa: E402
 from pipelines.run import run  # noqa: E402
 from pipelines.validate import validate  # noqa: E402
 from tests.conftest import read_rows  # noqa: E402

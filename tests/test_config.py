@@ -1,6 +1,6 @@
 import pytest
 
-from pipelines.config import ConfigError, ConfigSpec, Key, parse_set
+from schemas.config import ConfigError, ConfigSpec, Key, parse_set
 from pipelines.pruned_synth import CONFIG
 
 SPEC = ConfigSpec((

@@ -623,7 +623,7 @@ def test_missing_bwrap_fails_with_one_line_that_says_what_to_do(monkeypatch):
         ReplPool([sys.executable, STANDIN], size=1, os_sandbox="bwrap")
     text = str(err.value)
     assert "\n" not in text and "apt-get install bubblewrap" in text and "os_sandbox=none" in text
-    from pipelines.config import ConfigError
+    from schemas.config import ConfigError
     from pipelines.rmaxts import check_os_sandbox
     with pytest.raises(ConfigError, match="apt-get install bubblewrap"):
         check_os_sandbox({"os_sandbox": "bwrap"})

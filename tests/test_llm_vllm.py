@@ -328,7 +328,7 @@ def test_backend_restarts_a_dead_server(standin, model_folder):
 
 
 def test_selfmoe_builds_the_vllm_backend(monkeypatch, tmp_path):
-    from pipelines.config import ConfigError
+    from schemas.config import ConfigError
     from pipelines.llm_keys import make_backend as _backend
     from transforms.llm.vllm_backend import VllmBackend
 

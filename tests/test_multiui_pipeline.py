@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from pipelines import registry
-from pipelines.config import ConfigError
+from schemas.config import ConfigError
 from pipelines.run import RunFailed, run
 from pipelines.validate import validate
 from schemas import multiui as schema

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import registry, run
-from pipelines.config import ConfigError
+from schemas.config import ConfigError
 from pipelines.validate import validate
 from tests.conftest import parquet_digests, read_manifest, read_rows, read_table, table_files
 from trainers import pruned_synth as trainer

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import registry, run
-from pipelines.config import ConfigError, matching_files
+from schemas.config import ConfigError, matching_files
 from pipelines.dataset import input_fingerprint
 from schemas import storage
 from transforms.io.rejected import Rejected

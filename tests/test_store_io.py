@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import registry, run
-from pipelines.config import ConfigError
+from schemas.config import ConfigError
 from pipelines.validate import validate
 from schemas import storage
 from transforms.io import layout

@@ -289,7 +289,7 @@ def test_bad_input_is_a_kept_false_row_or_kept_never_a_crash():
 ])
 def test_curation_config_errors_name_what_to_set(tmp_path, sets, message):
     from pipelines import registry
-    from pipelines.config import ConfigError
+    from schemas.config import ConfigError
     from pipelines.run import run
     with pytest.raises(ConfigError, match=message):
         run(registry.get("multiui"), out=str(tmp_path), sets=sets)
