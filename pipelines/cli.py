@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="fail the run if any stage sends a larger share of its results to dead letters")
     r.add_argument("--part-mb", type=float, default=PART_BYTES / 2**20,
                    help="target payload per Parquet part file in MB; a table's part count follows its volume")
+    r.add_argument("--no-resume", action="store_true", help="compute every stage; read and write no stored "
+                   "results (the same as --set cache=)")
     r.add_argument("--show-config", action="store_true", help="print the dataset's keys and defaults, then exit")
     r.add_argument("--quiet", action="store_true", help="no live progress display on stderr (shown on a terminal "
                    "for the local, multiprocess and portable runners)")
@@ -59,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("dataset")
     e.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
     e.add_argument("--out", required=True, help="a local folder for the files")
+    c = sub.add_parser("cache", help="what the result store holds, and pruning it")
+    c.add_argument("action", choices=("stats", "prune"))
+    c.add_argument("--cache", default=None, help="the store's root: a folder or an s3:// / gs:// prefix "
+                   "(default ~/.cache/shardsmith, the `cache` key's default)")
+    c.add_argument("--older-than", default=None, metavar="AGE",
+                   help="prune: delete entries last written longer ago than AGE (30d, 12h, 45m, 90s)")
     t = sub.add_parser("train", help="train a dataset's model from its shards")
     t.add_argument("dataset")
     t.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
@@ -106,7 +114,7 @@ def _run(args, beam_args) -> int:
         manifest = run.run(dataset, out=args.out, config_file=args.config, sets=args.set,
                            runner=args.runner, overwrite=args.overwrite,
                            max_error_rate=args.max_error_rate, beam_args=beam_args, quiet=args.quiet,
-                           part_mb=args.part_mb)
+                           part_mb=args.part_mb, resume=not args.no_resume)
     except run.RunFailed as exc:
         print(f"shardsmith: run failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -129,9 +137,46 @@ def summary(manifest: dict, path: str) -> str:
         lines.append(f"  {name:{width}s} {s['inputs']:>8,} {s['outputs']:>10,} {s['dead']:>6,} {s['busy_s']:>8.2f} {s['span_s']:>8.2f}")
         notes = ["skipped: " + ", ".join(f"{k} {v}" for k, v in s["skipped"].items())] if s.get("skipped") else []
         notes += [f"retried {s['retries']} transient fault(s)"] if s.get("retries") else []
+        notes += [f"reused {s['reused']} stored result(s), computed {s['computed']}"] if "reused" in s else []
         if notes:
             lines.append(" " * (width + 4) + "; ".join(notes))
+    if manifest.get("stale_generations_removed"):
+        lines.append(f"  removed {len(manifest['stale_generations_removed'])} folder(s) left by killed runs: "
+                     + ", ".join(manifest["stale_generations_removed"]))
     return "\n".join(lines)
+
+
+def _cache(args, beam_args) -> int:
+    from transforms.io import result_store
+    root = args.cache or result_store.DEFAULT_ROOT
+    storage.check_readable(root)
+    if args.cache and not storage.is_dir(root):
+        raise ConfigError(f"--cache {root!r}: no result store there (a wrong path, or nothing stored yet)")
+    if args.action == "prune":
+        if args.older_than is None:
+            raise ConfigError("cache prune needs --older-than AGE, e.g. --older-than 30d")
+        try:
+            age = result_store.parse_age(args.older_than)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        removed, freed = result_store.prune(root, age)
+        print(f"{root}: removed {removed:,} entries ({freed / 2**20:,.1f} MiB) older than {args.older_than}")
+        return 0
+    rows = result_store.stats(root)
+    if not rows:
+        print(f"{root}: empty")
+        return 0
+    width = max(len(r.namespace) for r in rows)
+    print(f"{'namespace':{width}s}  {'entries':>9s}  {'MiB':>9s}  oldest               newest")
+    for r in rows:
+        print(f"{r.namespace:{width}s}  {r.entries:>9,}  {r.bytes / 2**20:>9,.1f}  {_when(r.oldest)}  {_when(r.newest)}")
+    print(f"{'total':{width}s}  {sum(r.entries for r in rows):>9,}  {sum(r.bytes for r in rows) / 2**20:>9,.1f}")
+    return 0
+
+
+def _when(epoch: float) -> str:
+    import datetime
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _validate(args, beam_args) -> int:
@@ -180,7 +225,7 @@ def _train(args, beam_args) -> int:
 
 
 _COMMANDS = {"list": _list, "run": _run, "validate": _validate, "inspect": _inspect, "export": _export,
-             "train": _train}
+             "train": _train, "cache": _cache}
 
 if __name__ == "__main__":
     sys.exit(main())

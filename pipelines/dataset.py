@@ -7,10 +7,16 @@ from typing import Callable
 
 import apache_beam as beam
 
-from schemas.config import ConfigSpec, Resolved
+from schemas.config import ConfigError, ConfigSpec, Key, Resolved
 from schemas import storage
+from transforms.io.result_store import DEFAULT_ROOT
 from transforms.io.shards import TableSpec
 from transforms.io.stage import Ledger
+
+# every dataset has it: the root of the result store (stage results, LLM responses)
+CACHE = Key("cache", str, DEFAULT_ROOT, "result store for expensive work (renders, Lean checks, backbone "
+            "features, LLM responses): a folder or an s3:// / gs:// prefix; empty (cache=, or --no-resume) "
+            "turns it off", optional=True, gridable=False)
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,19 @@ class Dataset:
     filter_stages: tuple[str, ...] = ()
     # datasets with images: (dataset folder, png path or None, sample_id=, task=) -> the PNG written
     picture: Callable[..., str] | None = None
+
+    def __post_init__(self):
+        if all(k.name != CACHE.name for k in self.config.keys):
+            object.__setattr__(self, "config", ConfigSpec(self.config.keys + (CACHE,), self.config.check))
+
+
+def check_cache(c: dict) -> None:
+    """A result store that cannot take writes fails here, in one line, not at the first put on a worker."""
+    if c.get("cache"):
+        try:
+            storage.check_writable(c["cache"])
+        except storage.StorageError as exc:
+            raise ConfigError(f"key 'cache': {exc}") from None
 
 
 def content_digest(location: str) -> str:

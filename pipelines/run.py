@@ -13,10 +13,10 @@ import apache_beam as beam
 import schemas
 from pipelines import progress
 from schemas.config import ConfigError
-from pipelines.dataset import Dataset
+from pipelines.dataset import Dataset, check_cache
 from pipelines.runners import RUNNERS, pipeline_options
 from schemas import storage
-from transforms.io import layout
+from transforms.io import layout, lease
 from transforms.io.card import dataset_card
 from transforms.io.shards import PART_BYTES, TableSpec, WriteDataset
 from transforms.io.stage import Ledger
@@ -52,8 +52,10 @@ def code_version() -> str:
 def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, sets: list[str] = (),
         runner: str = "local", overwrite: bool = False,
         max_error_rate: float = DEFAULT_MAX_ERROR_RATE, beam_args: list[str] = (),
-        part_mb: float = PART_BYTES / 2**20, quiet: bool = False) -> dict:
-    """Build, run and publish `dataset` under OUT/DATASET (a folder or a store URL); return its manifest."""
+        part_mb: float = PART_BYTES / 2**20, quiet: bool = False, resume: bool = True) -> dict:
+    """Build, run and publish `dataset` under OUT/DATASET (a folder or a store URL); return its manifest.
+
+    `resume=False` turns the result store off (as `--set cache=` does): everything is computed."""
     t_start = time.time()
     if not 0.0 <= max_error_rate <= 1.0:
         raise ConfigError(f"--max-error-rate must be in [0, 1], got {max_error_rate}")
@@ -61,7 +63,8 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
         raise ConfigError(f"--part-mb must be positive, got {part_mb:g}")
     if runner not in RUNNERS:
         raise ConfigError(f"unknown runner {runner!r}; known: {', '.join(RUNNERS)}")
-    resolved = dataset.config.resolve(config_file, list(sets))
+    resolved = dataset.config.resolve(config_file, list(sets) + ([] if resume else ["cache="]))
+    check_cache(resolved.values)
     try:
         target = storage.join(out, dataset.name)
         storage.check_writable(target)
@@ -70,17 +73,20 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
         raise ConfigError(str(exc)) from None
     if previous is not None and not overwrite:
         raise ConfigError(f"{target} exists: pass --overwrite to replace it")
+    stale = lease.remove_stale(target, keep=_generations(previous))
     inputs = dataset.inputs(resolved)
     specs = dataset.tables(resolved)
     generation = layout.new_generation()
     gen_dir = storage.join(target, generation)
     keep = False  # the generation stays: published, or a failed run's for the user to read
+    held = lease.Lease(gen_dir).__enter__()  # tells the next run this generation is not a leftover
     try:
         t_pipe = time.time()
         with pipeline_options(runner, list(beam_args)) as (options, runner_obj), \
                 progress.live(runner, quiet) as progress_address:  # quiet: no live display on stderr
             pipeline = beam.Pipeline(runner=runner_obj, options=options)
-            ledger = Ledger(progress=progress_address)
+            ledger = Ledger(progress=progress_address, store=resolved.values.get("cache") or None,
+                            dataset=dataset.name)
             tables = dataset.build(pipeline, resolved, ledger)
             _ = tables | "Write" >> WriteDataset(gen_dir, specs, ledger, part_bytes=int(part_mb * 2**20))
             result = pipeline.run()
@@ -97,6 +103,7 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
         storage.delete_tree(storage.join(gen_dir, layout.SPILL_DIR))
         manifest = _manifest(dataset, resolved, runner, inputs, specs, record["files"], record["stages"])
         manifest["wall_time_s"] = {"pipeline": round(pipeline_s, 3)}
+        manifest["stale_generations_removed"] = stale
         worst = _worst_stage({k: v for k, v in record["stages"].items() if k not in dataset.filter_stages})
         if worst and worst[1] > max_error_rate:
             name, rate, stats = worst
@@ -116,6 +123,7 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
         _remove_replaced(target, previous, generation)
         return manifest
     finally:
+        held.__exit__(None, None, None)
         if not keep:  # a crash or an interrupt: take the unlisted generation away
             try:
                 storage.delete_tree(gen_dir)
@@ -130,6 +138,18 @@ def _previous_manifest(target: str) -> dict | None:
         return None
 
 
+def _listed(manifest: dict | None) -> list[str]:
+    """The paths of every file a manifest lists (tables and dead letters)."""
+    manifest = manifest or {}
+    entries = list(manifest.get("tables", {}).values()) + [manifest.get("dead_letters", {})]
+    return [f["path"] for entry in entries for f in entry.get("files", [])]
+
+
+def _generations(manifest: dict | None) -> set[str]:
+    """The generation folders a manifest lists files in."""
+    return {gen for gen in map(layout.generation_of, _listed(manifest)) if gen}
+
+
 def _in_generation(manifest: dict, generation: str) -> dict:
     """The manifest as the dataset folder sees it: every file path inside the generation folder."""
     manifest = json.loads(json.dumps(manifest))
@@ -142,13 +162,11 @@ def _in_generation(manifest: dict, generation: str) -> dict:
 
 def _remove_replaced(target: str, previous: dict | None, generation: str) -> None:
     """After the commit: delete the replaced generation and earlier failed ones (never this one).
-    A generation no manifest lists may belong to a run still going, so it is left alone."""
+    A generation no manifest lists may belong to a run still going: its lease decides (lease.py)."""
     old = set()
-    if previous is not None:
-        for entry in list(previous.get("tables", {}).values()) + [previous.get("dead_letters", {})]:
-            for f in entry.get("files", []):
-                gen = layout.generation_of(f["path"])
-                old.add(gen) if gen else storage.delete_file(storage.join(target, f["path"]))
+    for path in _listed(previous):
+        gen = layout.generation_of(path)
+        old.add(gen) if gen else storage.delete_file(storage.join(target, path))
     for rel, _ in storage.list_files(target):
         head = rel.split("/", 1)[0]
         if rel == f"{head}/{layout.MANIFEST}" and head.startswith(layout.GENERATION_PREFIX):
@@ -207,6 +225,8 @@ def _stage_entry(s: dict) -> dict:
         entry["skipped"] = dict(sorted(s["skipped"].items()))
     if s.get("retries"):
         entry["retries"] = s["retries"]
+    if s.get("reused") or s.get("computed"):  # a resumable stage with the result store on
+        entry["reused"], entry["computed"] = s.get("reused", 0), s.get("computed", 0)
     return entry
 
 

@@ -239,16 +239,30 @@ def write_json(location: str, value: Any) -> None:
 def list_files(location: str) -> list[tuple[str, int]]:
     """(path relative to `location`, '/'-separated, size) of every file under it, sorted; [] if it is
     absent. A local folder is walked without following symlinked folders, so a link loop stays finite."""
+    return [(rel, size) for rel, size, _ in file_infos(location)]
+
+
+def file_infos(location: str) -> list[tuple[str, int, float]]:
+    """(relative path, size, modification time in epoch seconds) of every file under `location`,
+    sorted; [] if it is absent. For stores the time is the object's last-modified time."""
     if not is_remote(location):
         root = normalize(location)
-        return sorted((os.path.relpath(os.path.join(d, name), root).replace(os.sep, "/"),
-                       os.path.getsize(os.path.join(d, name)))
-                      for d, _, names in os.walk(root) for name in names
-                      if os.path.isfile(os.path.join(d, name)))
+        found = []
+        for d, _, names in os.walk(root):
+            for name in names:
+                full = os.path.join(d, name)
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:  # removed by a concurrent prune or writer
+                    continue
+                if not os.path.isfile(full):
+                    continue
+                found.append((os.path.relpath(full, root).replace(os.sep, "/"), st.st_size, st.st_mtime))
+        return sorted(found)
     fs, path = filesystem(location)
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
     base = path.rstrip("/") + "/"
-    return sorted((i.path[len(base):], i.size) for i in infos
+    return sorted((i.path[len(base):], i.size, i.mtime.timestamp() if i.mtime else 0.0) for i in infos
                   if i.type == pafs.FileType.File and i.path.startswith(base))
 
 

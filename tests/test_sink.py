@@ -84,7 +84,7 @@ def test_bad_tokens_and_raising_inputs_become_dead_letters(tmp_path):
     assert by_type["ValueError"]["excerpt"] == "boom" and by_type["ValueError"]["stage"] == "parse"
     assert by_type["ValueError"]["occurrences"] == 1
     assert record["stages"]["parse"] | {"busy_s": 0, "start": 0, "end": 0} == \
-        {"inputs": 3, "outputs": 3, "dead": 2, "busy_s": 0, "start": 0, "end": 0, "skipped": {}, "retries": 0}
+        {"inputs": 3, "outputs": 3, "dead": 2, "busy_s": 0, "start": 0, "end": 0, "skipped": {}, "retries": 0, "reused": 0, "computed": 0}
 
 
 def test_skipped_inputs_are_counted_by_reason_not_dead_letters(tmp_path):

@@ -24,9 +24,11 @@ from typing import Any, Callable, Iterable
 import apache_beam as beam
 import pyarrow as pa
 
+from transforms.io import codec
 from transforms.io.ids import stable_id
 from transforms.io.meter import StageMeter
 from transforms.io.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
+from transforms.io.result_store import ResultStore, Resume, stage_store
 from transforms.io.transient import BACKOFF, Backoff, Transient, call_with_retries, is_transient
 
 EXCERPT_CHARS = 1000
@@ -66,7 +68,8 @@ def _describe(exc: BaseException) -> str:
 @dataclass
 class StageStats:
     """What one stage did: inputs, output records, dead letters, busy seconds, first start, last end,
-    the inputs it skipped by reason, and the calls it retried after a transient fault."""
+    the inputs it skipped by reason, the calls it retried after a transient fault, and the inputs
+    whose results came from the result store instead of being computed."""
 
     inputs: int = 0
     outputs: int = 0
@@ -76,6 +79,8 @@ class StageStats:
     end: float = 0.0
     skipped: dict = field(default_factory=dict)
     retries: int = 0
+    reused: int = 0     # inputs of a resumable stage whose outputs came from the result store
+    computed: int = 0   # inputs of a resumable stage computed (and stored) in this run
 
     def merge(self, other: "StageStats") -> "StageStats":
         skipped = dict(self.skipped)
@@ -84,13 +89,15 @@ class StageStats:
         return StageStats(self.inputs + other.inputs, self.outputs + other.outputs,
                           self.dead + other.dead, self.busy_s + other.busy_s,
                           min(self.start, other.start), max(self.end, other.end), skipped,
-                          self.retries + other.retries)
+                          self.retries + other.retries, self.reused + other.reused,
+                          self.computed + other.computed)
 
 
 class _StageDoFn(beam.DoFn):
     def __init__(self, name: str, fn: Callable[[Any], Iterable[Any]], progress: str | None = None,
-                 expected: int | None = None, retry: Backoff = BACKOFF):
-        self.name, self.fn, self.retry = name, fn, retry
+                 expected: int | None = None, retry: Backoff = BACKOFF, store: ResultStore | None = None,
+                 resume: Resume | None = None):
+        self.name, self.fn, self.retry, self.store, self.resume = name, fn, retry, store, resume
         self.meter = StageMeter(name, progress, expected)  # Beam counters and live progress reports
 
     def setup(self):
@@ -110,16 +117,21 @@ class _StageDoFn(beam.DoFn):
             log.warning("stage %s: transient %s: %s; retry %d of %d in %.1f s", self.name, type(exc).__name__,
                         str(exc)[:300], retry, self.retry.attempts - 1, delay)
 
-        try:
-            outputs = call_with_retries(lambda: list(self.fn(element) or ()), self.retry, on_retry=retrying,
-                                        seed=lambda: f"{self.name}|{excerpt(element)}")
-        except Exception as exc:
-            if is_transient(exc):   # it outlasted the retries: the runner retries the bundle, or the run fails
-                raise
-            outputs = [Rejected(_describe(exc), element, type(exc).__name__)]  # bad input: a dead letter
-        gave_up = next((out for out in outputs if isinstance(out, Rejected) and out.transient), None)
-        if gave_up is not None:     # its producer already retried with back-off: no dead letter, raise
-            raise Transient(f"stage {self.name}: {gave_up.error_type}: {gave_up.reason}")
+        key = self.resume.entry_key(self.name, element) if self.store is not None else None
+        outputs = self._stored(key)
+        reused = outputs is not None
+        if not reused:
+            try:
+                outputs = call_with_retries(lambda: list(self.fn(element) or ()), self.retry, on_retry=retrying,
+                                            seed=lambda: f"{self.name}|{excerpt(element)}")
+            except Exception as exc:
+                if is_transient(exc):   # it outlasted the retries: the runner retries the bundle, or the run fails
+                    raise
+                outputs = [Rejected(_describe(exc), element, type(exc).__name__)]  # bad input: a dead letter
+            gave_up = next((out for out in outputs if isinstance(out, Rejected) and out.transient), None)
+            if gave_up is not None:     # its producer already retried with back-off: no dead letter, raise
+                raise Transient(f"stage {self.name}: {gave_up.error_type}: {gave_up.reason}")
+            self._store(key, outputs)
         if retries:
             yield STAT, (self.name, StageStats(retries=len(retries)))
         dead = records = 0
@@ -134,8 +146,33 @@ class _StageDoFn(beam.DoFn):
                 records += record_count(out)
                 yield OK, out
         busy = time.perf_counter() - t0
-        yield STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy, skipped))
+        yield STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy, skipped, reused=int(reused),
+                                                computed=int(key is not None and not reused)))
         self.meter.record(records, dead, sum(skipped.values()), start)
+
+    def _stored(self, key: str | None) -> list | None:
+        """The outputs stored for this input, or None (no store, a miss, or a store that cannot
+        answer now: the input is then computed, which is never wrong)."""
+        if key is None:
+            return None
+        try:
+            value = self.store.get(key)
+        except Exception as exc:
+            log.warning("stage %s: result store %s unreadable (%s); computing", self.name, self.store.root, exc)
+            return None
+        return value if isinstance(value, list) else None
+
+    def _store(self, key: str | None, outputs: list) -> None:
+        """Keep the outputs of a good input. An input with dead letters is not stored: a rerun is
+        its chance to succeed (a page that timed out under load, a model that was down)."""
+        if key is None or any(isinstance(out, Rejected) for out in outputs):
+            return
+        try:
+            self.store.put(key, outputs)
+        except codec.Unstorable as exc:
+            log.warning("stage %s: result not stored: %s", self.name, exc)
+        except Exception as exc:  # a store that refuses a write costs a recompute later, not the run
+            log.warning("stage %s: could not store a result in %s: %s", self.name, self.store.root, exc)
 
     def finish_bundle(self):
         self.meter.flush()  # a side effect only: no outputs from finish_bundle (see the module docstring)
@@ -155,18 +192,21 @@ class Ledger:
     timings reach the manifest on every runner.
     """
 
-    def __init__(self, progress: str | None = None):
+    def __init__(self, progress: str | None = None, store: str | None = None, dataset: str = "dataset"):
         self.dead: list[beam.PCollection] = []
         self.stats: list[beam.PCollection] = []
         self.progress = progress  # "HOST:PORT" of a live progress display (pipelines/progress.py), or None
+        self.store, self.dataset = store, dataset  # the result store's root (None: off), its namespace
 
     def stage(self, name: str, fn: Callable[[Any], Iterable[Any]], expected: int | None = None,
-              retry: Backoff = BACKOFF) -> beam.PTransform:
+              retry: Backoff = BACKOFF, resume: Resume | None = None) -> beam.PTransform:
         """A PTransform that runs `fn` on each element and returns its good outputs.
 
         `expected` (the number of inputs, for the display's ETA) defaults to the size of a beam.Create
-        the input comes straight from. `retry` bounds the retries of a transient fault."""
-        return _Stage(self, name, fn, expected, retry)
+        the input comes straight from. `retry` bounds the retries of a transient fault. `resume`
+        makes an expensive stage keep each good input's outputs in the run's result store, so a
+        killed run or a changed downstream setting does not compute them again."""
+        return _Stage(self, name, fn, expected, retry, resume)
 
     def unique(self, name: str, key: Callable[[Any], str], order: Callable[[Any], Any] = repr) -> beam.PTransform:
         """A PTransform that keeps one input per `key` (the least by `order`, so every runner keeps
@@ -179,14 +219,17 @@ class Ledger:
 
 
 class _Stage(beam.PTransform):
-    def __init__(self, ledger: Ledger, name: str, fn, expected: int | None = None, retry: Backoff = BACKOFF):
+    def __init__(self, ledger: Ledger, name: str, fn, expected: int | None = None, retry: Backoff = BACKOFF,
+                 resume: Resume | None = None):
         super().__init__(label=name)
         self.ledger, self.name, self.fn, self.expected, self.retry = ledger, name, fn, expected, retry
+        self.resume = resume
 
     def expand(self, pcoll):
         expected = self.expected if self.expected is not None else created_count(pcoll)
+        store = stage_store(self.ledger.store, self.ledger.dataset, self.name) if self.resume else None
         events = pcoll | "Run" >> beam.ParDo(_StageDoFn(self.name, self.fn, self.ledger.progress, expected,
-                                                        self.retry))
+                                                        self.retry, store, self.resume))
         self.ledger.dead.append(payloads(events, DEAD, "Dead"))
         self.ledger.stats.append(payloads(events, STAT, "Stats"))
         return payloads(events, OK, "Ok")
