@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 
 import pytest
 
-from pipelines import registry, run
+# one result store per test session, never the user's ~/.cache/shardsmith (set before pipelines import it)
+os.environ["SHARDSMITH_CACHE"] = tempfile.mkdtemp(prefix="shardsmith-test-store-")
+
+from pipelines import registry, run  # noqa: E402
 
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 

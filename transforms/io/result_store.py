@@ -28,7 +28,8 @@ from schemas import storage
 from transforms.io import codec
 from transforms.io.ids import canonical_json
 
-DEFAULT_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "shardsmith")
+# $SHARDSMITH_CACHE moves the default (as HF_HOME does for Hugging Face): a scratch disk, or a test's folder
+DEFAULT_ROOT = os.environ.get("SHARDSMITH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "shardsmith")
 STAGES, RESPONSES = "stages", "responses"
 
 
