@@ -127,3 +127,11 @@ def converted_model_cache(tmp_path_factory):
     yield os.environ[models.CACHE_ENV]
     torch.set_num_threads(threads)
     mp.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_store():
+    """Remove the session's result store at the end (a worker-process test may still have written to it)."""
+    yield
+    import shutil
+    shutil.rmtree(os.environ["SHARDSMITH_CACHE"], ignore_errors=True)
