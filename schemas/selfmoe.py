@@ -35,6 +35,7 @@ EXAMPLES = TableSchema(
         Field("reject_reason", pa.string(),
               "Why a row was dropped: rouge_l (near-duplicate), embedding (near-duplicate by embedding cosine, "
               "when embedding_threshold is set), empty, too_long, malformed, copied_seed, "
+              "truncated (the response, or the brainstorm's last task, stopped at the token limit), "
               "refusal, over_target (beyond per_domain); null when kept.", nullable=True),
         Field("prompt_tokens", pa.int64(), "Tokens of the response prompt (0 when not answered)."),
         Field("completion_tokens", pa.int64(), "Tokens of the response (0 when not answered)."),

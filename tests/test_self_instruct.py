@@ -40,7 +40,8 @@ def test_response_filters():
     assert response_problem("   ", "stop") == "empty"
     assert response_problem("I'm sorry, but I cannot help with that.", "stop") == "refusal"
     assert response_problem("As an AI, I have no opinion.", "stop") == "refusal"
-    assert response_problem("word " * 700, "length").startswith("too_long")
+    assert response_problem("word " * 700, "length") == "truncated"
+    assert response_problem("A short answer that was cut", "length") == "truncated"  # any cut, not only long ones
     assert response_problem("Rayleigh scattering makes short wavelengths dominate.", "stop") is None
 
 
@@ -59,3 +60,24 @@ def test_a_domain_short_of_per_domain_is_counted():
     (short,) = [o for o in out if isinstance(o, Skipped)]
     assert short.count == 3 and "math: kept 2 of per_domain 5" in short.reason
     assert not any(isinstance(o, Skipped) for o in cap_domain_counted("math", rows, 2))
+
+
+def test_a_brainstorm_cut_at_the_token_limit_keeps_its_last_task_as_a_truncated_row():
+    from transforms.llm.requests import Completion
+    from transforms.text.self_specialization import candidates, dedup_domain
+    text = ("Describe how tides form.\nTask 4: List three uses of copper wire.\n"
+            "Task 5: Summarise the causes of the First World")
+    meta = {"domain": "knowledge", "index": 0, "seed_ids": ["s1"], "first_number": 3}
+    seeds = [{"id": f"s{i}", "instruction": s["instruction"], "input": s["input"]} for i, s in enumerate(SEEDS)]
+
+    def rows(finish):
+        found = candidates(meta, Completion(request_id="r", text=text, finish_reason=finish, prompt_tokens=5,
+                                            completion_tokens=30, model="m", backend="test"))
+        to_answer, dropped = dedup_domain("knowledge", seeds, found, threshold=0.7, answer_limit=10)
+        return [c["instruction"] for c in to_answer], [(r["instruction"], r["reject_reason"]) for r in dropped]
+
+    answered, dropped = rows("length")
+    assert answered == ["Describe how tides form.", "List three uses of copper wire."]
+    assert dropped == [("Summarise the causes of the First World", "truncated")]
+    answered, dropped = rows("stop")  # a completion that ended by itself: its last task is whole
+    assert len(answered) == 3 and dropped == []

@@ -101,13 +101,14 @@ def instruction_problem(instruction: str, seed_instructions: set[str], max_words
     return None
 
 
-def response_problem(response: str, finish_reason: str, max_words: int = 600) -> str | None:
-    """Why an answer is unusable, or None."""
+def response_problem(response: str, finish_reason: str) -> str | None:
+    """Why an answer is unusable, or None. An answer cut off at the token limit is never training
+    data, however long it is: an expert trained on it learns to stop mid-sentence."""
     words = response.split()
     if not words:
         return "empty"
-    if finish_reason == "length" and len(words) > max_words:
-        return f"too_long: {len(words)} words > {max_words}"
+    if finish_reason == "length":
+        return "truncated"
     if REFUSALS.search(response[:200]):
         return "refusal"
     return None

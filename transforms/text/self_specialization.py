@@ -46,11 +46,14 @@ def brainstorm_plan(domain: str, seeds: list[dict], prompts: int, k_shot: int, s
 
 
 def candidates(meta: dict, completion: Completion) -> list[dict]:
-    """The instructions one brainstorm completion proposes, in order."""
+    """The instructions one brainstorm completion proposes, in order. When the completion hit the
+    token limit its last task was being written when it stopped: it keeps its row, marked truncated."""
     out = []
     for position, (instruction, input_text) in enumerate(parse_tasks(completion.text, meta["first_number"])):
         out.append({"domain": meta["domain"], "order": [meta["index"], position], "instruction": instruction,
                     "input": input_text, "seed_ids": meta["seed_ids"], "model": completion.model})
+    if out and completion.finish_reason == "length":
+        out[-1]["problem"] = "truncated"
     return out
 
 
@@ -66,10 +69,10 @@ def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: f
         from transforms.text.embedding_dedup import EmbeddingDedup  # optional dependency (extra "llm")
         embedding = EmbeddingDedup(embedding_threshold, seed_texts=seed_texts)
         embedding.prefetch(c["instruction"] for c in sorted(found, key=lambda c: c["order"])
-                           if instruction_problem(c["instruction"], copied) is None)  # batched
+                           if not c.get("problem") and instruction_problem(c["instruction"], copied) is None)
     to_answer, dropped = [], []
     for cand in sorted(found, key=lambda c: c["order"]):
-        problem = instruction_problem(cand["instruction"], copied)
+        problem = cand.get("problem") or instruction_problem(cand["instruction"], copied)
         score = None
         if problem is None:
             decision = dedup.add(cand["instruction"])
