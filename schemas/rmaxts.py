@@ -1,7 +1,7 @@
 """rmaxts: Lean 4 proof search traces of RMaxTS (DeepSeek-Prover-V1.5, ICLR 2025; PAPERS.md section 4).
 
 Four tables: the problems searched, every attempt (a sampled proof and the Lean REPL's verdict),
-the search tree's nodes (distinct tactic states with their statistics), and the state -> tactic
+the search tree's nodes (tactic states, one per goal path from the root, with their statistics), and the state -> tactic
 transitions a prover is fine-tuned on (from the search, or converted from LeanDojo traces).
 """
 import pyarrow as pa
@@ -60,7 +60,8 @@ ATTEMPTS = TableSchema(
               "crashed (the REPL died on it), or protocol_error (the REPL's output broke the protocol: "
               "a forged or extra reply; the process was killed)."),
         Field("passed", pa.bool_(), "No message of severity error."),
-        Field("complete", pa.bool_(), "Passed with no sorry and no 'declaration uses sorry' warning."),
+        Field("complete", pa.bool_(), "Passed with no sorry and no warning that says 'declaration uses sorry' or contains "
+              "'failed' (DeepSeek-Prover-V1.5's verifier)."),
         Field("messages", pa.list_(MESSAGE), "The REPL's messages (positions relative to the checked code)."),
         Field("reason", pa.string(), "Why the attempt failed, in a line ('' when complete).", nullable=True),
         Field("verify_time", pa.float64(), "Seconds the REPL took (0 when not checked)."),
@@ -71,16 +72,17 @@ ATTEMPTS = TableSchema(
 NODES = TableSchema(
     dataset=DATASET,
     table="nodes",
-    version=1,
-    doc="RMaxTS tree nodes: distinct tactic states of a problem, with their visit and reward statistics.",
+    version=2,
+    doc="RMaxTS tree nodes: the tactic states of a problem, one per goal path from the root (children keyed "
+        "per parent by goal text, as DeepSeek-Prover-V1.5's tree), with their visit and reward statistics.",
     fields=(
-        Field("id", pa.string(), "Stable hash of the problem and the goal text."),
+        Field("id", pa.string(), "Stable hash of the problem and the goals on the path from the root."),
         Field("problem_id", pa.string(), "The `problems` row."),
         Field("goal", pa.string(), "The tactic state (pretty-printed goals); '' for the root before any tactic."),
-        Field("parent_id", pa.string(), "The node this one was first reached from; null for the root.",
+        Field("parent_id", pa.string(), "The parent node (the state before this one on its path); null for the root.",
               nullable=True),
         Field("depth", pa.int32(), "Tactic lines from the root."),
-        Field("prefixes", pa.list_(pa.string()), "The distinct proof prefixes that reach this state."),
+        Field("prefixes", pa.list_(pa.string()), "The distinct proof prefixes that reach this state along this path."),
         Field("visits", pa.int64(), "N: times the node was on a selected path."),
         Field("reward", pa.float64(), "Discounted sum of intrinsic rewards backed up through the node."),
         Field("value", pa.float64(), "reward / visits (0 when unvisited)."),

@@ -52,7 +52,7 @@ def _two_child_tree(seed: int = 0) -> tuple[Tree, object, object]:
     root = tree.root
     assert tree.expand(root, [("A", "  a\n")]) == 1
     assert tree.expand(root, [("B", "  b\n")]) == 1
-    a, b = tree.by_goal["A"], tree.by_goal["B"]
+    a, b = tree.find("A"), tree.find("B")
     tree.backup([root], 0)
     tree.backup([root, a], 0)
     tree.backup([root, a], 1)
@@ -107,15 +107,21 @@ def test_virtual_loss_spreads_a_batch():
 
 
 def test_unvisited_children_and_deterministic_ties():
-    picks = []
-    for _ in range(2):
-        tree = Tree("R", seed=7)
+    # Root R (own W = 1, N = 1) with unvisited children A (whose child B is unvisited too) and C.
+    #  1. at R: T = 1 -> ln max(T, 2) = ln 2; virtual 1 + sqrt(2 ln 2) = 2.1774; A = C = sqrt(2 ln 2 / 0.01)
+    #     = 11.7741: a tie, the older child A wins (DeepSeek's stable sort). At A: virtual = B = 11.7741
+    #     (both unvisited): a tie, the virtual child wins -> A itself.
+    #  2. at R: A has one running job (Ns' = 1), T = 2; virtual 2.1774, A 0 + 1.1774, C 11.7741 -> C.
+    #  3. at R: T = 3; virtual 1 + sqrt(2 ln 3) = 2.4823, A = C = 1.4823 -> R.
+    #  4. at R: own W' = 0.99, N' = 1.99, T = 3.99; virtual 0.99/1.99 + sqrt(2 ln 3.99 / 1.99) = 1.6767,
+    #     A = C = sqrt(2 ln 3.99) = 1.6636 -> R.
+    for seed in (0, 7, 123):   # no randomness in the choice
+        tree = Tree("R", seed=seed)
         tree.expand(tree.root, [("A", "a\n"), ("B", "a\nb\n")])  # B is a child of A
         tree.expand(tree.root, [("C", "c\n")])
         tree.backup([tree.root], 1)
-        picks.append([n.goal for n, _ in tree.select_batch(4)])
-    assert picks[0] == picks[1]
-    assert set(picks[0][:2]) == {"A", "C"}  # unvisited children first (bonus sqrt(2 ln T / 0.01)), A and C tie
+        assert [s for s, _ in tree.scores(tree.root)] == pytest.approx([2.177410, 11.774100, 11.774100], abs=1e-5)
+        assert [n.goal for n, _ in tree.select_batch(4)] == ["A", "C", "R", "R"]
 
 
 # ----------------------------------------------------------------------------- expansion
@@ -127,18 +133,19 @@ def test_intrinsic_reward_is_one_only_for_new_nodes():
     assert tree.expand(root, [("S1", "  t1\n"), ("S2", "  t1\n  t2\n")]) == 2
     assert tree.expand(root, [("S1", "  t1\n")]) == 0  # nothing new: reward 0
     assert tree.expand(root, [("S1", "  t1\n"), ("S3", "  t1\n  t3\n")]) == 1
-    assert tree.by_goal["S3"].parent is tree.by_goal["S1"] and tree.by_goal["S3"].depth == 2
-    # repeated states (a tactic that changed nothing) and the closed state are not nodes
-    assert tree.expand(root, [("R", "  skip\n"), ("no goals", "  skip\n  rfl\n")]) == 0
-    assert len(tree) == 4
+    assert tree.find("S1", "S3").parent is tree.find("S1") and tree.find("S1", "S3").depth == 2
+    # a repeated state (a tactic that changed nothing) is no step; the closed state is a node (DeepSeek's)
+    assert tree.expand(root, [("R", "  skip\n"), ("no goals", "  skip\n  rfl\n")]) == 1
+    assert tree.find("no goals").prefixes == ["  skip\n  rfl\n"]
+    assert len(tree) == 5
 
 
-def test_same_goal_by_two_prefixes_is_one_node():
+def test_same_goal_by_two_prefixes_under_one_parent_is_one_node():
     tree = Tree("R", seed=3)
     root = tree.root
     assert tree.expand(root, [("G", "  simp\n", "C1")]) == 1
     assert tree.expand(root, [("G", "  norm_num\n", "C2")]) == 0
-    node = tree.by_goal["G"]
+    node = tree.find("G")
     assert node.prefixes == ["  simp\n", "  norm_num\n"] and node.comments == ["C1", "C2"]
     assert len([n for n in tree.order if n.goal == "G"]) == 1
     assert node.comment_for("  norm_num\n") == "C2"
@@ -159,8 +166,8 @@ def test_checkpoint_round_trip_resumes_identically():
     tree.expand(tree.root, [("A", "a\n"), ("B", "a\nb\n")])
     tree.expand(tree.root, [("C", "c\n"), ("B", "c\nb\n")])
     tree.expand(tree.root, [("D", "d\n")])
-    for goal, r in (("R", 1), ("A", 0), ("C", 1), ("B", 0), ("D", 1)):
-        tree.backup(tree.path(tree.by_goal[goal]), r)
+    for goals, r in (((), 1), (("A",), 0), (("C",), 1), (("A", "B"), 0), (("C", "B"), 1), (("D",), 1)):
+        tree.backup(tree.path(tree.find(*goals)), r)
     running = tree.select()  # a running job is part of the checkpoint
     restored = Tree.from_json(json.loads(json.dumps(tree.to_json())))
     assert restored.to_json() == tree.to_json()
@@ -174,7 +181,9 @@ def test_checkpoint_round_trip_resumes_identically():
                 t.backup(t.path(n), i % 2)
         return out
     assert trace(restored) == trace(tree)
-    assert running[0].goal in tree.by_goal
+    assert running[0] in tree.order
+    assert [len(n.children) for n in restored.order] == [len(n.children) for n in tree.order]
+    assert restored.find("C", "B").prefixes == ["c\nb\n"] and restored.find("A", "B").prefixes == ["a\nb\n"]
 
 
 def test_checkpoint_version_is_checked():
@@ -295,7 +304,7 @@ def test_full_search_with_fake_policy_and_verifier():
     # round 2: G1 is unvisited, so it is selected; resuming from it, `rfl` completes the proof
     assert result.solved and outcomes[-1][1] == "complete"
     done = result.attempts[-1]
-    assert done["node_id"] == node_id(pid, G1)
+    assert done["node_id"] == node_id(pid, G0, G1)
     assert done["prefix"] == "  subst h\n" + state_comment(G1)
     assert done["proof_code"] == STMT + "  subst h\n  rfl"
     assert verifier.codes[-1] == PROBLEM["header"] + STMT + "  subst h\n  rfl"
@@ -303,10 +312,12 @@ def test_full_search_with_fake_policy_and_verifier():
     # early stop: round 2's other expansion was sampled but is cancelled, not checked
     assert policy.batches == [2, 2] and len(result.attempts) == 3 and len(verifier.codes) == 2
     assert [a["index"] for a in result.attempts] == [0, 1, 2]
-    # the nodes: the root state and G1 (reached by subst h)
+    # the nodes: the root state, G1 (reached by subst h) and 'no goals' after rfl (a node, as DeepSeek's)
     by_goal = {n["goal"]: n for n in result.nodes}
-    assert set(by_goal) == {G0, G1}
+    assert set(by_goal) == {G0, G1, "no goals"} and len(result.nodes) == 3
     assert by_goal[G1]["parent_id"] == by_goal[G0]["id"] == node_id(pid, G0)
+    assert by_goal["no goals"]["parent_id"] == by_goal[G1]["id"] == node_id(pid, G0, G1)
+    assert by_goal["no goals"]["prefixes"] == ["  subst h\n  rfl\n"]
     assert by_goal[G1]["prefixes"] == ["  subst h\n"] and by_goal[G1]["depth"] == 1
     assert by_goal[G0]["visits"] == len(result.attempts)
     # transitions from the complete attempt

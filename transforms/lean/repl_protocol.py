@@ -36,6 +36,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SORRY_WARNINGS = ("declaration uses 'sorry'", "declaration uses `sorry`")
+# DeepSeek-Prover-V1.5, prover/lean/verifier.py (verify_lean4_file): a proof that passes is not
+# complete when it has a sorry or when some message of severity "warning" contains
+# "declaration uses 'sorry'" or the (case-sensitive) substring "failed". The backquoted sorry
+# warning (newer Lean) is ours: the same warning, reworded.
+FAILED_WARNING = "failed"
 
 # outcomes of a check; only "ok" carries Lean's own judgement
 OUTCOME_OK = "ok"
@@ -115,8 +120,9 @@ class Verdict:
     """The normalised result of one check.
 
     `passed`: no message of severity error (and Lean actually ran: outcome "ok").
-    `complete`: passed, no sorry, and no warning "declaration uses 'sorry'"; the pool also
-    requires that every declared name depends on no axiom beyond STANDARD_AXIOMS.
+    `complete`: passed, no sorry, and no warning that blocks completion (`blocks_completion`:
+    "declaration uses 'sorry'" or any warning containing "failed", as DeepSeek's verifier); the
+    pool also requires that every declared name depends on no axiom beyond STANDARD_AXIOMS (ours).
     `axioms`: the axioms `#print axioms` reported for the code's declarations (sorted; None when
     they were not checked, e.g. the proof was not complete).
     Positions are relative to the checked code (see the module docstring)."""
@@ -182,6 +188,14 @@ def is_sorry_warning(message: dict) -> bool:
         w in str(message.get("data", "")) for w in SORRY_WARNINGS)
 
 
+def blocks_completion(message: dict) -> bool:
+    """A warning that makes a passing proof incomplete, as DeepSeek-Prover-V1.5's verifier counts
+    warnings: "declaration uses 'sorry'" or any warning whose text contains "failed" (case-sensitive;
+    errors and infos do not count here, an error already fails the proof)."""
+    return is_sorry_warning(message) or (
+        message.get("severity") == "warning" and FAILED_WARNING in str(message.get("data", "")))
+
+
 def verdict_of(reply: dict, verify_time: float, line_offset: int = 0) -> Verdict:
     """Apply the paper's rules to one parsed reply to a `cmd` command.
 
@@ -197,7 +211,7 @@ def verdict_of(reply: dict, verify_time: float, line_offset: int = 0) -> Verdict
     sorries = [_sorry(s, line_offset) for s in reply.get("sorries") or []]
     tactics = [_tactic(t, line_offset) for t in reply.get("tactics") or []]
     passed = not any(m["severity"] == "error" for m in messages)
-    complete = passed and not sorries and not any(is_sorry_warning(m) for m in messages)
+    complete = passed and not sorries and not any(blocks_completion(m) for m in messages)
     env = reply.get("env")
     return Verdict(passed=passed, complete=complete, messages=messages, sorries=sorries,
                    tactics=tactics, env=env if isinstance(env, int) else None,

@@ -1,14 +1,24 @@
 """RMaxTS: the Monte-Carlo tree search of DeepSeek-Prover-V1.5 over tactic states (PAPERS.md section 4).
 
-Nodes are distinct tactic states keyed by their goal text: the same state reached by different
-proof prefixes is one node holding every prefix. Expanding a node means sampling a whole-proof
-continuation of one of its prefixes, checking it with Lean and adding the states it reaches; the
-intrinsic reward is 1 when that added any node, else 0 (RMax exploration). Each inner node has a
-virtual child: selecting it means "expand this node again".
+Expanding a node means sampling a whole-proof continuation of one of its prefixes, checking it with
+Lean and adding the states it reaches; the intrinsic reward is 1 when that added any node, else 0
+(RMax exploration). Each inner node has a virtual child: selecting it means "expand this node again".
 
-Statistics (DeepSeek-Prover-V1.5, prover/algorithms/rmax_tree_search.py, TreeNode.update_reward,
-_update_value and RMaxTS._select_node; gamma = 0.99 in configs/RMaxTS.py):
+What follows DeepSeek (prover/algorithms/rmax_tree_search.py: TreeNode, RMaxTS._tree_update,
+_tree_step, _select_node, _rmax_exploration_summarize_results; configs/RMaxTS.py for gamma = 0.99):
 
+  tree      children are keyed per parent by goal text (TreeNode.children: goal -> child). The walk
+            of a checked proof starts at the root, whichever node was expanded (the proof's code
+            starts with that node's prefix), and for each segment whose goal differs from the goal
+            of the last step taken, steps to the current node's child with that goal, creating it
+            when missing. So the same tactic state reached along two different goal paths is two
+            nodes (a known state reached by a new path is new, and earns reward 1 there), while
+            the same goal reached under the same parent by different code is one node holding
+            every prefix. 'no goals' (the state after the closing tactic) is a goal like any other.
+  reward    1 when the expansion created any node (len(node_list) grew), else 0.
+  too long  a segment whose resumed prompt (prefix code + its state comment) is over the limit is
+            skipped and the walk goes on with the next segment; the skipped one moves neither the
+            walk nor the "last goal".
   backup of reward r for an expansion of node v (path root .. v):
       v:                 W   <- gamma * W   + r,   N   <- gamma * N   + 1   (the virtual child's own stats)
       every a on path:   Ws  <- gamma * Ws  + r,   Ns  <- gamma * Ns  + 1   (subtree stats, v included)
@@ -19,7 +29,24 @@ _update_value and RMaxTS._select_node; gamma = 0.99 in configs/RMaxTS.py):
       bonus(n)   = sqrt(2 * ln(max(T, 2)) / max(n, 0.01))
       virtual    = W'_u / max(N'_u, 0.01)   + bonus(N'_u)
       child c    = Ws'_c / max(Ns'_c, 0.01) + bonus(Ns'_c)
-  the highest score wins; exact ties (within 1e-12) are broken by the tree's seeded random generator.
+  ties      the choices are listed [virtual child, children in the order they were created] and
+            stably sorted by score, highest first: among equal scores (exact float equality) the
+            virtual child wins, then the oldest child.
+  prefix    the prefix a selection resumes from is drawn uniformly among the node's prefixes.
+  complete  passed, no sorry, and no warning containing "declaration uses 'sorry'" or "failed"
+            (prover/lean/verifier.py; see repl_protocol.blocks_completion). The attempt's verdict is
+            re-judged by that rule here, whatever `complete` the verifier reported.
+
+What is ours:
+  - the length limit (max_prefix_chars, off by default) counts characters and keeps a prompt of
+    exactly that length; DeepSeek counts tokens of the model's tokenizer, strictly below its
+    max_tokens (2048).
+  - the prefix draw and nothing else uses the tree's seeded generator (DeepSeek: random.choice).
+  - expansions run in rounds of `batch` selections (DeepSeek: 32 asynchronous job slots) and the
+    search stops at the first complete proof, cancelling the rest of the round (DeepSeek finishes
+    the running jobs and its 128-sample checkpoint interval).
+  - node ids are hashes of the goal path (node_id); `visits` is a plain count beside the
+    discounted statistics; checkpoints are JSON (Tree.to_json), not pickles.
 
 The search itself (`search`) knows nothing of the model or of Lean: it takes a policy
 (prompts -> completions) and a verifier (code -> verdict dict) and returns the rows of the
@@ -36,14 +63,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from transforms.io.ids import stable_id
-from transforms.lean.segments import (NO_GOALS, continuation_code, extract_code, normalize_verdict,
-                                      prefix_states, proof_body, prover_prompt, segments, state_comment,
-                                      tactics_fit, transitions)
+from transforms.lean.repl_protocol import blocks_completion, is_sorry_warning
+from transforms.lean.segments import (continuation_code, extract_code, normalize_verdict, prefix_states,
+                                      proof_body, prover_prompt, segments, state_comment, tactics_fit,
+                                      transitions)
 
 GAMMA = 0.99
 MIN_VISITATION = 1e-2  # DeepSeek's max(visitation, 1e-2) guard
-TIE_EPS = 1e-12
-CHECKPOINT_VERSION = 1
+# 2: children keyed per parent (one goal can be several nodes); 1 merged nodes by goal across the tree
+CHECKPOINT_VERSION = 2
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -74,13 +102,14 @@ def mean(w: float, n: float) -> float:
 
 @dataclass(eq=False)
 class Node:
-    """One distinct tactic state.
+    """One tactic state on one goal path from the root.
 
+    children: goal text -> child, in the order the children were created (DeepSeek's edges).
     visits: completed expansions whose path went through the node (a plain count).
     reward, discounted_visits: the discounted subtree statistics Ws, Ns (node and descendants).
     own_reward, own_visits: the discounted statistics W, N of expanding this node itself.
     virtual_loss / subtree_virtual_loss: expansions of this node / of its subtree still running.
-    prefixes[i] is proof code reaching the state, comments[i] its tactic-state comment.
+    prefixes[i] is proof code reaching the state along this path, comments[i] its tactic-state comment.
     """
     goal: str
     parent: "Node | None" = None
@@ -89,7 +118,7 @@ class Node:
     visits: int = 0
     reward: float = 0.0
     virtual_loss: int = 0
-    children: list["Node"] = field(default_factory=list)
+    children: dict[str, "Node"] = field(default_factory=dict)
     comments: list[str] = field(default_factory=list)
     discounted_visits: float = 0.0
     own_reward: float = 0.0
@@ -112,7 +141,7 @@ class Node:
 
 
 class Tree:
-    """The RMaxTS tree of one problem. Deterministic given `seed` (tie-breaks, prefix choice)."""
+    """The RMaxTS tree of one problem. Deterministic given `seed` (the prefix a selection resumes from)."""
 
     def __init__(self, root_goal: str = "", *, gamma: float = GAMMA, seed: int = 0,
                  max_prefix_chars: int | None = None):
@@ -122,12 +151,22 @@ class Tree:
         self.rng = random.Random(seed)
         self.root = Node(goal=root_goal, prefixes=[""], comments=[""])
         self.order: list[Node] = [self.root]
-        self.by_goal: dict[str, Node] = {root_goal: self.root}
         self.solved = False
         self.proof: str | None = None
 
     def __len__(self) -> int:
         return len(self.order)
+
+    def find(self, *goals: str) -> Node:
+        """The node reached from the root by the child edges `goals` (KeyError when there is none)."""
+        node = self.root
+        for goal in goals:
+            node = node.children[goal]
+        return node
+
+    def with_goal(self, goal: str) -> list[Node]:
+        """Every node whose state is `goal` (one per goal path), in creation order."""
+        return [n for n in self.order if n.goal == goal]
 
     # -- selection ----------------------------------------------------------------------------
     def own_stats(self, node: Node) -> tuple[float, float]:
@@ -137,20 +176,24 @@ class Tree:
         return with_virtual_loss(node.reward, node.discounted_visits, node.subtree_virtual_loss, self.gamma)
 
     def scores(self, node: Node) -> list[tuple[float, Node | None]]:
-        """UCB scores at `node`: first its virtual child (None), then each child in order."""
+        """UCB scores at `node`: first its virtual child (None), then each child in creation order."""
         w, n = self.own_stats(node)
-        child_stats = [self.subtree_stats(c) for c in node.children]
+        children = list(node.children.values())
+        child_stats = [self.subtree_stats(c) for c in children]
         total = n + sum(cn for _, cn in child_stats)
         out: list[tuple[float, Node | None]] = [(mean(w, n) + ucb_bonus(total, n), None)]
-        for child, (cw, cn) in zip(node.children, child_stats):
+        for child, (cw, cn) in zip(children, child_stats):
             out.append((mean(cw, cn) + ucb_bonus(total, cn), child))
         return out
 
     def _choose(self, node: Node) -> Node | None:
-        scored = self.scores(node)
-        best = max(s for s, _ in scored)
-        tied = [c for s, c in scored if s >= best - TIE_EPS]
-        return tied[0] if len(tied) == 1 else tied[self.rng.randrange(len(tied))]
+        """The highest score; among equal ones the first listed (DeepSeek's stable sort): the
+        virtual child (None), then the oldest child."""
+        best_score, best = -math.inf, None
+        for score, choice in self.scores(node):
+            if score > best_score:
+                best_score, best = score, choice
+        return best
 
     def path(self, node: Node) -> list[Node]:
         out = []
@@ -159,6 +202,10 @@ class Tree:
             out.append(walk)
             walk = walk.parent
         return out[::-1]
+
+    def goal_path(self, node: Node) -> list[str]:
+        """The goals on the path root .. node (what identifies the node)."""
+        return [n.goal for n in self.path(node)]
 
     def select(self) -> tuple[Node, str]:
         """Descend by UCB to the node to expand, count the expansion as running (virtual loss on
@@ -180,34 +227,35 @@ class Tree:
         return [self.select() for _ in range(k)]
 
     # -- expansion and backup -----------------------------------------------------------------
+    def fits(self, prefix: str, comment: str) -> bool:
+        """Whether a resumed prompt of prefix + comment is within max_prefix_chars (ours: characters,
+        inclusive; DeepSeek: tokens, strictly below max_tokens)."""
+        return self.max_prefix_chars is None or len(prefix) + len(comment) <= self.max_prefix_chars
+
     def expand(self, node: Node, new_states: Iterable[Sequence[str]], complete: bool = False,
                proof: str | None = None) -> int:
         """Add the states an expansion of `node` reached; returns how many nodes are new.
 
         new_states: (goal, prefix[, state comment]) in proof order, for the whole checked proof
         (its code starts with the prefix of `node`, so the walk starts at the root, as DeepSeek's
-        _tree_update). A state equal to the previous one is no step; a goal already in the tree
-        gains the prefix; a new goal becomes a child of the state before it. 'no goals' (the
-        proof is closed) is terminal and not a node.
+        _tree_update). A state whose prompt is over max_prefix_chars is skipped (the walk goes
+        on); a goal equal to the last step's is no step; otherwise the walk moves to the current
+        node's child with that goal, created when missing, and the child gains the prefix.
         """
         walk, prev, added = self.root, self.root.goal, 0
         for state in new_states:
             goal, prefix = state[0], state[1]
             comment = state[2] if len(state) > 2 else state_comment(goal)
-            if goal == prev or not goal.strip() or goal.strip() == NO_GOALS:
+            if not self.fits(prefix, comment) or goal == prev:
                 continue
-            if self.max_prefix_chars is not None and len(prefix) + len(comment) > self.max_prefix_chars:
-                break
-            existing = self.by_goal.get(goal)
-            if existing is None:
-                existing = Node(goal=goal, parent=walk, depth=walk.depth + 1, prefixes=[prefix], comments=[comment])
-                walk.children.append(existing)
-                self.by_goal[goal] = existing
-                self.order.append(existing)
+            child = walk.children.get(goal)
+            if child is None:
+                child = Node(goal=goal, parent=walk, depth=walk.depth + 1)
+                walk.children[goal] = child
+                self.order.append(child)
                 added += 1
-            else:
-                existing.add_prefix(prefix, comment)
-            walk, prev = existing, goal
+            child.add_prefix(prefix, comment)
+            walk, prev = child, goal
         if complete and not self.solved:
             self.solved, self.proof = True, proof
         return added
@@ -230,6 +278,8 @@ class Tree:
 
     # -- checkpoint ---------------------------------------------------------------------------
     def to_json(self) -> dict:
+        """The tree as JSON: nodes in creation order, each with its parent's and children's
+        indices (children in creation order; the edge of a child is its goal)."""
         index = {id(n): i for i, n in enumerate(self.order)}
         state = self.rng.getstate()
         return {
@@ -242,7 +292,7 @@ class Tree:
                 "reward": n.reward, "discounted_visits": n.discounted_visits, "own_reward": n.own_reward,
                 "own_visits": n.own_visits, "virtual_loss": n.virtual_loss,
                 "subtree_virtual_loss": n.subtree_virtual_loss, "expansions": n.expansions,
-                "children": [index[id(c)] for c in n.children],
+                "children": [index[id(c)] for c in n.children.values()],
             } for n in self.order],
         }
 
@@ -250,7 +300,8 @@ class Tree:
     def from_json(cls, data: dict) -> "Tree":
         if data.get("version") != CHECKPOINT_VERSION:
             raise ValueError(f"RMaxTS checkpoint version {data.get('version')!r}; this code reads "
-                             f"{CHECKPOINT_VERSION}: delete the checkpoint to restart the search")
+                             f"{CHECKPOINT_VERSION} (version 1 merged nodes by goal across the tree): "
+                             f"delete the checkpoint to restart the search")
         rows = data["nodes"]
         tree = cls(rows[0]["goal"], gamma=data["gamma"], seed=data["seed"],
                    max_prefix_chars=data.get("max_prefix_chars"))
@@ -261,9 +312,10 @@ class Tree:
                  for r in rows]
         for node, r in zip(nodes, rows):
             node.parent = None if r["parent"] is None else nodes[r["parent"]]
-            node.children = [nodes[i] for i in r["children"]]
+            node.children = {nodes[i].goal: nodes[i] for i in r["children"]}
+            if len(node.children) != len(r["children"]):
+                raise ValueError("RMaxTS checkpoint: two children of one node share a goal")
         tree.root, tree.order = nodes[0], nodes
-        tree.by_goal = {n.goal: n for n in nodes}
         tree.solved, tree.proof = data["solved"], data["proof"]
         version, internal, gauss = data["rng"]
         tree.rng.setstate((version, tuple(internal), gauss))
@@ -289,8 +341,10 @@ def problem_id_of(problem: dict) -> str:
                                           problem["formal_statement"])
 
 
-def node_id(problem_id: str, goal: str) -> str:
-    return stable_id(problem_id, "node", goal)
+def node_id(problem_id: str, *goals: str) -> str:
+    """The `nodes` row id: a hash of the problem and the goals on the path root .. node (children
+    are keyed per parent, so one goal can be several nodes). node_id(pid, root_goal) is the root's."""
+    return stable_id(problem_id, "node", *goals)
 
 
 _OPENS_FENCE = re.compile(r"```(?:lean4|lean)[ \t]*\r?\n")
@@ -345,6 +399,13 @@ def _outcome(verdict: dict) -> str:
     return "pass" if verdict["passed"] else "fail"
 
 
+def deepseek_complete(verdict: dict) -> bool:
+    """DeepSeek-Prover-V1.5's verifier.py rule on a normalised verdict: passed, no sorry, no
+    warning containing "declaration uses 'sorry'" or "failed" (repl_protocol.blocks_completion)."""
+    return bool(verdict["passed"]) and not verdict["sorries"] and not any(
+        blocks_completion(m) for m in verdict["messages"])
+
+
 def _reason(verdict: dict, outcome: str) -> str:
     if outcome == "complete":
         return ""
@@ -356,7 +417,14 @@ def _reason(verdict: dict, outcome: str) -> str:
         m = min(real, key=lambda m: (m["line"], m["column"]))
         return f"line {m['line']}:{m['column']}: {m['data'].strip().splitlines()[0] if m['data'].strip() else ''}"
     if outcome == "pass":
-        return "the proof uses sorry" if verdict["sorries"] else "incomplete: a warning says the declaration uses sorry"
+        if verdict["sorries"]:
+            return "the proof uses sorry"
+        warnings = [m for m in verdict["messages"] if blocks_completion(m)]
+        if not warnings or any(is_sorry_warning(m) for m in warnings):
+            return "incomplete: a warning says the declaration uses sorry"
+        m = warnings[0]
+        text = m["data"].strip().splitlines()[0] if m["data"].strip() else ""
+        return f"incomplete: a warning says 'failed' at line {m['line']}:{m['column']}: {text}"
     return outcome
 
 
@@ -368,12 +436,18 @@ def _messages(verdict: dict) -> list[dict]:
 
 
 def node_rows(tree: Tree, problem_id: str) -> list[dict]:
-    """The `nodes` table's rows: value = reward / visits (0 when unvisited), reward the discounted
-    subtree reward, visits the count of expansions through the node."""
-    return [{"id": node_id(problem_id, n.goal), "problem_id": problem_id, "goal": n.goal,
-             "parent_id": None if n.parent is None else node_id(problem_id, n.parent.goal),
-             "depth": n.depth, "prefixes": list(n.prefixes), "visits": n.visits, "reward": n.reward,
-             "value": n.reward / n.visits if n.visits else 0.0} for n in tree.order]
+    """The `nodes` table's rows: id from the goal path, parent_id the parent's; value = reward /
+    visits (0 when unvisited), reward the discounted subtree reward, visits the count of expansions
+    through the node."""
+    ids: dict[int, str] = {}
+    rows = []
+    for n in tree.order:  # a parent is always created before its children
+        ids[id(n)] = node_id(problem_id, *tree.goal_path(n))
+        rows.append({"id": ids[id(n)], "problem_id": problem_id, "goal": n.goal,
+                     "parent_id": None if n.parent is None else ids[id(n.parent)],
+                     "depth": n.depth, "prefixes": list(n.prefixes), "visits": n.visits, "reward": n.reward,
+                     "value": n.reward / n.visits if n.visits else 0.0})
+    return rows
 
 
 def _save(path: str, payload: dict) -> None:
@@ -449,7 +523,7 @@ def search(problem: dict, policy: Callable[[list[str]], list[str]], verify: Call
 def _attempt(tree: Tree, node: Node, path: list[Node], pid: str, index: int, header: str, statement: str,
              prefix: str, shown: str, completion: str, verify: Callable[[str], Any],
              trans: dict[str, dict], style: str, positions: str) -> dict:
-    row = {"problem_id": pid, "index": index, "node_id": node_id(pid, node.goal), "prefix": shown,
+    row = {"problem_id": pid, "index": index, "node_id": node_id(pid, *tree.goal_path(node)), "prefix": shown,
            "completion": completion if completion is not None else "", "proof_code": "", "outcome": "no_code",
            "passed": False, "complete": False, "messages": [], "reason": "", "verify_time": 0.0, "new_nodes": 0}
     body, reason = proof_from_completion(completion, prefix, statement, style)
@@ -462,6 +536,7 @@ def _attempt(tree: Tree, node: Node, path: list[Node], pid: str, index: int, hea
         row["proof_code"] = statement + body
         try:
             verdict = normalize_verdict(verify(code))
+            verdict["complete"] = verdict["complete"] and deepseek_complete(verdict)
         except Exception as exc:  # a verifier failure is an attempt's outcome, never fatal
             tree.backup(path, 0.0)
             row.update(outcome="crashed", reason=f"verifier raised {type(exc).__name__}: {exc}")

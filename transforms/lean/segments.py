@@ -23,6 +23,7 @@ import re
 from typing import Any, Mapping
 
 from transforms.io.ids import stable_id
+from transforms.lean.repl_protocol import blocks_completion
 
 NO_GOALS = "no goals"
 
@@ -132,8 +133,9 @@ def normalize_verdict(verdict: Any) -> dict:
     positions as line/column/end_line/end_column (1-based lines, 0-based code-point columns).
 
     Accepts repl_protocol's Verdict (dict or object) or a raw REPL reply. `passed` (no error
-    message) and `complete` (passed, no sorry, no "declaration uses sorry" warning) are computed
-    when absent. A raw REPL-level failure ({"message": "..."}) becomes one error message.
+    message) and `complete` (passed, no sorry, no warning that says the declaration uses sorry or
+    that contains "failed": DeepSeek-Prover-V1.5's verifier.py rule, repl_protocol.blocks_completion)
+    are computed when absent. A raw REPL-level failure ({"message": "..."}) becomes one error message.
     """
     v = dict(_plain(verdict) or {})
     messages = []
@@ -169,7 +171,8 @@ def normalize_verdict(verdict: Any) -> dict:
     complete = v.get("complete")
     if complete is None:
         complete = bool(passed) and not sorries and not any(
-            m["severity"] == "warning" and _declaration_uses_sorry(m["data"]) for m in messages)
+            m["severity"] == "warning" and (_declaration_uses_sorry(m["data"]) or blocks_completion(m))
+            for m in messages)
     out = {k: val for k, val in v.items() if k not in ("messages", "sorries", "tactics")}
     out.update(passed=bool(passed), complete=bool(complete), messages=messages, sorries=sorries,
                tactics=tactics, verify_time=float(v.get("verify_time") or 0.0))
