@@ -1,11 +1,15 @@
-"""Smoke-test the trainers on a CUDA machine: bf16, gradient accumulation, a few real steps each.
+"""Smoke-test the trainers on a CUDA machine: bf16 autocast, gradient accumulation, a few real steps
+each, on one process and data parallel (trainers/fit.py's DDP path, `--nproc` processes: nccl with a
+GPU each, gloo when they share one GPU).
 
 Two halves, because the GPU machine may have no Beam and no model hub:
   prepare  (here, CPU): a tiny randomly initialised Llama with SmolLM2's tokenizer, plus the shards
            of small `shardsmith run` outputs, copied into one folder (default .gpu/) to carry over;
-  run      (there): each trainer on cuda, timed; prints and writes a JSON summary.
-Usage: python infra/gpu_smoke.py prepare --selfmoe OUT/selfmoe [--multiui OUT/multiui] [--dest .gpu]
-       python infra/gpu_smoke.py run [--src .gpu] [--report report.json]
+  run      (there): each trainer found there on cuda, one process then `--nproc`, timed; prints and
+           writes a JSON summary.
+Usage: python infra/gpu_smoke.py prepare [--selfmoe OUT/selfmoe] [--multiui OUT/multiui]
+                                         [--rmaxts OUT/rmaxts] [--concretizer OUT/concretizer] [--dest .gpu]
+       python infra/gpu_smoke.py run [--src .gpu] [--nproc 2] [--report report.json]
 """
 from __future__ import annotations
 
@@ -35,16 +39,46 @@ def prepare(args) -> None:
     tiny = os.path.join(args.dest, "tiny-llama")
     model.save_pretrained(tiny)
     tok.save_pretrained(tiny)
-    for name in ("selfmoe", "multiui"):
+    for name in TRAINERS:
         src = getattr(args, name)
         if src:
             shutil.copytree(src, os.path.join(args.dest, name), dirs_exist_ok=True)
     print(f"prepared {args.dest}")
 
 
+# every trainer's short bf16 run on cuda (tiny: the Llama made by `prepare`)
+TRAINERS = {
+    "selfmoe": lambda tiny: {"base_model": tiny, "steps": 30, "router_steps": 30, "batch_size": 8, "grad_accum": 2,
+                             "max_length": 256, "lr": 1e-3},
+    "multiui": lambda tiny: {"tokenizer": tiny, "max_steps": 20, "batch_size": 4, "grad_accum": 2,
+                             "checkpoint_every": 10},
+    "rmaxts": lambda tiny: {"base_model": tiny, "steps": 20, "batch_size": 8, "grad_accum": 2, "max_length": 256,
+                            "checkpoint_every": 10, "eval_examples": 32},
+    "concretizer": lambda tiny: {"max_steps": 20, "batch_size": 2, "checkpoint_every": 10, "chamfer_points": 4000},
+}
+
+
+def train_one(name: str, data: str, out: str, config: dict) -> dict:
+    """One trainer's train(); module-level, so a spawned rank can run it."""
+    import importlib
+    return importlib.import_module(f"trainers.{name}").train(data, out, config)
+
+
+def _losses(metrics: dict) -> dict:
+    """First and last train loss wherever a trainer keeps them."""
+    found = {}
+    for path, m in [("", metrics)] + [(k, v) for k, v in metrics.get("per_layer", {}).items()] + \
+            [(k, {"train": {"loss": v["train_loss"]}}) for k, v in metrics.get("experts", {}).items()]:
+        loss = m.get("train", {}).get("loss") or []
+        if loss:
+            found[path or "train"] = [loss[0], loss[-1]]
+    return found
+
+
 def _timed(name: str, fn) -> dict:
     import torch
     torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     try:
         metrics = fn()
@@ -53,7 +87,8 @@ def _timed(name: str, fn) -> dict:
         metrics, ok, error = {}, False, f"{type(exc).__name__}: {exc}"
     torch.cuda.synchronize()
     return {"trainer": name, "ok": ok, "error": error, "seconds": round(time.perf_counter() - start, 2),
-            "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3), "metrics": metrics}
+            "peak_gib_this_process": round(torch.cuda.max_memory_allocated() / 2**30, 3),
+            "bf16": metrics.get("bf16"), "world_size": metrics.get("world_size"), "losses": _losses(metrics)}
 
 
 def _generate(model_dir: str) -> dict:
@@ -75,20 +110,19 @@ def _generate(model_dir: str) -> dict:
 
 def run(args) -> None:
     import torch
-    report = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": []}
+    from trainers import distributed
+    report = {"device": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "torch": torch.__version__,
+              "runs": []}
     tiny = os.path.join(args.src, "tiny-llama")
-    if os.path.isdir(os.path.join(args.src, "selfmoe")):
-        from trainers import selfmoe
-        cfg = {"base_model": tiny, "steps": 30, "router_steps": 30, "batch_size": 8, "grad_accum": 2,
-               "max_length": 256, "device": "cuda", "lr": 1e-3}
-        report["runs"].append(_timed("selfmoe", lambda: selfmoe.train(
-            os.path.join(args.src, "selfmoe"), os.path.join(args.out, "selfmoe-train"), cfg)))
-    if os.path.isdir(os.path.join(args.src, "multiui")):
-        from trainers import multiui
-        cfg = {"tokenizer": tiny, "max_steps": 20, "batch_size": 4, "grad_accum": 2, "device": "cuda",
-               "bf16": True}
-        report["runs"].append(_timed("multiui", lambda: multiui.train(
-            os.path.join(args.src, "multiui"), os.path.join(args.out, "multiui-train"), cfg)))
+    for name, make in TRAINERS.items():
+        data = os.path.join(args.src, name)
+        if not os.path.isdir(data):
+            continue
+        cfg = dict(make(tiny), device="cuda", bf16=True, resume="none")
+        out = os.path.join(args.out, name)
+        report["runs"].append(_timed(name, lambda: train_one(name, data, out + "-1", cfg)))
+        report["runs"].append(_timed(f"{name} x{args.nproc}", lambda: distributed.launch(
+            train_one, args.nproc, name, data, out + f"-{args.nproc}", cfg, device="cuda")))
     report["runs"].append(_timed("transformers_backend", lambda: _generate(tiny)))
     text = json.dumps(report, indent=1, default=str)
     print(text)
@@ -101,12 +135,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare")
-    p.add_argument("--selfmoe")
-    p.add_argument("--multiui")
+    for name in TRAINERS:
+        p.add_argument(f"--{name}", help=f"a `shardsmith run {name}` output folder to carry over")
     p.add_argument("--dest", default=".gpu")
     r = sub.add_parser("run")
     r.add_argument("--src", default=".gpu")
     r.add_argument("--out", default="/tmp/gpu-smoke")
+    r.add_argument("--nproc", type=int, default=2, help="data-parallel processes of the DDP runs")
     r.add_argument("--report")
     args = parser.parse_args()
     prepare(args) if args.cmd == "prepare" else run(args)

@@ -1,27 +1,28 @@
-"""`shardsmith train`: resolve a dataset's trainer and its config, then run it."""
+"""`shardsmith train`: resolve a dataset's trainer and its config, then run it, on one process or
+data parallel (`--nproc N`, or under torchrun)."""
 from __future__ import annotations
 
 import importlib
 import json
 import os
 
-from schemas.config import ConfigError, ConfigSpec, Key
+from schemas.config import ConfigError
 from pipelines.dataset import Dataset
 from schemas import storage
 from transforms.io import layout
 
 
-def trainer_config(module) -> ConfigSpec:
-    """A trainer declares CONFIG = {key: (type, default, doc[, low, high])} (trainers cannot import
-    pipelines/, so the typed spec is built here)."""
-    keys = []
-    for name, (kind, default, doc, *bounds) in module.CONFIG.items():
-        low, high = (bounds + [None, None])[:2]
-        keys.append(Key(name, kind, default, doc, low=low, high=high, optional=default is None, gridable=False))
-    return ConfigSpec(tuple(keys))
+def _call(module_name: str, func: str, data: str, out: str, values: dict) -> dict:
+    """The trainer's train(data, out, config), in this process (a spawned rank imports it by name)."""
+    return getattr(importlib.import_module(module_name), func)(data, out, values)
 
 
-def train(dataset: Dataset, data: str, out: str | None, sets: list[str]) -> tuple[str, str]:
+def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: int = 1) -> tuple[str, str | None]:
+    """Train; (out folder, metrics.json path, None on ranks other than 0)."""
+    if nproc < 1:
+        raise ConfigError(f"--nproc must be at least 1, got {nproc}")
+    if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("--nproc under torchrun: torchrun starts the processes, drop --nproc")
     try:
         storage.check_readable(data)
     except storage.StorageError as exc:
@@ -42,17 +43,26 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str]) -> tupl
     except ImportError as exc:
         raise ConfigError(f"the {dataset.name} trainer needs the train extra "
                           f"(pip install 'shardsmith[train]'): {exc}") from None
-    resolved = trainer_config(module).resolve(None, sets)
+    if nproc > 1 and not getattr(module, "DATA_PARALLEL", True):
+        raise ConfigError(f"the {dataset.name} trainer runs on one process: drop --nproc")
+    resolved = module.CONFIG.resolve(None, sets)
     values = dataset.train_setup(dict(resolved.values), manifest) if dataset.train_setup else resolved.values
     # trainers write checkpoints to a local folder: beside local data, else in the working folder
     out = out or (f"{dataset.name}-train" if storage.is_remote(data) else os.path.normpath(data) + "-train")
     os.makedirs(out, exist_ok=True)
     from schemas import SchemaError
+    from trainers import distributed
     from trainers.data import DatasetError
     try:
-        metrics = getattr(module, func)(data, out, values)
+        if nproc > 1:
+            metrics = distributed.launch(_call, nproc, module_name, func, data, out, values, device=values.get("device"))
+        else:
+            distributed.join_env(values.get("device"))      # torchrun: this process is one rank
+            metrics = _call(module_name, func, data, out, values)
     except (DatasetError, SchemaError) as exc:  # data the trainer cannot use: say why, no traceback
         raise ConfigError(str(exc)) from None
+    if not distributed.is_main():
+        return out, None
     metrics_path = os.path.join(out, "metrics.json")
     with open(metrics_path, "w") as fh:
         json.dump(metrics, fh, indent=2, sort_keys=True)

@@ -24,6 +24,7 @@ pytest.importorskip("spconv")
 import torch  # noqa: E402
 
 from schemas import concretizer as schema  # noqa: E402
+from schemas.config import ConfigError  # noqa: E402
 from trainers import concretizer  # noqa: E402
 from trainers.concretizer_model import expand_coords, offsets, pack, unpack, upsample_sites  # noqa: E402
 from trainers.data import DatasetError  # noqa: E402
@@ -172,7 +173,7 @@ def test_trains_and_beats_naive_baseline(trained):
 
 
 def test_bad_layer_is_a_clear_error(data, tmp_path):
-    with pytest.raises(DatasetError, match="layer 'conv9': use one or more of conv1, conv2, conv3, conv4"):
+    with pytest.raises(ConfigError, match="layer 'conv9': use one or more of conv1, conv2, conv3, conv4"):
         concretizer.train(data, str(tmp_path), dict(RUN, layer="conv9"))
     with pytest.raises(DatasetError, match="no features of layer 'conv4'; layers here: \\['conv2'\\]"):
         concretizer.train(data, str(tmp_path), dict(RUN, layer="conv4"))

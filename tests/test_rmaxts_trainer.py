@@ -24,7 +24,8 @@ import torch  # noqa: E402
 
 from schemas import rmaxts as schema  # noqa: E402
 from trainers import rmaxts  # noqa: E402
-from trainers.data import DatasetError  # noqa: E402
+from schemas.config import ConfigError  # noqa: E402
+from trainers.data import hash_unit  # noqa: E402
 
 HEADER = ("import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\n"
           "open BigOperators Real Nat Topology Rat\n\n")
@@ -216,7 +217,7 @@ def test_adapter_reloads(trained, base_model, data):
     train_set = []
     for e in texts:
         enc = rmaxts.encode(tok, e["prompt"], e["target"], e["kind"], RUN["max_length"])
-        if enc and rmaxts._hash_unit(e["eval_key"]) >= RUN["eval_fraction"]:
+        if enc and hash_unit(e["eval_key"]) >= RUN["eval_fraction"]:
             train_set.append({"kind": e["kind"], "id": e["id"], "enc": enc})
     probe = sorted(train_set, key=lambda e: e["id"] + e["kind"])[:RUN["batch_size"]]
     again = rmaxts.evaluate(model, probe, RUN["batch_size"], tok.eos_token_id, "cpu")
@@ -239,12 +240,12 @@ def test_checkpoint_resumes(trained, data, base_model, tmp_path):
     assert r["train"]["loss"][3:] == pytest.approx(m["train"]["loss"][3:], rel=1e-4, abs=1e-4)
     assert r["probe_after"]["loss"] == pytest.approx(m["probe_after"]["loss"], rel=1e-4)
     # a checkpoint made with other data settings is refused, not silently misread
-    with pytest.raises(DatasetError, match="other settings"):
+    with pytest.raises(ConfigError, match="other settings"):
         rmaxts.train(data[0], resumed_out, dict(RUN, base_model=base_model, mix="state"))
 
 
 def test_bad_settings(data, base_model, tmp_path):
-    with pytest.raises(DatasetError, match="mix"):
+    with pytest.raises(ConfigError, match="mix"):
         rmaxts.train(data[0], str(tmp_path), dict(RUN, base_model=base_model, mix="tactics"))
-    with pytest.raises(DatasetError, match="base_model is not set"):
+    with pytest.raises(ConfigError, match="base_model is not set"):
         rmaxts.train(data[0], str(tmp_path), dict(RUN))

@@ -18,6 +18,7 @@ import torch  # noqa: E402
 
 from tests.conftest import table_files  # noqa: E402
 from trainers import selfmoe  # noqa: E402
+from schemas.config import ConfigError  # noqa: E402
 from trainers.data import DatasetError  # noqa: E402
 
 DOMAINS = ["knowledge", "math"]
@@ -191,9 +192,9 @@ def test_domain_without_kept_rows_is_refused(dataset, base_model, tmp_path):
 
 
 def test_bad_settings_are_refused(dataset, base_model, tmp_path):
-    with pytest.raises(DatasetError, match="is not a Hugging Face model folder"):
+    with pytest.raises(ConfigError, match="is not a Hugging Face model folder"):
         selfmoe.train(dataset, str(tmp_path), dict(TINY, base_model=str(tmp_path / "nope")))
-    with pytest.raises(DatasetError, match="base_model is not set"):
+    with pytest.raises(ConfigError, match="base_model is not set"):
         selfmoe.train(dataset, str(tmp_path), dict(TINY))
-    with pytest.raises(DatasetError, match="gates get no gradient"):
+    with pytest.raises(ConfigError, match="gates get no gradient"):
         selfmoe.train(dataset, str(tmp_path), dict(TINY, base_model=base_model, top_k=1))

@@ -6,13 +6,13 @@ PAPERS.md section 5; the network and its supervision are in trainers/concretizer
    raw `values` of `dtype`), the `occupancy` rows of every stride from the layer's down to 1
    (coords and spatial_shape), and for evaluation the `frames` rows (points, voxel_size,
    point_cloud_range). The training order is `features` streamed with ShardDataset (shuffled per
-   epoch, resumable mid-epoch); the heavy columns are read by row group through a small LRU
-   (`RowStore`), never a whole table. Frames whose id hashes below `eval_fraction` are held out
+   epoch, split across processes, resumable mid-epoch); the heavy columns are read by row group
+   through the trainers' RowStore (trainers/rowstore.py), never a whole table. Frames whose id hashes below `eval_fraction` are held out
    (at least one when there are two frames or more); with a single frame, or eval_fraction=0,
    the evaluation runs on the training frames and metrics say so (`eval_on_train`).
 2. Loss: voxel occupancy classification at every stage (focal, gamma 2, alpha 0.25; or BCE),
    each stage against the occupancy at its stride (dispersion-controlled supervision), the
-   stage losses summed. AdamW, gradient clipping.
+   stage losses summed. AdamW, gradient clipping: trainers/fit.py, the shared loop.
 3. Checkpoints every `checkpoint_every` steps and at the end under
    out/<layer>/checkpoints/step-NNNNNNNN/: model.pt (state_dict + architecture), optimizer.pt
    (optimizer and RNG state), trainer_state.json (step, epoch, data Position, metrics so far).
@@ -30,54 +30,64 @@ of ground-truth sites during training, and LayerNorm instead of BatchNorm.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
-import time
-from collections import Counter, OrderedDict
+from collections import Counter
 
 import numpy as np
 import pyarrow as pa
 import torch
 
 from schemas.concretizer import LAYERS
+from schemas.config import ConfigError, ConfigSpec, Key, names
+from trainers import distributed
 from trainers.concretizer_model import LAYER_STRIDE, InversionNet, focal_loss, pack, upsample_sites
-from trainers import loop
-from trainers.loop import CKPT_DIR, OPTIM_FILE, STATE_FILE, checkpoint_name, latest_checkpoint, pick_device
-from trainers.data import DatasetError, Position, ShardDataset, open_parquet, open_table
+from trainers.data import DatasetError, ShardDataset, epochs, hash_unit, open_table
+from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settings
+from trainers.rowstore import RowStore
 
-CONFIG = {
-    "layer": (str, "conv2", "comma-separated VoxelBackBone8x layers to invert (conv1..conv4); one model "
-                            "each, under out/<layer>/"),
-    "max_steps": (int, 2000, "optimizer steps per layer", 1),
-    "batch_size": (int, 2, "frames per step", 1),
-    "lr": (float, 1e-3, "learning rate (AdamW)", 0.0),
-    "weight_decay": (float, 0.0, "AdamW weight decay", 0.0),
-    "max_grad_norm": (float, 10.0, "gradient clipping norm (0: off)", 0.0),
-    "loss": (str, "bce", "bce or focal: the per-voxel occupancy classification loss (focal with alpha 0.25 "
-                         "favours precision: on the bundled frames it predicted nothing after 30 steps)"),
-    "focal_alpha": (float, 0.25, "focal loss weight of the occupied class (-1: none)", -1.0, 1.0),
-    "focal_gamma": (float, 2.0, "focal loss focusing exponent", 0.0),
-    "threshold": (float, 0.5, "occupancy probability below which a voxel is pruned", 0.0, 1.0),
-    "teacher_forcing": (bool, True, "while training also keep the ground-truth-occupied candidates of "
-                                    "every stage for the next one"),
-    "expand": (int, 2, "children per site and axis: 2 (child = 2p + {0,1}) or 3 (2p + {-1,0,1})", 2, 3),
-    "blocks": (int, 1, "residual SubMConv3d blocks per stage", 0),
-    "width": (float, 1.0, "channel multiplier of the backbone's 16/32/64/64", 0.125),
-    "max_sites": (int, 4_000_000, "cap on candidates a stage may create (most probable parents kept)", 0),
-    "eval_fraction": (float, 0.1, "held-out share of frames (by hash of the frame id)", 0.0, 0.9),
-    "eval_frames": (int, 50, "held-out frames evaluated at most (lowest hashes)", 1),
-    "chamfer_points": (int, 20000, "points per side of the Chamfer distance (random subsample)", 1),
-    "checkpoint_every": (int, 500, "steps between checkpoints (0: only the final one)", 0),
-    "keep_checkpoints": (int, 2, "newest checkpoints kept per layer (0: all)", 0),
-    "resume": (str, "auto", "auto: newest checkpoint in out/<layer>/checkpoints if any; none; or a "
-                            "checkpoint folder (one layer only)"),
-    "shuffle": (bool, True, "shuffle row groups and rows per epoch"),
-    "cache_mb": (float, 512.0, "LRU of decoded row groups per table, in MiB", 0.0),
-    "seed": (int, 0, "seed of the model init, data order and Chamfer subsampling"),
-    "device": (str, None, "cpu or cuda (default: cuda when available)"),
-}
+
+def _check(cfg: dict) -> None:
+    layers = names(cfg["layer"])
+    if not layers or any(x not in LAYER_STRIDE for x in layers):
+        raise ConfigError(f"layer {cfg['layer']!r}: use one or more of {', '.join(LAYERS)} "
+                          f"(comma-separated), e.g. layer=conv2")
+    if cfg["resume"] not in ("auto", "none", "") and len(layers) > 1:
+        raise ConfigError("resume=<checkpoint folder> needs a single layer; use resume=auto")
+
+
+CONFIG = ConfigSpec((
+    Key("layer", str, "conv2", "comma-separated VoxelBackBone8x layers to invert (conv1..conv4); one model "
+        "each, under out/<layer>/", gridable=False),
+    Key("max_steps", int, 2000, "optimizer steps per layer", low=1, gridable=False),
+    Key("batch_size", int, 2, "frames per step (per process)", low=1, gridable=False),
+    Key("lr", float, 1e-3, "learning rate (AdamW)", low=0.0, gridable=False),
+    Key("loss", str, "bce", "bce or focal: the per-voxel occupancy classification loss (focal with alpha 0.25 "
+        "favours precision: on the bundled frames it predicted nothing after 30 steps)",
+        choices=("bce", "focal"), gridable=False),
+    Key("focal_alpha", float, 0.25, "focal loss weight of the occupied class (-1: none)", low=-1.0, high=1.0,
+        gridable=False),
+    Key("focal_gamma", float, 2.0, "focal loss focusing exponent", low=0.0, gridable=False),
+    Key("threshold", float, 0.5, "occupancy probability below which a voxel is pruned", low=0.0, high=1.0,
+        gridable=False),
+    Key("teacher_forcing", bool, True, "while training also keep the ground-truth-occupied candidates of "
+        "every stage for the next one", gridable=False),
+    Key("expand", int, 2, "children per site and axis: 2 (child = 2p + {0,1}) or 3 (2p + {-1,0,1})",
+        choices=(2, 3), gridable=False),
+    Key("blocks", int, 1, "residual SubMConv3d blocks per stage", low=0, gridable=False),
+    Key("width", float, 1.0, "channel multiplier of the backbone's 16/32/64/64", low=0.125, gridable=False),
+    Key("max_sites", int, 4_000_000, "cap on candidates a stage may create (most probable parents kept)", low=0,
+        gridable=False),
+    Key("eval_fraction", float, 0.1, "held-out share of frames (by hash of the frame id)", low=0.0, high=0.9,
+        gridable=False),
+    Key("eval_frames", int, 50, "held-out frames evaluated at most (lowest hashes)", low=1, gridable=False),
+    Key("chamfer_points", int, 20000, "points per side of the Chamfer distance (random subsample)", low=1,
+        gridable=False),
+    Key("shuffle", bool, True, "shuffle row groups and rows per epoch", gridable=False),
+    Key("cache_mb", float, 512.0, "LRU of decoded row groups per table, in MiB", low=0.0, gridable=False),
+    *loop_keys(weight_decay=0.0, max_grad_norm=10.0, checkpoint_every=500, keep_checkpoints=2, resume="auto",
+               seed=0, device=None, bf16=False),   # off by default: spconv's kernels are not autocast ones
+), check=_check)
 
 MODEL_FILE = "model.pt"
 ARCH_KEYS = ("layer", "in_channels", "expand", "blocks", "width")
@@ -86,23 +96,14 @@ OCCUPANCY_COLUMNS = ["frame_id", "stride", "spatial_shape", "coords"]
 FRAME_COLUMNS = ["id", "point_features", "points", "voxel_size", "point_cloud_range"]
 
 
-class ConcretizerConfigError(DatasetError):
-    """A setting the trainer cannot use (a DatasetError, so the CLI prints it without a traceback)."""
-
-
 # ---------------------------------------------------------------------------------------- data
-
-def _hash_unit(frame_id: str) -> float:
-    """Stable value in [0, 1) from a frame id."""
-    return int.from_bytes(hashlib.sha256(frame_id.encode()).digest()[:8], "big") / 2.0 ** 64
-
 
 def split_frames(ids: list[str], eval_fraction: float, eval_frames: int) -> tuple[list[str], list[str], bool]:
     """(train ids, eval ids, eval_on_train). Eval: hash < eval_fraction (at least the lowest-hash
     frame when there are two or more), at most `eval_frames`; with one frame or eval_fraction 0
     the eval set is the first `eval_frames` training frames."""
-    ranked = sorted(set(ids), key=lambda i: (_hash_unit(i), i))
-    ev = [i for i in ranked if _hash_unit(i) < eval_fraction]
+    ranked = sorted(set(ids), key=lambda i: (hash_unit(i), i))
+    ev = [i for i in ranked if hash_unit(i) < eval_fraction]
     if eval_fraction > 0 and not ev and len(ranked) > 1:
         ev = ranked[:1]
     if len(ev) == len(ranked) and len(ranked) > 1:
@@ -121,61 +122,6 @@ def _coords(table: pa.Table, row: int) -> np.ndarray:
     return cell.values.flatten().to_numpy(zero_copy_only=False).reshape(-1, 3)
 
 
-class RowStore:
-    """Rows of one table by key, read by row group on demand, decoded row groups kept in an LRU."""
-
-    def __init__(self, data_dir: str, table: str, key_columns: list[str], columns: list[str],
-                 where: tuple[str, object] | None = None, cache_bytes: int = 512 << 20):
-        self.info = open_table(data_dir, table)
-        self.table, self.key_columns, self.columns = table, key_columns, columns
-        self.cache_bytes = cache_bytes
-        self._lru: OrderedDict[tuple[int, int], pa.Table] = OrderedDict()
-        self._held = 0
-        self.stats: Counter = Counter()
-        self.loc: dict[tuple, tuple[int, int, int]] = {}
-        cols = list(dict.fromkeys(key_columns + ([where[0]] if where else [])))
-        for f, finfo in enumerate(self.info.files):
-            pf = open_parquet(finfo.path)
-            for g in range(len(finfo.row_groups)):
-                t = pf.read_row_group(g, columns=cols)
-                keys = list(zip(*(t.column(c).to_pylist() for c in key_columns)))
-                keep = [True] * len(keys) if where is None else [v == where[1] for v in t.column(where[0]).to_pylist()]
-                for r, (k, ok) in enumerate(zip(keys, keep)):
-                    if not ok:
-                        continue
-                    if k in self.loc:
-                        scope = "" if where is None else f" ({where[0]}={where[1]})"
-                        raise DatasetError(f"{data_dir}: table {table!r} has more than one row for "
-                                           f"{dict(zip(key_columns, k))}{scope}; regenerate the dataset "
-                                           f"with a single backbone per run")
-                    self.loc[k] = (f, g, r)
-
-    def keys(self) -> list[tuple]:
-        return list(self.loc)
-
-    def _group(self, f: int, g: int) -> pa.Table:
-        if (f, g) in self._lru:
-            self._lru.move_to_end((f, g))
-            self.stats["cache_hits"] += 1
-            return self._lru[(f, g)]
-        self.stats["row_groups_read"] += 1
-        t = open_parquet(self.info.files[f].path).read_row_group(g, columns=self.columns)
-        if t.nbytes <= self.cache_bytes:
-            self._lru[(f, g)] = t
-            self._held += t.nbytes
-            while self._held > self.cache_bytes:
-                _, old = self._lru.popitem(last=False)
-                self._held -= old.nbytes
-        return t
-
-    def get(self, key: tuple) -> tuple[pa.Table, int] | None:
-        """(row group table, row) of `key`, or None."""
-        loc = self.loc.get(key)
-        if loc is None:
-            return None
-        return self._group(loc[0], loc[1]), loc[2]
-
-
 class FrameLoader:
     """Per frame: input features of the layer and occupancy of every stride the model needs."""
 
@@ -184,11 +130,12 @@ class FrameLoader:
         info = open_table(data_dir, "features")
         if info.splits and layer not in info.splits:
             raise DatasetError(f"{data_dir}: no features of layer {layer!r}; layers here: {sorted(info.splits)}")
-        self.features = RowStore(data_dir, "features", ["frame_id"], FEATURE_COLUMNS, ("layer", layer), cache_bytes)
-        if not self.features.loc:
+        self.features = RowStore(data_dir, "features", ["frame_id"], FEATURE_COLUMNS, where=("layer", layer),
+                                 cache_bytes=cache_bytes, duplicate="regenerate the dataset with a single backbone per run")
+        if not self.features.keys():
             raise DatasetError(f"{data_dir}: no features of layer {layer!r}; rerun the pipeline with that layer")
         self.occupancy = RowStore(data_dir, "occupancy", ["frame_id", "stride"], OCCUPANCY_COLUMNS,
-                                  cache_bytes=cache_bytes)
+                                  cache_bytes=cache_bytes, duplicate="regenerate the dataset with a single backbone per run")
         self.skipped: Counter = Counter()
         self.channels: int | None = None
 
@@ -235,8 +182,9 @@ class FrameLoader:
         return {"id": frame_id, "coords": coords, "feats": feats, "occ": occ, "shapes": shapes}
 
 
-def collate(frames: list[dict], device) -> dict:
-    """Frames -> batched tensors: coords (N, 4) with the batch index, feats, target keys per stride."""
+def collate(frames: list[dict], device="cpu") -> dict:
+    """Frames -> batched tensors: coords (N, 4) with the batch index, feats, target keys per stride;
+    their ids."""
     coords = np.concatenate([np.column_stack([np.full(len(f["coords"]), b, np.int32), f["coords"]])
                              for b, f in enumerate(frames)]).reshape(-1, 4)
     targets, shapes = {}, {}
@@ -247,7 +195,7 @@ def collate(frames: list[dict], device) -> dict:
         shapes[s] = tuple(max(f["shapes"][s][i] for f in frames) for i in range(3))
     return {"coords": torch.from_numpy(coords).to(device),
             "feats": torch.from_numpy(np.concatenate([f["feats"] for f in frames])).to(device),
-            "targets": targets, "shapes": shapes, "batch_size": len(frames)}
+            "targets": targets, "shapes": shapes, "batch_size": len(frames), "ids": [f["id"] for f in frames]}
 
 
 # ------------------------------------------------------------------------------------ metrics
@@ -396,13 +344,7 @@ def plot_bev(path: str, frame_id: str, original: np.ndarray, restored: np.ndarra
     return path
 
 
-# ------------------------------------------------------------------------------------ checkpoints
-
-def save_checkpoint(layer_dir: str, model: InversionNet, arch: dict, optimizer, state: dict, keep: int) -> str:
-    def write(folder):
-        torch.save({"model": model.state_dict(), "arch": arch, "step": state["step"]}, os.path.join(folder, MODEL_FILE))
-    return loop.save_checkpoint(layer_dir, write, optimizer, state, keep)
-
+# ------------------------------------------------------------------------------------ training
 
 def load_model(checkpoint: str, device: str | torch.device = "cpu") -> InversionNet:
     """The inversion network a checkpoint folder (or its model.pt) holds, in eval mode."""
@@ -415,187 +357,101 @@ def load_model(checkpoint: str, device: str | torch.device = "cpu") -> Inversion
     return model.eval()
 
 
-# ------------------------------------------------------------------------------------ training
-
-def _device(name: str | None) -> torch.device:
-    return pick_device(name, ConcretizerConfigError)
-
-
-def _resolve(config: dict) -> tuple[dict, list[str]]:
-    cfg = {k: spec[1] for k, spec in CONFIG.items()}
-    cfg.update({k: v for k, v in config.items() if v is not None or k not in cfg})
-    layers = [x.strip() for x in str(cfg["layer"] or "").split(",") if x.strip()]
-    bad = [x for x in layers if x not in LAYER_STRIDE]
-    if bad or not layers:
-        raise ConcretizerConfigError(f"layer {cfg['layer']!r}: use one or more of {', '.join(LAYERS)} "
-                                     f"(comma-separated), e.g. layer=conv2")
-    if cfg["loss"] not in ("focal", "bce"):
-        raise ConcretizerConfigError(f"loss {cfg['loss']!r}: use focal or bce")
-    if cfg["expand"] not in (2, 3):
-        raise ConcretizerConfigError(f"expand {cfg['expand']!r}: use 2 or 3")
-    if cfg["resume"] not in ("auto", "none", "") and len(layers) > 1:
-        raise ConcretizerConfigError("resume=<checkpoint folder> needs a single layer; use resume=auto")
-    return cfg, list(dict.fromkeys(layers))
-
-
 def stage_loss(logits: torch.Tensor, labels: torch.Tensor, cfg: dict) -> torch.Tensor:
     if cfg["loss"] == "bce":
         return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
     return focal_loss(logits, labels, cfg["focal_alpha"], cfg["focal_gamma"])
 
 
-def train_layer(data_dir: str, layer_dir: str, layer: str, cfg: dict, device: torch.device) -> dict:
-    t_start = time.time()
-    os.makedirs(layer_dir, exist_ok=True)
-    stride = LAYER_STRIDE[layer]
-    strides = [stride >> i for i in range(stride.bit_length())]
-    cache = int(cfg["cache_mb"] * 2 ** 20)
-    loader = FrameLoader(data_dir, layer, strides, cache)
-    frames = RowStore(data_dir, "frames", ["id"], FRAME_COLUMNS, cache_bytes=cache)
-    train_ids, eval_ids, eval_on_train = split_frames(loader.frame_ids(), cfg["eval_fraction"], cfg["eval_frames"])
-    train_set = set(train_ids)
-    first = next((f for f in map(loader.load, train_ids[:50]) if f is not None), None)
-    if first is None:
-        raise DatasetError(f"{data_dir}: none of the first training frames of layer {layer} has occupancy at "
-                           f"strides {strides} ({dict(loader.skipped)}); rerun the pipeline with those strides")
-    arch = {"layer": layer, "in_channels": int(first["feats"].shape[1]), "expand": cfg["expand"],
-            "blocks": cfg["blocks"], "width": cfg["width"]}
+class Inversion(Recipe):
+    """The inversion network of one layer, on that layer's features and the occupancy below it."""
 
-    ckpt = None
-    if cfg["resume"] == "auto":
-        ckpt = latest_checkpoint(layer_dir)
-    elif cfg["resume"] not in ("none", ""):
-        ckpt = cfg["resume"]
-        if not os.path.isfile(os.path.join(ckpt, STATE_FILE)):
-            raise ConcretizerConfigError(f"resume {ckpt!r} is not a checkpoint folder (no {STATE_FILE})")
-    torch.manual_seed(cfg["seed"])
-    model = InversionNet(layer, arch["in_channels"], expand=arch["expand"], blocks=arch["blocks"],
-                         width=arch["width"]).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-    state = None
-    if ckpt:
-        with open(os.path.join(ckpt, STATE_FILE)) as fh:
-            state = json.load(fh)
-        saved = torch.load(os.path.join(ckpt, MODEL_FILE), map_location=device, weights_only=True)
-        if saved["arch"] != arch:
-            raise ConcretizerConfigError(f"checkpoint {ckpt} has architecture {saved['arch']}, this run {arch}: "
-                                         f"use the same settings, another out folder, or resume=none")
-        model.load_state_dict(saved["model"])
-        opt = torch.load(os.path.join(ckpt, OPTIM_FILE), map_location="cpu", weights_only=False)
-        optimizer.load_state_dict(opt["optimizer"])
-        torch.set_rng_state(opt["rng"]["cpu"])
-        if device.type == "cuda" and "cuda" in opt["rng"]:
-            torch.cuda.set_rng_state_all(opt["rng"]["cuda"])
-    for group in optimizer.param_groups:
-        group["lr"] = cfg["lr"]
-    model.train()
+    def __init__(self, data_dir: str, layer: str, cfg: dict, layer_dir: str):
+        self.data_dir, self.layer, self.cfg, self.layer_dir = data_dir, layer, cfg, layer_dir
+        stride = LAYER_STRIDE[layer]
+        self.strides = [stride >> i for i in range(stride.bit_length())]
+        cache = int(cfg["cache_mb"] * 2 ** 20)
+        self.loader = FrameLoader(data_dir, layer, self.strides, cache)
+        self.frames = RowStore(data_dir, "frames", ["id"], FRAME_COLUMNS, cache_bytes=cache)
+        self.train_ids, self.eval_ids, self.eval_on_train = split_frames(
+            self.loader.frame_ids(), cfg["eval_fraction"], cfg["eval_frames"])
+        first = next((f for f in map(self.loader.load, self.train_ids[:50]) if f is not None), None)
+        if first is None:
+            raise DatasetError(f"{data_dir}: none of the first training frames of layer {layer} has occupancy at "
+                               f"strides {self.strides} ({dict(self.loader.skipped)}); rerun the pipeline with "
+                               f"those strides")
+        self.arch = {"layer": layer, "in_channels": int(first["feats"].shape[1]), "expand": cfg["expand"],
+                     "blocks": cfg["blocks"], "width": cfg["width"]}
+        self.info = {"layer": layer, "stride": stride, "strides": self.strides, "arch": self.arch,
+                     "split": {"train_frames": len(self.train_ids), "eval_frames": len(self.eval_ids),
+                               "eval_on_train": self.eval_on_train, "eval_ids": self.eval_ids}}
 
-    names = [f"s{s}" for s in strides]
-    metrics: dict = state["metrics"] if state else {
-        "train": {"step": [], "loss": [], "stage_loss": {n: [] for n in names},
-                  "candidates": {n: [] for n in names}, "kept": {n: [] for n in names}, "frames": []},
-        "checkpoints": [], "train_seconds": 0.0}
-    metrics.update({"layer": layer, "stride": stride, "strides": strides, "arch": arch, "resumed_from": ckpt,
-                    "split": {"train_frames": len(train_ids), "eval_frames": len(eval_ids),
-                              "eval_on_train": eval_on_train, "eval_ids": eval_ids}})
-    step = state["step"] if state else 0
-    epoch = state["epoch"] if state else 0
-    resume_data = state["data"] if state else None
+    def build(self, checkpoint, device):
+        a, self.device = self.arch, device
+        model = InversionNet(self.layer, a["in_channels"], expand=a["expand"], blocks=a["blocks"],
+                             width=a["width"]).to(device)
+        if checkpoint:
+            saved = torch.load(os.path.join(checkpoint, MODEL_FILE), map_location=device, weights_only=True)
+            if saved["arch"] != a:
+                raise ConfigError(f"checkpoint {checkpoint} has architecture {saved['arch']}, this run {a}: "
+                                  f"use the same settings, another out folder, or resume=none")
+            model.load_state_dict(saved["model"])
+        return model
 
-    def stream():
-        """(position, frame) forever; the first epoch resumes mid-way. Eval frames are skipped."""
-        nonlocal epoch, resume_data
-        while True:
-            # the manifest's split counts name the layers: read only this one; else filter rows here
-            by_split = bool(loader.features.info.splits)
-            ds = ShardDataset(data_dir, "features", columns=["frame_id"] if by_split else ["frame_id", "layer"],
+    def save(self, model, folder):
+        torch.save({"model": model.state_dict(), "arch": self.arch}, os.path.join(folder, MODEL_FILE))
+
+    def batches(self, state, metrics):
+        cfg, layer, train_set = self.cfg, self.layer, set(self.train_ids)
+        by_split = bool(self.loader.features.info.splits)   # the splits name the layers: read only this one
+
+        def open_epoch(epoch, resume):
+            ds = ShardDataset(self.data_dir, "features", columns=["frame_id"] if by_split else ["frame_id", "layer"],
                               split=layer if by_split else None, shuffle=cfg["shuffle"], seed=cfg["seed"],
-                              epoch=epoch, resume=resume_data, rank=0, world_size=1)
-            pos = ds.position()
-            yielded = False
-            for row in ds:
-                if row.get("layer", layer) != layer or row["frame_id"] not in train_set:
-                    pos.update(row)
-                    continue
-                f = loader.load(row["frame_id"])
-                pos.update(row)
-                if f is not None:
-                    yielded = True
-                    yield pos, f
-            if not yielded and resume_data is None:
-                raise DatasetError(f"{data_dir}: a whole epoch of layer {layer} gave no trainable frame "
-                                   f"(skipped: {dict(loader.skipped)})")
-            epoch, resume_data = epoch + 1, None
+                              epoch=epoch, resume=resume)
+            return ds, ds
 
-    def checkpoint(pos: Position | None) -> None:
-        data_state = pos.state_dict() if pos is not None else (state["data"] if state else None)
-        path = save_checkpoint(layer_dir, model, arch, optimizer,
-                               {"step": step, "epoch": pos.epoch if pos is not None else epoch, "data": data_state,
-                                "metrics": metrics}, cfg["keep_checkpoints"])
-        metrics["checkpoints"] = [p for p in metrics["checkpoints"] if os.path.isdir(p)] + [path]
-        with open(os.path.join(layer_dir, "metrics.json"), "w") as fh:
-            json.dump(metrics, fh, indent=1)
+        def keep(row):                       # eval frames and other layers are passed over
+            if row.get("layer", layer) != layer or row["frame_id"] not in train_set:
+                return None
+            return self.loader.load(row["frame_id"])
+        frames = epochs(open_epoch, state, keep=keep, hint=lambda: f" (skipped: {dict(self.loader.skipped)})")
+        while True:
+            batch = [next(frames) for _ in range(cfg["batch_size"])]
+            yield collate([f for f, _ in batch]), batch[-1][1]
 
-    frames_iter = stream()
-    pos = None
-    tr = metrics["train"]
-    while step < cfg["max_steps"]:
-        t0 = time.time()
-        batch_frames = []
-        while len(batch_frames) < cfg["batch_size"]:
-            pos, f = next(frames_iter)
-            batch_frames.append(f)
-        batch = collate(batch_frames, device)
+    def loss(self, model, batch):
         outs = model(batch["feats"], batch["coords"], batch["batch_size"], batch["shapes"],
-                     threshold=cfg["threshold"], targets=batch["targets"], force=cfg["teacher_forcing"],
-                     max_sites=cfg["max_sites"])
-        losses = [stage_loss(o["logits"], o["labels"], cfg) if len(o["logits"]) else o["logits"].sum()
+                     threshold=self.cfg["threshold"], targets=batch["targets"], force=self.cfg["teacher_forcing"],
+                     max_sites=self.cfg["max_sites"])
+        losses = [stage_loss(o["logits"], o["labels"], self.cfg) if len(o["logits"]) else o["logits"].sum()
                   for o in outs]
-        loss = torch.stack(losses).sum()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg["max_grad_norm"]:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["max_grad_norm"])
-        optimizer.step()
-        step += 1
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            raise FloatingPointError(f"layer {layer}: training loss is {value} at step {step}; lower the lr")
-        tr["step"].append(step)
-        tr["loss"].append(value)
-        tr["frames"].append(sorted(f["id"] for f in batch_frames))
-        for name, o, sl in zip(names, outs, losses):
-            tr["stage_loss"][name].append(float(sl.detach()))
-            tr["candidates"][name].append(int(len(o["logits"])))
-            tr["kept"][name].append(int(o["kept"].sum()))
-        metrics["train_seconds"] += time.time() - t0
-        if step < cfg["max_steps"] and cfg["checkpoint_every"] and step % cfg["checkpoint_every"] == 0:
-            checkpoint(pos)
+        names_ = [f"s{s}" for s in self.strides]
+        log = {"stage_loss": {n: float(sl.detach()) for n, sl in zip(names_, losses)},
+               "candidates": {n: int(len(o["logits"])) for n, o in zip(names_, outs)},
+               "kept": {n: int(o["kept"].sum()) for n, o in zip(names_, outs)}, "frames": sorted(batch["ids"])}
+        return Loss(torch.stack(losses).sum(), 1.0, log)
 
-    t0 = time.time()
-    metrics["eval"] = evaluate(model, loader, frames, eval_ids, cfg, device, os.path.join(layer_dir, "bev.png"))
-    metrics["eval"]["seconds"] = time.time() - t0
-    metrics["skipped"] = dict(loader.skipped)
-    metrics["seconds"] = time.time() - t_start
-    checkpoint(pos)
-    metrics["final_checkpoint"] = os.path.join(layer_dir, CKPT_DIR, checkpoint_name(step))
-    with open(os.path.join(layer_dir, "metrics.json"), "w") as fh:
-        json.dump(metrics, fh, indent=1)
-    return metrics
+    def evaluate(self, model):
+        return evaluate(model, self.loader, self.frames, self.eval_ids, self.cfg, self.device,
+                        os.path.join(self.layer_dir, "bev.png"))
 
 
 def train(data_dir: str, out_dir: str, config: dict) -> dict:
     """One inversion model per layer of `layer`; returns (and writes out/metrics.json) the metrics."""
-    t_start = time.time()
-    cfg, layers = _resolve(config)
-    device = _device(cfg["device"])
-    os.makedirs(out_dir, exist_ok=True)
-    metrics = {"layers": layers, "device": str(device), "config": {k: cfg[k] for k in CONFIG}, "per_layer": {}}
+    cfg = settings(CONFIG, config)
+    layers = list(dict.fromkeys(names(cfg["layer"])))
+    metrics = {"layers": layers, "device": str(pick_device(cfg["device"])), "config": cfg, "per_layer": {}}
     for layer in layers:
-        metrics["per_layer"][layer] = train_layer(data_dir, os.path.join(out_dir, layer), layer, cfg, device)
-    metrics["seconds"] = time.time() - t_start
-    with open(os.path.join(out_dir, "metrics.json"), "w") as fh:
-        json.dump(metrics, fh, indent=1)
+        layer_dir = os.path.join(out_dir, layer)
+        recipe = Inversion(data_dir, layer, cfg, layer_dir)
+        plan = Plan.of(cfg, steps=cfg["max_steps"], eval_first=False, info=recipe.info, find_unused_parameters=True)
+        _, m = fit(recipe, plan, layer_dir)
+        m["eval"], m["skipped"] = m["eval"][-1] if m["eval"] else None, dict(recipe.loader.skipped)
+        metrics["per_layer"][layer] = m
+    if distributed.is_main():
+        with open(os.path.join(out_dir, "metrics.json"), "w") as fh:
+            json.dump(metrics, fh, indent=1)
     return metrics
 
 

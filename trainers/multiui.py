@@ -3,9 +3,10 @@
 PAPERS.md section 1 (the paper trains a LLaVA-style model on LLaVA conversations about page
 screenshots). Steps:
 
-1. Data: `samples` streamed with ShardDataset (shuffled per epoch, split across DataLoader
-   workers, resumable mid-epoch); each sample's image is its page's screenshot, read lazily from
-   `pages` (trainers/multiui_data.py: id + screenshot columns only, LRU of PNG bytes per worker),
+1. Data: `samples` streamed with ShardDataset (shuffled per epoch, split across processes and
+   DataLoader workers, resumable mid-epoch); each sample's image is its page's screenshot, read
+   lazily from `pages` (trainers/multiui_data.py: id + screenshot columns only, an LRU of row
+   groups per worker),
    with element OCR's red frame drawn at load time from the sample's `box_px` (samples v2). Held out: every sample of a page whose id hashes
    below `eval_fraction`; the eval set is the first `eval_samples` of them (manifest order).
 2. Model: `model=tiny` builds a small random LLaVA (SigLIP vision tower, 2-layer Llama, the
@@ -14,7 +15,7 @@ screenshots). Steps:
    pretrained image-text-to-text model (AutoProcessor + AutoModelForImageTextToText).
 3. Loss: token-mean NLL over the assistant answers (+ their end-of-turn token) of the whole
    accumulated step; AdamW, linear warmup then constant or cosine, gradient clipping, bf16
-   autocast on CUDA (fp32 master weights).
+   autocast on CUDA (fp32 master weights): trainers/fit.py, the shared loop.
 4. Checkpoints every `checkpoint_every` steps and at the end under out/checkpoints/step-NNNNNNNN/:
    model and processor (save_pretrained), optimizer.pt (optimizer and RNG state) and
    trainer_state.json (step, epoch, the data Position, metrics so far). A run in the same out
@@ -30,53 +31,47 @@ tiny model (its processor resizes screenshots to a square), no packing.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
-import time
 from collections import Counter
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from trainers import loop
-from trainers.loop import CKPT_DIR, OPTIM_FILE, STATE_FILE, checkpoint_name, latest_checkpoint, pick_device
-from trainers.data import DatasetError, Position, ShardDataset
-from trainers.multiui_data import (IGNORE, SAMPLE_COLUMNS, SKIP_REASONS, Collator, PageStore,
-                                   SampleBatches)
+from schemas.config import ConfigError, ConfigSpec, Key
+from trainers.data import DatasetError, ShardDataset, epochs
+from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, settings, to_device
+from trainers.multiui_data import IGNORE, SAMPLE_COLUMNS, SKIP_REASONS, Collator, PageStore, SampleBatches
 
-CONFIG = {
-    "model": (str, "tiny", "tiny (random-init LLaVA for tests) or a local image-text-to-text model folder"),
-    "tokenizer": (str, None, "tokenizer folder for model=tiny (e.g. the converted SmolLM2); "
-                             "a pretrained model uses its own processor"),
-    "max_steps": (int, 1000, "optimizer steps", 1),
-    "batch_size": (int, 4, "samples per micro-batch", 1),
-    "grad_accum": (int, 1, "micro-batches per optimizer step", 1),
-    "lr": (float, None, "peak learning rate (default: 1e-3 for tiny, 2e-5 for a pretrained model)", 0.0),
-    "warmup_steps": (int, 10, "linear warmup steps", 0),
-    "schedule": (str, "cosine", "after warmup: constant, or cosine to 10% of lr at max_steps"),
-    "weight_decay": (float, 0.0, "AdamW weight decay", 0.0),
-    "max_grad_norm": (float, 1.0, "gradient clipping norm (0: off)", 0.0),
-    "max_length": (int, 2048, "tokens per sequence (image tokens included); answers cut on the right", 16),
-    "padding_side": (str, "right", "left or right padding (attention mask either way)"),
-    "freeze_vision": (bool, False, "train only the projector and the language model"),
-    "image_size": (int, 64, "model=tiny: square input size of the vision tower (patches of 16)", 16),
-    "bf16": (bool, None, "bf16 autocast (default: on for cuda, off on cpu)"),
-    "device": (str, None, "cpu or cuda (default: cuda when available)"),
-    "num_workers": (int, 2, "DataLoader worker processes (0: in the main process)", 0),
-    "shuffle": (bool, True, "shuffle row groups and rows per epoch"),
-    "seed": (int, 0, "seed of the model init and the data order"),
-    "eval_fraction": (float, 0.05, "share of pages held out (by hash of the page id)", 0.0, 0.9),
-    "eval_samples": (int, 64, "held-out samples evaluated (the first in manifest order)", 0),
-    "checkpoint_every": (int, 500, "steps between checkpoints (0: only the final one)", 0),
-    "keep_checkpoints": (int, 2, "newest checkpoints kept (0: all)", 0),
-    "resume": (str, "auto", "auto: newest checkpoint in out/checkpoints if any; none; or a checkpoint folder"),
-    "page_cache_mb": (float, 256.0, "per-worker LRU of screenshot PNG bytes, in MiB", 0.0),
-    "max_skip_rate": (float, 0.1, "fail when more than this share of rows is skipped (after 200 rows)",
-                      0.0, 1.0),
-}
+CONFIG = ConfigSpec((
+    Key("model", str, "tiny", "tiny (random-init LLaVA for tests) or a local image-text-to-text model folder",
+        gridable=False),
+    Key("tokenizer", str, None, "tokenizer folder for model=tiny (e.g. the converted SmolLM2); a pretrained "
+        "model uses its own processor", optional=True, gridable=False),
+    Key("max_steps", int, 1000, "optimizer steps", low=1, gridable=False),
+    Key("batch_size", int, 4, "samples per micro-batch (per process)", low=1, gridable=False),
+    Key("lr", float, None, "peak learning rate (default: 1e-3 for tiny, 2e-5 for a pretrained model)",
+        low=0.0, optional=True, gridable=False),
+    Key("max_length", int, 2048, "tokens per sequence (image tokens included); answers cut on the right",
+        low=16, gridable=False),
+    Key("padding_side", str, "right", "left or right padding (attention mask either way)",
+        choices=("left", "right"), gridable=False),
+    Key("freeze_vision", bool, False, "train only the projector and the language model", gridable=False),
+    Key("image_size", int, 64, "model=tiny: square input size of the vision tower (patches of 16)", low=16,
+        gridable=False),
+    Key("num_workers", int, 2, "DataLoader worker processes (0: in the main process)", low=0, gridable=False),
+    Key("shuffle", bool, True, "shuffle row groups and rows per epoch", gridable=False),
+    Key("eval_fraction", float, 0.05, "share of pages held out (by hash of the page id)", low=0.0, high=0.9,
+        gridable=False),
+    Key("eval_samples", int, 64, "held-out samples evaluated (the first in manifest order)", low=0,
+        gridable=False),
+    Key("page_cache_mb", float, 256.0, "per-worker LRU of screenshot row groups, in MiB", low=0.0,
+        gridable=False),
+    Key("max_skip_rate", float, 0.1, "fail when more than this share of rows is skipped (after 200 rows)",
+        low=0.0, high=1.0, gridable=False),
+    *loop_keys(grad_accum=1, warmup_steps=10, schedule="cosine", weight_decay=0.0, max_grad_norm=1.0,
+               bf16=None, device=None, seed=0, checkpoint_every=500, keep_checkpoints=2, resume="auto"),
+))
 
 TINY_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
@@ -87,17 +82,13 @@ TINY_TEMPLATE = (
 TINY_PATCH = 16
 
 
-class MultiUIConfigError(DatasetError):
-    """A setting the trainer cannot use (a DatasetError, so the CLI prints it without a traceback)."""
-
-
 # ------------------------------------------------------------------------------------ model
 
 def build_tiny(tokenizer_path: str | None, image_size: int = 64):
     """(model, processor): a random LLaVA (SigLIP tower, 2-layer Llama) around a local tokenizer,
     `<image>` added as a special token and the embeddings resized to it."""
     if not tokenizer_path or not os.path.isdir(tokenizer_path):
-        raise MultiUIConfigError(f"model=tiny needs tokenizer=<local tokenizer folder> (e.g. the converted "
+        raise ConfigError(f"model=tiny needs tokenizer=<local tokenizer folder> (e.g. the converted "
                                  f"SmolLM2 folder), got {tokenizer_path!r}")
     from transformers import (AutoTokenizer, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,
                               LlavaProcessor, SiglipVisionConfig)
@@ -106,7 +97,7 @@ def build_tiny(tokenizer_path: str | None, image_size: int = 64):
     except ImportError:
         from transformers import SiglipImageProcessor as ImageProcessor
     if image_size % TINY_PATCH:
-        raise MultiUIConfigError(f"image_size {image_size} is not a multiple of {TINY_PATCH}")
+        raise ConfigError(f"image_size {image_size} is not a multiple of {TINY_PATCH}")
     tok = AutoTokenizer.from_pretrained(tokenizer_path)
     vocab = len(tok)
     tok.add_tokens(["<image>"], special_tokens=True)
@@ -130,13 +121,13 @@ def build_tiny(tokenizer_path: str | None, image_size: int = 64):
 def load_pretrained(path: str):
     """(model, processor) from a local folder (a pretrained model or one of our checkpoints), fp32."""
     if not os.path.isfile(os.path.join(path, "config.json")):
-        raise MultiUIConfigError(f"model {path!r} is neither 'tiny' nor a Hugging Face model folder "
+        raise ConfigError(f"model {path!r} is neither 'tiny' nor a Hugging Face model folder "
                                  f"(no config.json there)")
     from transformers import AutoModelForImageTextToText, AutoProcessor
     processor = AutoProcessor.from_pretrained(path)
     tok = getattr(processor, "tokenizer", None)
     if tok is None or not hasattr(processor, "image_processor"):
-        raise MultiUIConfigError(f"{path}: its processor has no image processor and tokenizer; an "
+        raise ConfigError(f"{path}: its processor has no image processor and tokenizer; an "
                                  f"image-text-to-text model is needed")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -146,21 +137,11 @@ def load_pretrained(path: str):
     return model, processor
 
 
-def _device(name: str | None) -> torch.device:
-    return pick_device(name, MultiUIConfigError)
-
-
-def _to(batch: dict, device) -> dict:
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def nll(model, inputs: dict, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def nll(model, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """(summed NLL per sequence, label tokens per sequence), float32; logits of label positions only."""
     labels = inputs["labels"]
     feed = {k: v for k, v in inputs.items() if k != "labels"}
-    dev = labels.device.type
-    with torch.autocast(device_type=dev, dtype=torch.bfloat16, enabled=autocast):
-        logits = model(**feed, use_cache=False).logits
+    logits = model(**feed, use_cache=False).logits
     target = labels[:, 1:]
     keep = target != IGNORE
     rows = torch.arange(labels.shape[0], device=labels.device)[:, None].expand_as(target)[keep]
@@ -169,59 +150,25 @@ def nll(model, inputs: dict, autocast: bool) -> tuple[torch.Tensor, torch.Tensor
 
 
 @torch.no_grad()
-def evaluate(model, batches: list[dict], device, autocast: bool) -> dict | None:
-    """Token-mean NLL over the eval batches, overall and per task."""
+def evaluate(model, batches: list[dict], device) -> dict | None:
+    """Token-mean NLL over the eval batches, overall and per task (in the caller's autocast)."""
     if not batches:
         return None
-    was = model.training
-    model.eval()
     total, count = Counter(), Counter()
     for b in batches:
-        sums, toks = nll(model, _to(b["inputs"], device), autocast)
+        sums, toks = nll(model, to_device(b["inputs"], device))
         for task, s, n in zip(b["tasks"], sums.tolist(), toks.tolist()):
             total[task] += s
             count[task] += n
-    model.train(was)
     return {"loss": sum(total.values()) / max(sum(count.values()), 1),
             "tasks": {t: total[t] / max(count[t], 1) for t in sorted(total)},
             "samples": sum(len(b["ids"]) for b in batches)}
-
-
-# ------------------------------------------------------------------------------------ checkpoints
-
-def save_checkpoint(out_dir: str, model, processor, optimizer, state: dict, keep: int) -> str:
-    def write(folder):
-        model.save_pretrained(folder)
-        processor.save_pretrained(folder)
-    return loop.save_checkpoint(out_dir, write, optimizer, state, keep)
 
 
 # ------------------------------------------------------------------------------------ training
 
 def _identity(x):
     return x
-
-
-def _resolve(config: dict) -> dict:
-    cfg = {k: spec[1] for k, spec in CONFIG.items()}
-    cfg.update({k: v for k, v in config.items() if v is not None or k not in cfg})
-    if cfg["schedule"] not in ("constant", "cosine"):
-        raise MultiUIConfigError(f"schedule {cfg['schedule']!r}: use constant or cosine")
-    if cfg["lr"] is None:
-        cfg["lr"] = 1e-3 if cfg["model"] == "tiny" else 2e-5
-    return cfg
-
-
-def lr_at(step: int, cfg: dict) -> float:
-    """Learning rate of optimizer step `step` (0-based)."""
-    base, warm = cfg["lr"], cfg["warmup_steps"]
-    if warm and step < warm:
-        return base * (step + 1) / warm
-    if cfg["schedule"] == "constant":
-        return base
-    span = max(1, cfg["max_steps"] - warm)
-    progress = min(1.0, (step - warm) / span)
-    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def _eval_batches(data_dir, pages, collator, cfg) -> tuple[list[dict], Counter]:
@@ -239,163 +186,82 @@ def _eval_batches(data_dir, pages, collator, cfg) -> tuple[list[dict], Counter]:
     return out, counts
 
 
-def train(data_dir: str, out_dir: str, config: dict) -> dict:
-    t_start = time.time()
-    cfg = _resolve(config)
-    device = _device(cfg["device"])
-    autocast = device.type == "cuda" if cfg["bf16"] is None else bool(cfg["bf16"])
-    os.makedirs(out_dir, exist_ok=True)
+class SFT(Recipe):
+    """LLaVA-style SFT on `samples` with their page screenshots."""
 
-    ckpt = None
-    if cfg["resume"] == "auto":
-        ckpt = latest_checkpoint(out_dir)
-    elif cfg["resume"] not in ("none", ""):
-        ckpt = cfg["resume"]
-        if not os.path.isfile(os.path.join(ckpt, STATE_FILE)):
-            raise MultiUIConfigError(f"resume {ckpt!r} is not a checkpoint folder (no {STATE_FILE})")
-    state = None
-    torch.manual_seed(cfg["seed"])
-    if ckpt:
-        with open(os.path.join(ckpt, STATE_FILE)) as fh:
-            state = json.load(fh)
-        model, processor = load_pretrained(ckpt)
-    elif cfg["model"] == "tiny":
-        model, processor = build_tiny(cfg["tokenizer"], cfg["image_size"])
-    else:
-        model, processor = load_pretrained(cfg["model"])
-    model.to(device)
-    model.config.use_cache = False
-    if cfg["freeze_vision"]:
-        tower = getattr(model, "vision_tower", None)
-        if tower is None:                    # transformers 5 keeps it on the inner model
-            tower = getattr(getattr(model, "model", None), "vision_tower", None)
-        if tower is None:
-            raise MultiUIConfigError(f"freeze_vision: {type(model).__name__} has no vision_tower")
-        tower.requires_grad_(False)
-    model.train()
+    def __init__(self, data_dir: str, cfg: dict):
+        self.data_dir, self.cfg = data_dir, cfg
+        self.pages = PageStore(data_dir, int(cfg["page_cache_mb"] * 2 ** 20))
 
-    collator = Collator(processor, cfg["max_length"], cfg["padding_side"])
-    pages = PageStore(data_dir, int(cfg["page_cache_mb"] * 2 ** 20))
-    eval_set, eval_counts = _eval_batches(data_dir, pages, collator, cfg)
+    def build(self, checkpoint, device):
+        cfg = self.cfg
+        model, self.processor = load_pretrained(checkpoint) if checkpoint else \
+            build_tiny(cfg["tokenizer"], cfg["image_size"]) if cfg["model"] == "tiny" else load_pretrained(cfg["model"])
+        model.to(device).config.use_cache = False
+        if cfg["freeze_vision"]:
+            tower = getattr(model, "vision_tower", None) or \
+                getattr(getattr(model, "model", None), "vision_tower", None)      # transformers 5: the inner model
+            if tower is None:
+                raise ConfigError(f"freeze_vision: {type(model).__name__} has no vision_tower")
+            tower.requires_grad_(False)
+        self.device, self.collator = device, Collator(self.processor, cfg["max_length"], cfg["padding_side"])
+        self.eval_set, self.eval_counts = _eval_batches(self.data_dir, self.pages, self.collator, cfg)
+        return model
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-    if ckpt:
-        # on the CPU: RNG states must stay there; load_state_dict moves the optimizer state to the params
-        saved = torch.load(os.path.join(ckpt, OPTIM_FILE), map_location="cpu", weights_only=False)
-        optimizer.load_state_dict(saved["optimizer"])
-        torch.set_rng_state(saved["rng"]["cpu"])
-        if device.type == "cuda" and "cuda" in saved["rng"]:
-            torch.cuda.set_rng_state_all(saved["rng"]["cuda"])
+    def save(self, model, folder):
+        model.save_pretrained(folder)
+        self.processor.save_pretrained(folder)
 
-    metrics: dict = state["metrics"] if state else {
-        "train": {"step": [], "loss": [], "lr": [], "label_tokens": [], "batch_digest": []},
-        "eval": [], "skipped": {r: 0 for r in SKIP_REASONS}, "rows_seen": 0, "held_out_rows": 0,
-        "page_cache": {}, "checkpoints": [], "train_seconds": 0.0, "train_tokens": 0}
-    metrics.update({"model": cfg["model"], "device": str(device), "bf16": autocast,
-                    "config": {k: cfg[k] for k in CONFIG}, "resumed_from": ckpt,
-                    "eval_set": {"samples": sum(len(b["ids"]) for b in eval_set),
-                                 "tasks": dict(Counter(t for b in eval_set for t in b["tasks"])),
-                                 "skipped": {k: v for k, v in eval_counts.items() if k in SKIP_REASONS}}})
-    step = state["step"] if state else 0
-    epoch = state["epoch"] if state else 0
-    resume_data = state["data"] if state else None
-    workers = cfg["num_workers"]
+    def batches(self, state, metrics):
+        cfg, self.metrics = self.cfg, metrics
+        for key, zero in (("skipped", {r: 0 for r in SKIP_REASONS}), ("rows_seen", 0), ("held_out_rows", 0),
+                          ("page_cache", {})):
+            metrics.setdefault(key, zero)        # counters go on from a checkpoint's
+        metrics["eval_set"] = {"samples": sum(len(b["ids"]) for b in self.eval_set),
+                               "tasks": dict(Counter(t for b in self.eval_set for t in b["tasks"])),
+                               "skipped": {k: v for k, v in self.eval_counts.items() if k in SKIP_REASONS}}
 
-    def stream():
-        """(position, batch) forever, epoch after epoch; the first epoch resumes mid-way."""
-        nonlocal epoch, resume_data
-        while True:
-            ds = ShardDataset(data_dir, "samples", columns=SAMPLE_COLUMNS, shuffle=cfg["shuffle"],
-                              seed=cfg["seed"], epoch=epoch, resume=resume_data)
-            pos = ds.position(num_workers=workers)
-            loader = DataLoader(SampleBatches(ds, pages, collator, cfg["batch_size"], "train", cfg["eval_fraction"]),
-                                batch_size=None, num_workers=workers, collate_fn=_identity)
-            trained = False
-            for b in loader:
-                trained = trained or b["inputs"] is not None
-                yield pos, b
-            if not trained and resume_data is None:     # a whole fresh epoch: nothing will ever train
-                raise DatasetError(f"{data_dir}: a whole epoch of `samples` gave no trainable sample "
-                                   f"(skipped: {metrics['skipped']}, held out: {metrics['held_out_rows']}); "
-                                   f"check the pages table, max_length, or lower eval_fraction")
-            epoch, resume_data = epoch + 1, None
+        def open_epoch(epoch, resume):
+            ds = ShardDataset(self.data_dir, "samples", columns=SAMPLE_COLUMNS, shuffle=cfg["shuffle"],
+                              seed=cfg["seed"], epoch=epoch, resume=resume)
+            items = SampleBatches(ds, self.pages, self.collator, cfg["batch_size"], "train", cfg["eval_fraction"])
+            return ds, DataLoader(items, batch_size=None, num_workers=cfg["num_workers"], collate_fn=_identity)
+        hint = lambda: (f" (skipped: {metrics['skipped']}, held out: {metrics['held_out_rows']}); check the pages "
+                        f"table, max_length, or lower eval_fraction")
+        return epochs(open_epoch, state, num_workers=cfg["num_workers"], keep=self._account, hint=hint)
 
-    def account(b: dict) -> None:
-        c = b["counts"]
-        metrics["rows_seen"] += c.get("rows", 0)
-        metrics["held_out_rows"] += c.get("held_out", 0)
+    def _account(self, b: dict) -> dict | None:
+        """Count what a batch consumed and skipped; the batch if it has a sample to train on."""
+        m, c = self.metrics, b["counts"]
+        m["rows_seen"] += c.get("rows", 0)
+        m["held_out_rows"] += c.get("held_out", 0)
         for r in SKIP_REASONS:
-            metrics["skipped"][r] += c.get(r, 0)
-        for k in ("page_cache_hits", "page_cache_misses", "row_groups_read", "screenshot_bytes_read"):
-            metrics["page_cache"][k] = metrics["page_cache"].get(k, 0) + c.get(k, 0)
-        skipped = sum(metrics["skipped"].values())
-        if metrics["rows_seen"] >= 200 and skipped > cfg["max_skip_rate"] * metrics["rows_seen"]:
-            raise DatasetError(f"{skipped} of {metrics['rows_seen']} sample rows skipped ({metrics['skipped']}), "
-                               f"more than max_skip_rate={cfg['max_skip_rate']}: fix or regenerate the data, "
-                               f"or raise max_skip_rate")
+            m["skipped"][r] += c.get(r, 0)
+        for k in PageStore.STATS.values():
+            m["page_cache"][k] = m["page_cache"].get(k, 0) + c.get(k, 0)
+        skipped = sum(m["skipped"].values())
+        if m["rows_seen"] >= 200 and skipped > self.cfg["max_skip_rate"] * m["rows_seen"]:
+            raise DatasetError(f"{skipped} of {m['rows_seen']} sample rows skipped ({m['skipped']}), more than "
+                               f"max_skip_rate={self.cfg['max_skip_rate']}: fix or regenerate the data, or raise "
+                               f"max_skip_rate")
+        return b if b["inputs"] is not None else None
 
-    def checkpoint(pos: Position) -> None:
-        ev = evaluate(model, eval_set, device, autocast)
-        if ev is not None:
-            metrics["eval"].append({"step": step, **ev})
-        metrics["tokens_per_second"] = metrics["train_tokens"] / max(metrics["train_seconds"], 1e-9)
-        path = save_checkpoint(out_dir, model, processor, optimizer,
-                               {"step": step, "epoch": pos.epoch, "data": pos.state_dict(), "metrics": metrics},
-                               cfg["keep_checkpoints"])
-        metrics["checkpoints"] = [p for p in metrics["checkpoints"] if os.path.isdir(p)] + [path]
-        with open(os.path.join(out_dir, "metrics.json"), "w") as fh:
-            json.dump(metrics, fh, indent=1)
+    def loss(self, model, batch):
+        sums, toks = nll(model, batch["inputs"])
+        n = int(toks.sum())
+        return Loss(sums.sum(), n, {"label_tokens": n, "ids": batch["ids"],
+                                    "tokens": int(batch["inputs"]["attention_mask"].sum())})
 
-    if not ckpt:
-        ev = evaluate(model, eval_set, device, autocast)
-        if ev is not None:
-            metrics["eval"].append({"step": 0, **ev})
-    batches = stream()
-    pos = None
-    while step < cfg["max_steps"]:
-        t0 = time.time()
-        micro, ids = [], []
-        while len(micro) < cfg["grad_accum"]:
-            pos, b = next(batches)
-            pos.update(b)                    # every pulled batch is trained on before any save
-            account(b)
-            if b["inputs"] is not None:
-                micro.append(_to(b["inputs"], device))
-                ids += b["ids"]
-        tokens = sum(int((m["labels"][:, 1:] != IGNORE).sum()) for m in micro)
-        lr = lr_at(step, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.zero_grad(set_to_none=True)
-        total = 0.0
-        for m in micro:
-            sums, _ = nll(model, m, autocast)
-            loss = sums.sum()
-            (loss / tokens).backward()
-            total += float(loss.detach())
-        if cfg["max_grad_norm"]:
-            torch.nn.utils.clip_grad_norm_(params, cfg["max_grad_norm"])
-        optimizer.step()
-        step += 1
-        value = total / tokens
-        if not math.isfinite(value):
-            raise FloatingPointError(f"training loss is {value} at step {step}; lower the learning rate")
-        tr = metrics["train"]
-        tr["step"].append(step)
-        tr["loss"].append(value)
-        tr["lr"].append(lr)
-        tr["label_tokens"].append(tokens)
-        tr["batch_digest"].append(hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:16])
-        metrics["train_tokens"] += sum(int(m["attention_mask"].sum()) for m in micro)
-        metrics["train_seconds"] += time.time() - t0
-        if step == cfg["max_steps"] or (cfg["checkpoint_every"] and step % cfg["checkpoint_every"] == 0):
-            checkpoint(pos)
-    if pos is None:                          # resumed at max_steps: nothing left to do
-        metrics.setdefault("tokens_per_second", 0.0)
-    metrics["final_checkpoint"] = os.path.join(out_dir, CKPT_DIR, checkpoint_name(step))
-    metrics["seconds"] = time.time() - t_start
-    return metrics
+    def evaluate(self, model):
+        return evaluate(model, self.eval_set, self.device)
+
+
+def train(data_dir: str, out_dir: str, config: dict) -> dict:
+    cfg = settings(CONFIG, config)
+    if cfg["lr"] is None:
+        cfg["lr"] = 1e-3 if cfg["model"] == "tiny" else 2e-5
+    plan = Plan.of(cfg, steps=cfg["max_steps"], eval_every=cfg["checkpoint_every"], info={"model": cfg["model"]})
+    return fit(SFT(data_dir, cfg), plan, out_dir)[1]
 
 
 def report(metrics: dict) -> str:

@@ -2,17 +2,14 @@
 
 Three pieces, used by trainers/multiui.py:
 
-- `PageStore` finds a page's screenshot by id. It reads the `id` column of the `pages` table once
-  (per process) into a sorted index (id -> file, row group, row), and on a miss reads only the
-  `id` and `screenshot` columns of that row group (pyarrow column projection: the HTML and the
-  accessibility tree, most of a page row, are never read). Screenshots are kept as the encoded PNG
-  bytes in an LRU bounded by bytes (`page_cache_mb`) and decoded for each use.
-  Memory trade-off: a PNG screenshot is ~0.1-1 MB while the decoded RGB image is W*H*3 bytes
-  (~8 MB for 1280x2000), so caching bytes holds ~10x more pages for the price of one PNG decode
-  per sample. The index costs ~(id length + 16) bytes per page. Each DataLoader worker has its
-  own store (index + LRU), so memory is workers x (index + page_cache_mb). Parquet's unit of reading
-  is a column chunk per row group, so a miss costs the whole row group's screenshots in I/O:
-  write `pages` with small row groups (tens of rows) for training.
+- `PageStore` finds a page's screenshot by id: the trainers' RowStore (trainers/rowstore.py) over
+  the `id` and `screenshot` columns of `pages` (the HTML and the accessibility tree, most of a page
+  row, are never read), row groups kept in an LRU bounded by bytes (`page_cache_mb`), each PNG
+  decoded for each use. Memory trade-off: a PNG screenshot is ~0.1-1 MB while the decoded RGB
+  image is W*H*3 bytes (~8 MB for 1280x2000), so caching the encoded bytes holds ~10x more pages
+  for the price of one PNG decode per sample. Each DataLoader worker has its own store, and a miss
+  costs the whole row group's screenshots in I/O: write `pages` with small row groups (tens of
+  rows) for training.
 - `Collator` turns (conversation, image) pairs into one padded batch: the chat text with the
   image placeholder (expanded by the processor into the model's image tokens), labels -100
   everywhere but the assistant (gpt) answers and the end-of-turn token right after each.
@@ -29,18 +26,17 @@ fails when their share passes `max_skip_rate`.
 """
 from __future__ import annotations
 
-import hashlib
 import io
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
 from schemas import multiui as schema
-from trainers.data import OFFSET, STREAM, DatasetError, ShardDataset, open_parquet, open_table
+from trainers.data import OFFSET, STREAM, DatasetError, ShardDataset, hash_unit
+from trainers.rowstore import RowStore
 
 IGNORE = -100
 SAMPLE_COLUMNS = ["id", "page_id", "task", "conversations", "box_px"]
@@ -48,96 +44,28 @@ LLAVA_IMAGE = "<image>"
 ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
 
 
-def page_hash_unit(page_id: str) -> float:
-    """Stable value in [0, 1) from a page id: the held-out slice is hash < eval_fraction, so every
-    sample of an eval page is held out (no page is seen in training and in eval)."""
-    return int.from_bytes(hashlib.sha256(page_id.encode()).digest()[:8], "big") / 2.0 ** 64
-
-
 def is_eval(page_id: str, eval_fraction: float) -> bool:
-    return page_hash_unit(page_id) < eval_fraction
+    """Held out by page: every sample of an eval page is held out (no page is seen in training and in eval)."""
+    return hash_unit(page_id) < eval_fraction
 
 
 # ------------------------------------------------------------------------------------ pages
 
-class PageStore:
-    """Screenshot PNG bytes by page id, read lazily, LRU-cached by bytes (one per process)."""
+class PageStore(RowStore):
+    """Screenshot PNG bytes by page id, read lazily, row groups LRU-cached by bytes (one per process)."""
+
+    STATS = {"cache_hits": "page_cache_hits", "cache_misses": "page_cache_misses",
+             "row_groups_read": "page_row_groups_read", "bytes_read": "page_bytes_read"}
 
     def __init__(self, data_dir: str, cache_bytes: int):
-        self.info = open_table(data_dir, "pages")        # checks schema and files up front
-        self.cache_bytes = max(0, int(cache_bytes))
-        self._ids: np.ndarray | None = None              # sorted ids (bytes)
-        self._loc: np.ndarray | None = None              # (n, 3): file, row group, row in group
-        self._lru: OrderedDict[str, bytes] = OrderedDict()
-        self._held = 0
-        self.stats: Counter = Counter()
+        super().__init__(data_dir, "pages", ["id"], ["id", "screenshot"], cache_bytes=cache_bytes)
 
-    def __getstate__(self):                             # workers build their own index and cache
-        state = dict(self.__dict__)
-        state.update(_ids=None, _loc=None, _lru=OrderedDict(), _held=0, stats=Counter())
-        return state
-
-    def _index(self) -> None:
-        ids, locs = [], []
-        for f, finfo in enumerate(self.info.files):
-            pf = open_parquet(finfo.path)
-            for g in range(len(finfo.row_groups)):
-                col = pf.read_row_group(g, columns=["id"]).column("id").to_pylist()
-                ids += col
-                locs += [(f, g, r) for r in range(len(col))]
-        arr = np.array([i.encode() for i in ids], dtype=bytes) if ids else np.array([], dtype="S1")
-        order = np.argsort(arr, kind="stable")
-        self._ids = arr[order]
-        self._loc = np.array(locs, dtype=np.int64).reshape(-1, 3)[order]
-        self.stats["index_pages"] = len(ids)
-
-    def _find(self, page_id: str) -> tuple[int, int, int] | None:
-        key = page_id.encode()
-        i = int(np.searchsorted(self._ids, key))
-        if i < len(self._ids) and self._ids[i] == key:
-            return tuple(int(x) for x in self._loc[i])
-        return None
-
-    def _put(self, page_id: str, png: bytes) -> None:
-        if len(png) > self.cache_bytes:
-            return
-        self._lru[page_id] = png
-        self._held += len(png)
-        while self._held > self.cache_bytes:
-            _, old = self._lru.popitem(last=False)
-            self._held -= len(old)
-
-    def get_many(self, page_ids: list[str]) -> dict[str, bytes | str]:
-        """{page id: PNG bytes, or 'missing_page' / 'no_screenshot'}; misses are grouped so each
-        row group is read once per call."""
-        if self._ids is None:
-            self._index()
+    def screenshots(self, page_ids: list[str]) -> dict[str, bytes | str]:
+        """{page id: PNG bytes, or 'missing_page' / 'no_screenshot'}."""
         out: dict[str, bytes | str] = {}
-        wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
-        for pid in dict.fromkeys(page_ids):
-            if pid in self._lru:
-                self._lru.move_to_end(pid)
-                out[pid] = self._lru[pid]
-                self.stats["page_cache_hits"] += 1
-                continue
-            loc = self._find(pid)
-            if loc is None:
-                out[pid] = "missing_page"
-                continue
-            self.stats["page_cache_misses"] += 1
-            wanted.setdefault(loc[:2], []).append((pid, loc[2]))
-        for (f, g), items in wanted.items():
-            table = open_parquet(self.info.files[f].path).read_row_group(g, columns=["id", "screenshot"])
-            shots = table.column("screenshot")
-            self.stats["row_groups_read"] += 1
-            for pid, r in items:
-                png = shots[r].as_py()
-                if png is None:
-                    out[pid] = "no_screenshot"
-                    continue
-                self.stats["screenshot_bytes_read"] += len(png)
-                out[pid] = png
-                self._put(pid, png)
+        for (pid,), found in self.get_many((pid,) for pid in page_ids).items():
+            png = found[0].column("screenshot")[found[1]].as_py() if found is not None else None
+            out[pid] = png if png is not None else "no_screenshot" if found is not None else "missing_page"
         return out
 
 
@@ -359,7 +287,7 @@ class SampleBatches(IterableDataset):
 
     def _batch(self, rows: list[dict], streams: list[int], offsets: list[int], counts: Counter) -> dict:
         before = Counter(self.pages.stats)
-        shots = self.pages.get_many([r["page_id"] for r in rows]) if rows else {}
+        shots = self.pages.screenshots([r["page_id"] for r in rows]) if rows else {}
         items, kept_rows = [], []
         for r in rows:
             png = shots[r["page_id"]]
@@ -375,7 +303,7 @@ class SampleBatches(IterableDataset):
             kept_rows.append(r)
         inputs, kept, skipped = self.collator(items) if items else (None, [], Counter())
         counts.update(skipped)
-        counts.update({k: v - before.get(k, 0) for k, v in self.pages.stats.items() if k != "index_pages"})
+        counts.update({name: self.pages.stats[k] - before[k] for k, name in PageStore.STATS.items()})
         rows = [kept_rows[i] for i in kept]
         return {"inputs": inputs, "ids": [r["id"] for r in rows], "tasks": [r["task"] for r in rows],
                 STREAM: streams, OFFSET: offsets, "counts": dict(counts)}

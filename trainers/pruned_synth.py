@@ -14,13 +14,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.config import ConfigSpec, Key
 from trainers import rmt
 from trainers.data import DatasetError, read_arrow
+from trainers.fit import settings
 
-CONFIG = {
-    "gamma": (float, None, "ridge regularisation; default: each experiment's gamma", 1e-12),
-    "x_axis": (str, None, "parameter on the plot's x axis; default: the first swept key other than seed"),
-}
+CONFIG = ConfigSpec((
+    Key("gamma", float, None, "ridge regularisation; default: each experiment's gamma", low=1e-12, optional=True,
+        gridable=False),
+    Key("x_axis", str, None, "parameter on the plot's x axis; default: the first swept key other than seed",
+        optional=True, gridable=False),
+))
+DATA_PARALLEL = False      # a closed-form fit: one process
 
 
 def _matrix(table: pa.Table) -> np.ndarray:
@@ -98,6 +103,7 @@ def split_by(table: pa.Table, column: str) -> dict:
 
 
 def train(data_dir: str, out_dir: str, config: dict) -> dict:
+    config = settings(CONFIG, config)
     os.makedirs(out_dir, exist_ok=True)
     experiments = read_arrow(data_dir, "experiments").to_pylist()
     rows = read_arrow(data_dir, "rows", columns=["experiment", "source", "x", "y_true", "y_observed", "kept"])

@@ -8,13 +8,16 @@ PAPERS.md section 2. Steps:
    response); the loss is on the assistant turn only (response and its end-of-turn tokens; labels
    -100 on the prompt and padding). Right padding: loss only, no generation here.
 2. Per domain a LoRA adapter (peft) on the frozen base, `steps` optimizer steps of `grad_accum`
-   micro-batches, the loss a token mean over the whole accumulated step. Saved to
-   `out/experts/<domain>/` (peft's save_pretrained).
+   micro-batches, the loss a token mean over the whole accumulated step (trainers/fit.py, the
+   shared loop: its checkpoints under `out/experts/<domain>/checkpoints/`, so a rerun in the same
+   out folder skips the experts already trained). Saved to `out/experts/<domain>/` (peft's
+   save_pretrained).
 3. MiXSE: every LoRA-adapted nn.Linear becomes a `MixLoRALinear`: y = W x + sum over the top-k
    experts e of g_e(x) * s_e * B_e A_e x, with logits = W_g x per token and layer, g the softmax over
    the top-k logits (`gate_softmax=topk`, Mixtral style) or the full softmax restricted to the top-k
    (`gate_softmax=all`, as the Self-MoE write-up describes it; the only form that trains with top_k=1). Only the gates
-   train, on the union of all domains' train rows, `router_steps` steps. Saved to `out/router.pt`
+   train, on the union of all domains' train rows, `router_steps` steps (checkpoints under
+   `out/router/checkpoints/`). Saved to `out/router.pt`
    (plain state_dict of the gate weights, loadable with torch.load(weights_only=True)) and
    `out/router.json` (expert order and settings); `load_mixture(out)` rebuilds the routed model.
 4. Metrics: per domain the eval loss (token-mean NLL on its eval split) of the base, every expert
@@ -28,7 +31,6 @@ gate sees the layer input of every adapted projection, prompt tokens are routed 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -36,58 +38,45 @@ import time
 
 import pyarrow.compute as pc
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from trainers import loop
-from trainers.loop import load_base, pick_device
-from trainers.data import DatasetError, read_arrow
+from schemas.config import ConfigError, ConfigSpec, Key, names
+from trainers import distributed, lm
+from trainers.data import BatchStream, DatasetError, hash_unit, read_arrow
+from trainers.fit import Plan, Recipe, fit, loop_keys, pick_device, settings
+from trainers.lm import IGNORE, collate
 
-DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
-
-CONFIG = {
-    "base_model": (str, None, "local Hugging Face model folder the experts adapt (the CLI fills it "
-                              "with the model that wrote the data)"),
-    "domains": (str, None, "comma-separated domains to train (default: every domain in the data)"),
-    "steps": (int, 200, "optimizer steps per expert", 1),
-    "router_steps": (int, 200, "optimizer steps of the router (gates only)", 0),
-    "lr": (float, 2e-4, "learning rate of the LoRA experts (AdamW)", 0.0),
-    "router_lr": (float, 1e-3, "learning rate of the router gates (AdamW)", 0.0),
-    "batch_size": (int, 8, "sequences per micro-batch", 1),
-    "grad_accum": (int, 1, "micro-batches per optimizer step", 1),
-    "max_length": (int, 512, "tokens per sequence; longer ones are cut on the right", 8),
-    "lora_r": (int, 8, "LoRA rank", 1),
-    "lora_alpha": (float, 16.0, "LoRA alpha (scaling alpha / r)", 0.0),
-    "lora_dropout": (float, 0.0, "LoRA dropout while training an expert", 0.0, 1.0),
-    "target_modules": (str, DEFAULT_TARGETS, "comma-separated names of the adapted linear layers"),
-    "top_k": (int, 2, "experts mixed per token and layer (capped at the number of experts)", 1),
-    "gate_softmax": (str, "topk", "topk: softmax over the top-k logits; all: softmax over all experts, "
-                                  "top-k kept (needed for top_k=1)"),
-    "eval_fraction": (float, 0.1, "held-out share of each domain's kept rows (by hash of the row id)",
-                      0.0, 0.9),
-    "seed": (int, 0, "seed of LoRA init, gate init and batch order"),
-    "device": (str, None, "cpu or cuda (default: cuda when available); bf16 weights on cuda"),
-}
-
-IGNORE = -100
-
-
-class SelfMoEConfigError(DatasetError):
-    """A setting the trainer cannot use (a DatasetError, so the CLI prints it without a traceback)."""
+CONFIG = ConfigSpec((
+    *lm.lora_keys(r=8, alpha=16.0, what="the experts adapt"),
+    Key("domains", str, None, "comma-separated domains to train (default: every domain in the data)",
+        optional=True, gridable=False),
+    Key("steps", int, 200, "optimizer steps per expert", low=1, gridable=False),
+    Key("router_steps", int, 200, "optimizer steps of the router (gates only)", low=0, gridable=False),
+    Key("lr", float, 2e-4, "learning rate of the LoRA experts (AdamW)", low=0.0, gridable=False),
+    Key("router_lr", float, 1e-3, "learning rate of the router gates (AdamW)", low=0.0, gridable=False),
+    Key("batch_size", int, 8, "sequences per micro-batch (per process)", low=1, gridable=False),
+    Key("max_length", int, 512, "tokens per sequence; longer ones are cut on the right", low=8, gridable=False),
+    Key("top_k", int, 2, "experts mixed per token and layer (capped at the number of experts)", low=1,
+        gridable=False),
+    Key("gate_softmax", str, "topk", "topk: softmax over the top-k logits; all: softmax over all experts, "
+        "top-k kept (needed for top_k=1)", choices=("topk", "all"), gridable=False),
+    Key("eval_fraction", float, 0.1, "held-out share of each domain's kept rows (by hash of the row id)",
+        low=0.0, high=0.9, gridable=False),
+    *loop_keys(grad_accum=1, max_grad_norm=0.0, seed=0, device=None, bf16=None, checkpoint_every=0,
+               keep_checkpoints=1, resume="auto"),
+))
+# settings a resumed expert or router must share with its checkpoint
+SAME_ON_RESUME = ("base_model", "lora_r", "lora_alpha", "target_modules", "batch_size", "grad_accum", "max_length",
+                  "eval_fraction", "seed", "domains", "top_k", "gate_softmax")
 
 
 # ---------------------------------------------------------------------------------------- data
 
-def _hash_unit(row_id: str) -> float:
-    """Stable value in [0, 1) from a row id."""
-    return int.from_bytes(hashlib.sha256(row_id.encode()).digest()[:8], "big") / 2.0 ** 64
-
-
 def split_rows(rows: list[dict], eval_fraction: float) -> tuple[list[dict], list[dict]]:
     """(train, eval) of one domain's rows: eval = hash(id) < eval_fraction, at least one of each
     when there are two rows or more (the lowest-hash row is moved to eval if none fell there)."""
-    ranked = sorted(rows, key=lambda r: (_hash_unit(r["id"]), r["id"]))
-    ev = [r for r in ranked if _hash_unit(r["id"]) < eval_fraction]
+    ranked = sorted(rows, key=lambda r: (hash_unit(r["id"]), r["id"]))
+    ev = [r for r in ranked if hash_unit(r["id"]) < eval_fraction]
     if eval_fraction > 0 and not ev and len(ranked) > 1:
         ev = ranked[:1]
     if len(ev) == len(ranked) and len(ranked) > 1:
@@ -138,51 +127,11 @@ def encode(tokenizer, row: dict, max_length: int) -> tuple[list[int], list[int]]
     return ids, labels
 
 
-def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded batch: input_ids, attention_mask, labels (-100 on padding)."""
-    n = max(len(ids) for ids, _ in examples)
-    ids = torch.full((len(examples), n), pad_id, dtype=torch.long)
-    labels = torch.full((len(examples), n), IGNORE, dtype=torch.long)
-    mask = torch.zeros((len(examples), n), dtype=torch.long)
-    for i, (x, y) in enumerate(examples):
-        ids[i, :len(x)], labels[i, :len(y)], mask[i, :len(x)] = torch.tensor(x), torch.tensor(y), 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
 def batches(examples: list, batch_size: int, pad_id: int) -> list[dict[str, torch.Tensor]]:
     return [collate(examples[i:i + batch_size], pad_id) for i in range(0, len(examples), batch_size)]
 
 
-class BatchStream:
-    """Endless shuffled micro-batches: a fresh permutation per epoch from (seed, epoch)."""
-
-    def __init__(self, examples: list, batch_size: int, pad_id: int, seed: int):
-        self.examples, self.batch_size, self.pad_id, self.seed = examples, batch_size, pad_id, seed
-        self.epoch, self.order = 0, []
-
-    def __next__(self) -> dict[str, torch.Tensor]:
-        if len(self.order) < min(self.batch_size, len(self.examples)):
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            self.order += torch.randperm(len(self.examples), generator=g).tolist()
-            self.epoch += 1
-        take, self.order = self.order[:self.batch_size], self.order[self.batch_size:]
-        return collate([self.examples[i] for i in take], self.pad_id)
-
-
 # ------------------------------------------------------------------------------------ modelling
-
-def _to(batch: dict, device) -> dict:
-    return {k: v.to(device) for k, v in batch.items()}
-
-
-def nll_sum(model, batch: dict) -> tuple[torch.Tensor, int]:
-    """(summed token NLL over label tokens, label token count), in float32."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    logits, labels = logits[:, :-1].float(), batch["labels"][:, 1:]
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
-                           ignore_index=IGNORE, reduction="sum")
-    return loss, int((labels != IGNORE).sum())
-
 
 @torch.no_grad()
 def eval_loss(model, batch_list: list[dict], device) -> float:
@@ -191,31 +140,10 @@ def eval_loss(model, batch_list: list[dict], device) -> float:
     model.eval()
     total, count = 0.0, 0
     for b in batch_list:
-        loss, n = nll_sum(model, _to(b, device))
+        loss, n = lm.nll_sum(model, {k: v.to(device) for k, v in b.items()})
         total, count = total + float(loss), count + n
     model.train(was_training)
     return total / max(count, 1)
-
-
-def train_steps(model, params, stream: BatchStream, steps: int, grad_accum: int, lr: float, device) -> list[float]:
-    """`steps` AdamW steps; each a token mean over `grad_accum` micro-batches. Returns step losses."""
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    model.train()
-    losses = []
-    for _ in range(steps):
-        micro = [_to(next(stream), device) for _ in range(grad_accum)]
-        tokens = sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in micro)
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for b in micro:
-            loss, _ = nll_sum(model, b)
-            (loss / tokens).backward()
-            total += float(loss.detach())
-        opt.step()
-        losses.append(total / tokens)
-        if not math.isfinite(losses[-1]):
-            raise FloatingPointError(f"training loss is {losses[-1]}; lower the learning rate")
-    return losses
 
 
 class Usage:
@@ -282,7 +210,7 @@ def read_adapter(path: str) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]
     cfg = LoraConfig.from_pretrained(path)
     scaling = cfg.lora_alpha / (math.sqrt(cfg.r) if cfg.use_rslora else cfg.r)
     if cfg.rank_pattern or cfg.alpha_pattern:
-        raise SelfMoEConfigError(f"{path}: per-module rank/alpha patterns are not supported")
+        raise DatasetError(f"{path}: per-module rank/alpha patterns are not supported")
     weights = load_peft_weights(path, device="cpu")
     pairs: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in weights.items():
@@ -302,7 +230,7 @@ def build_mixture(model: nn.Module, adapter_dirs: list[str], top_k: int, gate_so
     names = sorted(adapters[0][0])
     for (w, _), path in zip(adapters[1:], adapter_dirs[1:]):
         if sorted(w) != names:
-            raise SelfMoEConfigError(f"{path} adapts other layers than {adapter_dirs[0]}")
+            raise DatasetError(f"{path} adapts other layers than {adapter_dirs[0]}")
     for p in model.parameters():
         p.requires_grad_(False)
     scaling = torch.tensor([s for _, s in adapters])
@@ -311,7 +239,7 @@ def build_mixture(model: nn.Module, adapter_dirs: list[str], top_k: int, gate_so
         parent = model.get_submodule(parent_name)
         base = getattr(parent, child)
         if not isinstance(base, nn.Linear):
-            raise SelfMoEConfigError(f"{name} is {type(base).__name__}, not nn.Linear")
+            raise DatasetError(f"{name} is {type(base).__name__}, not nn.Linear")
         r = max(w[name][0].shape[0] for w, _ in adapters)
         A = torch.zeros(len(adapters), r, base.in_features)
         B = torch.zeros(len(adapters), base.out_features, r)
@@ -349,7 +277,7 @@ def router_usage(model: nn.Module, batch_list: list[dict], device, n_experts: in
     model.eval()
     try:
         for b in batch_list:
-            b = _to(b, device)
+            b = {k: v.to(device) for k, v in b.items()}
             usage.mask = b["attention_mask"]
             model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
     finally:
@@ -358,27 +286,19 @@ def router_usage(model: nn.Module, batch_list: list[dict], device, n_experts: in
     return usage.shares(), usage.weight_shares()
 
 
-def _device(config: dict) -> torch.device:
-    return pick_device(config.get("device"), SelfMoEConfigError)
-
-
-def check_base_model(path: str | None) -> str:
-    return loop.check_base_model(path, SelfMoEConfigError)
-
-
 def load_mixture(out_dir: str, base_model: str | None = None, device: str | torch.device = "cpu") -> nn.Module:
     """The routed model a training run saved: base + experts from out/experts + gates from router.pt."""
     with open(os.path.join(out_dir, "router.json")) as fh:
         meta = json.load(fh)
     device = torch.device(device)
-    model = load_base(check_base_model(base_model or meta["base_model"]), device)
+    model = lm.load_base(lm.check_base_model(base_model or meta["base_model"]), device)
     build_mixture(model, [os.path.join(out_dir, "experts", d) for d in meta["experts"]],
                   meta["top_k"], meta["gate_softmax"])
     state = torch.load(os.path.join(out_dir, "router.pt"), map_location=device, weights_only=True)
     mods = dict(model.named_modules())
     expected = gate_state_dict(model)
     if set(state) != set(expected):
-        raise SelfMoEConfigError(f"{out_dir}/router.pt gates do not match the experts' layers")
+        raise DatasetError(f"{out_dir}/router.pt gates do not match the experts' layers")
     for key, value in state.items():
         mods[key.removesuffix(".gate.weight")].gate.weight.data.copy_(value)
     model.eval()
@@ -387,115 +307,162 @@ def load_mixture(out_dir: str, base_model: str | None = None, device: str | torc
 
 # ------------------------------------------------------------------------------------- training
 
-def train(data_dir: str, out_dir: str, config: dict) -> dict:
-    t_start = time.time()
-    cfg = {k: spec[1] for k, spec in CONFIG.items()}
-    cfg.update({k: v for k, v in config.items() if v is not None or k not in cfg})
-    base_path = check_base_model(cfg["base_model"])
-    if cfg["gate_softmax"] not in ("topk", "all"):
-        raise SelfMoEConfigError(f"gate_softmax {cfg['gate_softmax']!r}: use topk or all")
-    device = _device(cfg)
-    domains = [d.strip() for d in cfg["domains"].split(",") if d.strip()] if cfg.get("domains") else None
-    data = load_examples(data_dir, domains)
-    domains = list(data)
-    top_k = min(cfg["top_k"], len(domains))
-    if top_k == 1 and cfg["gate_softmax"] == "topk" and cfg["router_steps"] > 0 and len(domains) > 1:
-        raise SelfMoEConfigError("top_k=1 with gate_softmax=topk gives every chosen expert weight 1, so the "
-                                 "gates get no gradient: use gate_softmax=all or top_k >= 2")
-    targets = [t.strip() for t in cfg["target_modules"].split(",") if t.strip()]
+class _SFT(Recipe):
+    """Shuffled micro-batches of encoded examples held in memory, the token loss, a probe batch."""
 
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(base_path)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    bs, accum = cfg["batch_size"], cfg["grad_accum"]
+    def __init__(self, cfg: dict, examples: list, probe: dict, pad: int, seed: int):
+        self.cfg, self.examples, self.probe, self.pad, self.seed = cfg, examples, probe, pad, seed
 
+    def batches(self, state, metrics):
+        stream = BatchStream(len(self.examples), self.cfg["batch_size"], self.seed, state)
+        for idx in stream:
+            yield collate([self.examples[i] for i in idx], self.pad), stream
+
+    loss = staticmethod(lm.token_loss)
+
+    def evaluate(self, model):
+        return {"probe": eval_loss(model, [self.probe], self.device)}
+
+
+class Expert(_SFT):
+    """One domain's LoRA adapter on the frozen base."""
+
+    def build(self, checkpoint, device):
+        from peft import PeftModel, get_peft_model
+        self.device, base = device, lm.load_base(self.cfg["base_model"], device)
+        if checkpoint:
+            return PeftModel.from_pretrained(base, checkpoint, is_trainable=True)
+        return get_peft_model(base, lm.lora_config(self.cfg))
+
+    def save(self, model, folder):
+        model.save_pretrained(folder)
+
+
+class Router(_SFT):
+    """The MiXSE gates over the frozen experts (`experts`: adapter folders, in expert order)."""
+
+    def __init__(self, cfg: dict, experts: list[str], top_k: int, *args):
+        super().__init__(cfg, *args)
+        self.experts, self.top_k = experts, top_k
+
+    def build(self, checkpoint, device):
+        self.device, model = device, lm.load_base(self.cfg["base_model"], device)
+        self.gated = build_mixture(model, self.experts, self.top_k, self.cfg["gate_softmax"])
+        self.init = [g.detach().clone() for g in self.params(model)]
+        if checkpoint:
+            saved = torch.load(os.path.join(checkpoint, "router.pt"), map_location=device, weights_only=True)
+            if model.load_state_dict(saved, strict=False).unexpected_keys or set(saved) != set(gate_state_dict(model)):
+                raise DatasetError(f"{checkpoint}/router.pt gates do not match the experts' layers; resume=none")
+        return model
+
+    def save(self, model, folder):
+        torch.save(gate_state_dict(model), os.path.join(folder, "router.pt"))
+
+    def params(self, model):
+        return [m.gate.weight for m in _mix_modules(model)]
+
+
+def encode_domains(data: dict[str, list[dict]], tokenizer, cfg: dict) -> tuple[dict, dict]:
+    """({domain: (train, eval) encoded examples}, {domain: counts}); a domain left without a
+    train example is refused."""
     splits, sizes = {}, {}
-    for i, d in enumerate(domains):
-        tr_rows, ev_rows = split_rows(data[d], cfg["eval_fraction"])
+    for d, rows in data.items():
+        tr_rows, ev_rows = split_rows(rows, cfg["eval_fraction"])
         tr = [e for e in (encode(tokenizer, r, cfg["max_length"]) for r in tr_rows) if e is not None]
         ev = [e for e in (encode(tokenizer, r, cfg["max_length"]) for r in ev_rows) if e is not None]
         if not tr:
-            raise DatasetError(f"domain {d!r}: no train example left (kept {len(data[d])}, eval "
+            raise DatasetError(f"domain {d!r}: no train example left (kept {len(rows)}, eval "
                                f"{len(ev_rows)}, or cut away by max_length={cfg['max_length']})")
         splits[d] = (tr, ev)
-        sizes[d] = {"kept": len(data[d]), "train": len(tr), "eval": len(ev),
+        sizes[d] = {"kept": len(rows), "train": len(tr), "eval": len(ev),
                     "cut_by_max_length": len(tr_rows) + len(ev_rows) - len(tr) - len(ev),
                     "eval_tokens": sum(sum(x != IGNORE for x in y) for _, y in ev)}
-    eval_batches = {d: batches(ev, bs, pad_id) for d, (_, ev) in splits.items()}
+    return splits, sizes
 
-    os.makedirs(os.path.join(out_dir, "experts"), exist_ok=True)
-    metrics: dict = {"base_model": base_path, "domains": domains, "device": str(device),
-                     "config": {k: cfg[k] for k in CONFIG}, "examples": sizes,
-                     "eval_loss": {d: {"base": None, "experts": {}, "mixture": None} for d in domains},
-                     "experts": {}, "router": {}, "router_usage": {}, "router_weight": {}}
 
-    def _eval_all(model, key, expert=None):
-        for d in domains:
-            value = eval_loss(model, eval_batches[d], device) if eval_batches[d] else None
-            if expert is None:
-                metrics["eval_loss"][d][key] = value
-            else:
-                metrics["eval_loss"][d]["experts"][expert] = value
-
+def _phase(recipe: _SFT, folder: str, **plan) -> tuple[nn.Module, dict]:
+    """One fit run; its train losses and probe losses before and after, for the report."""
     t0 = time.time()
-    base = load_base(base_path, device)
-    _eval_all(base, "base")
-    metrics["base_eval_seconds"] = time.time() - t0
-    del base
+    model, m = fit(recipe, Plan.of(recipe.cfg, same_on_resume=SAME_ON_RESUME, **plan), folder)
+    probes = [e["probe"] for e in m["eval"]] or [None]
+    return model, {"train_loss": m["train"]["loss"], "probe_loss_before": probes[0], "probe_loss_after": probes[-1],
+                   "trainable_params": sum(p.numel() for p in recipe.params(model)), "seconds": time.time() - t0}
 
-    lora = LoraConfig(r=cfg["lora_r"], lora_alpha=cfg["lora_alpha"], lora_dropout=cfg["lora_dropout"],
-                      target_modules=targets, bias="none", task_type="CAUSAL_LM")
-    for i, d in enumerate(domains):
+
+def train(data_dir: str, out_dir: str, config: dict) -> dict:
+    t_start, cfg = time.time(), settings(CONFIG, config)
+    cfg["base_model"] = lm.check_base_model(cfg["base_model"])
+    data = load_examples(data_dir, names(cfg["domains"]) or None)
+    domains, top_k, main = list(data), min(cfg["top_k"], len(data)), distributed.is_main()
+    if top_k == 1 and cfg["gate_softmax"] == "topk" and cfg["router_steps"] > 0 and len(domains) > 1:
+        raise ConfigError("top_k=1 with gate_softmax=topk gives every chosen expert weight 1, so the "
+                          "gates get no gradient: use gate_softmax=all or top_k >= 2")
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(cfg["base_model"])
+    pad, bs, seed, device = lm.pad_id(tokenizer), cfg["batch_size"], cfg["seed"], pick_device(cfg["device"])
+    splits, sizes = encode_domains(data, tokenizer, cfg)
+    metrics = {"base_model": cfg["base_model"], "domains": domains, "device": str(device), "config": cfg,
+               "examples": sizes, "eval_loss": {d: {"base": None, "experts": {}, "mixture": None} for d in domains},
+               "experts": {}, "router": {}, "router_usage": {}, "router_weight": {}}
+    evals = Evals(metrics, {d: batches(ev, bs, pad) for d, (_, ev) in splits.items()}, device)
+    if main:
         t0 = time.time()
-        torch.manual_seed(cfg["seed"] * 7919 + i)
-        model = get_peft_model(load_base(base_path, device), lora)
+        evals.run(lm.load_base(cfg["base_model"], device), "base")
+        metrics["base_eval_seconds"] = time.time() - t0
+    experts = [os.path.join(out_dir, "experts", d) for d in domains]
+    for i, d in enumerate(domains):
         tr = splits[d][0]
-        probe = _to(collate(tr[:bs], pad_id), device)
-        params = [p for p in model.parameters() if p.requires_grad]
-        probe_before = eval_loss(model, [probe], device)
-        losses = train_steps(model, params, BatchStream(tr, bs, pad_id, cfg["seed"] * 31 + i),
-                             cfg["steps"], accum, cfg["lr"], device)
-        probe_after = eval_loss(model, [probe], device)
-        path = os.path.join(out_dir, "experts", d)
-        model.save_pretrained(path)
-        _eval_all(model, None, expert=d)
-        metrics["experts"][d] = {"path": path, "train_loss": losses, "probe_loss_before": probe_before,
-                                 "probe_loss_after": probe_after, "trainable_params": sum(p.numel() for p in params),
-                                 "seconds": time.time() - t0}
-        del model, params
-
-    t0 = time.time()
-    model = load_base(base_path, device)
-    torch.manual_seed(cfg["seed"] * 7919 + 104729)
-    gated = build_mixture(model, [os.path.join(out_dir, "experts", d) for d in domains], top_k, cfg["gate_softmax"])
-    gates = [m.gate.weight for m in _mix_modules(model)]
-    gates_init = [g.detach().clone() for g in gates]
+        recipe = Expert(cfg, tr, collate(tr[:bs], pad), pad, seed * 31 + i)
+        model, metrics["experts"][d] = _phase(recipe, experts[i], seed=seed * 7919 + i)
+        if main:
+            model.save_pretrained(experts[i])
+            metrics["experts"][d]["path"] = experts[i]
+            evals.run(model, d, expert=True)
+        distributed.barrier()
     union = [e for d in domains for e in splits[d][0]]
-    probe = _to(collate([splits[d][0][j] for j in range(max(1, bs // len(domains))) for d in domains
-                         if j < len(splits[d][0])], pad_id), device)
-    probe_before = eval_loss(model, [probe], device)
-    losses = train_steps(model, gates, BatchStream(union, bs, pad_id, cfg["seed"] * 31 + 1009),
-                         cfg["router_steps"], accum, cfg["router_lr"], device) if cfg["router_steps"] else []
-    probe_after = eval_loss(model, [probe], device)
-    torch.save(gate_state_dict(model), os.path.join(out_dir, "router.pt"))
-    with open(os.path.join(out_dir, "router.json"), "w") as fh:
-        json.dump({"base_model": base_path, "experts": domains, "top_k": top_k,
-                   "gate_softmax": cfg["gate_softmax"], "gated_modules": gated}, fh, indent=1)
-    _eval_all(model, "mixture")
-    for d in domains:
-        shares, weights = router_usage(model, eval_batches[d] or batches(splits[d][0][:bs], bs, pad_id),
-                                       device, len(domains))
-        metrics["router_usage"][d] = dict(zip(domains, shares))
-        metrics["router_weight"][d] = dict(zip(domains, weights))
-    metrics["router"] = {"path": os.path.join(out_dir, "router.pt"), "train_loss": losses,
-                         "probe_loss_before": probe_before, "probe_loss_after": probe_after,
-                         "gated_layers": len(gated), "top_k": top_k, "gate_softmax": cfg["gate_softmax"],
-                         "trainable_params": sum(g.numel() for g in gates),
-                         "gate_relative_change": _relative_change(gates, gates_init),
-                         "seconds": time.time() - t0}
+    probe = collate([splits[d][0][j] for j in range(max(1, bs // len(domains))) for d in domains
+                     if j < len(splits[d][0])], pad)
+    recipe = Router(cfg, experts, top_k, union, probe, pad, seed * 31 + 1009)
+    model, metrics["router"] = _phase(recipe, os.path.join(out_dir, "router"), steps=cfg["router_steps"],
+                                      lr=cfg["router_lr"], seed=seed * 7919 + 104729)
+    if main:
+        finish_router(model, recipe, metrics, evals, out_dir, splits)
     metrics["seconds"] = time.time() - t_start
     return metrics
+
+
+class Evals:
+    """Each domain's eval loss of a model, recorded in metrics["eval_loss"]."""
+
+    def __init__(self, metrics: dict, eval_batches: dict[str, list[dict]], device):
+        self.metrics, self.eval_batches, self.device = metrics, eval_batches, device
+
+    def run(self, model, name: str, expert: bool = False) -> None:
+        for d, batch_list in self.eval_batches.items():
+            value = eval_loss(model, batch_list, self.device) if batch_list else None
+            if expert:
+                self.metrics["eval_loss"][d]["experts"][name] = value
+            else:
+                self.metrics["eval_loss"][d][name] = value
+
+
+def finish_router(model, recipe: Router, metrics: dict, evals: Evals, out_dir: str, splits: dict) -> None:
+    """router.pt and router.json, the mixture's eval losses and its usage per domain."""
+    domains, cfg = metrics["domains"], recipe.cfg
+    torch.save(gate_state_dict(model), os.path.join(out_dir, "router.pt"))
+    with open(os.path.join(out_dir, "router.json"), "w") as fh:
+        json.dump({"base_model": cfg["base_model"], "experts": domains, "top_k": recipe.top_k,
+                   "gate_softmax": cfg["gate_softmax"], "gated_modules": recipe.gated}, fh, indent=1)
+    evals.run(model, "mixture")
+    bs, pad = cfg["batch_size"], recipe.pad
+    for d in domains:
+        shares, weights = router_usage(model, evals.eval_batches[d] or batches(splits[d][0][:bs], bs, pad),
+                                       evals.device, len(domains))
+        metrics["router_usage"][d] = dict(zip(domains, shares))
+        metrics["router_weight"][d] = dict(zip(domains, weights))
+    metrics["router"].update(path=os.path.join(out_dir, "router.pt"), gated_layers=len(recipe.gated),
+                             top_k=recipe.top_k, gate_softmax=cfg["gate_softmax"],
+                             gate_relative_change=_relative_change(recipe.params(model), recipe.init))
 
 
 def report(metrics: dict) -> str:
