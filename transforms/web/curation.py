@@ -10,8 +10,12 @@ blocklist.py), error and parked-domain phrasings and topic keywords in the most 
 languages, and language identification (transforms/web/language.py) for runs that want, as the
 paper's FineWeb source, English pages only. Latin and Cyrillic terms match as whole words;
 Chinese, Japanese, Korean, Thai and Arabic terms are specific multi-character phrases matched as
-substrings (those scripts do not separate words, or glue particles to them). The measured
-precision and recall on a labelled set of pages is printed by tests/test_web_curation.py.
+substrings (those scripts do not separate words, or glue particles to them). A topic needs, besides
+several of its words, one that only the business itself uses (an offer, a call to action): a news
+story on gambling law or a museum's nude drawings names the topic, a casino sells it. Short pages are
+also checked for placeholders (for-sale brokers, "coming soon") and sign-in walls. The measured
+precision and recall on a labelled set of pages is printed by tests/test_web_curation.py, and on a
+held-out set written blind, rendered in Chromium, by tests/test_curation_holdout.py.
 """
 from __future__ import annotations
 
@@ -58,6 +62,11 @@ ERROR_PHRASES = terms([
     r"(could not|cannot|can.t|couldn.t) be found", r"(page|file) (does not|doesn.t|no longer) exists?",
     r"the requested url .{0,80} was not found", r"404 (not found|error|page)", r"error 404", r"file not found",
     r"this page (isn.t|is not) available", r"(this )?account has been suspended", r"nothing (was )?found here",
+    r"(we|i) (can.t|cannot|couldn.t|could not) (seem to )?find (that|this)(?! \w)",
+    r"(we|i) (can.t|cannot|couldn.t|could not) (seem to )?find (the|that|this|your) (page|url|link|product|item|file)s?",
+    r"the (page|link|url|product|item) you.(re|are|were) (looking|searching) for ([\w'’]+ ){0,4}"
+    r"(moved|removed|deleted|exists?|available|found|changed|expired|wandered)",
+    r"(this|that|the) (page|link|product) (has been|was|may have been|might have been) (moved|removed|deleted)",
     # es
     r"página no encontrada", r"no se (ha )?(pudo )?encontr(ó|ar|ado) la página", r"la página (que buscas|"
     r"solicitada|que está buscando|que estás buscando)? ?no existe", r"error 404", r"página no disponible",
@@ -113,69 +122,246 @@ PARKED = terms([
     "このドメインは売り物です", "このドメインは販売中", "ドメイン売却", "このドメインを購入",
     "도메인 판매", "이 도메인은 판매", "هذا النطاق للبيع",
 ])
+# Weaker signs of a registrar's or broker's placeholder, trusted only on a short page (under SOFT_404_CHARS):
+# a broker lists "similar domains for sale"; a registrar's default page is the "future home of" a site.
+PARKED_SHORT = terms([
+    r"domains? (names? )?(are |is )?for sale", r"future home of", r"is this your domain",
+    r"domain (name )?(registered|reserved) (and hosted )?(by|at|with)", r"get your own domain",
+    r"this (site|domain|page|web ?page) (is|has been) parked", r"dominios? en venta", r"domains? zu verkaufen",
+    r"domaines? à vendre", r"domínios? à venda", r"domini in vendita",
+])
+# A short page that only says the site is not there yet (or not at the moment) is thin, whatever it
+# is called: "site under construction", "down for maintenance", "we'll be back shortly". The bare
+# words ("Coming soon") only count as the title or a heading: in a sentence they may be about a product.
+PLACEHOLDER_HEADINGS = re.compile(r"^\W*(coming soon|launching soon|under (construction|maintenance)|"
+                                  r"(site|website) (coming soon|under construction|under maintenance))\b", re.I)
+PLACEHOLDER = terms([
+    r"(site|website|web ?page|page|shop|store|blog) (is |will be )?(coming soon|launching soon|under construction|"
+    r"under maintenance|down for maintenance)", r"down for (scheduled )?maintenance",
+    r"check back (soon|later|shortly)",
+    r"(we.re|we are|we.ll|we will|will) be back (soon|shortly|online)",
+    r"doing (some )?(work|maintenance) on (the|our|this) (site|website)",
+    r"(new )?(site|website) (is )?on (its|the) way", r"demnächst (verfügbar|online)",
+    r"in kürze (verfügbar|online|wieder)",
+    r"(seite|website|webseite) (ist )?(im aufbau|in wartung)",
+    r"wartungsarbeiten", r"(sitio|página|web) en (construcción|mantenimiento)", r"próximamente",
+    r"site en (construction|maintenance)", r"bientôt (disponible|en ligne)",
+    r"(site|página) em (construção|manutenção)",
+    r"sito (in costruzione|in manutenzione)", r"сайт (находится )?(в разработке|на реконструкции|на обслуживании)",
+    r"sitede bakım", r"situs (sedang )?dalam (perbaikan|pemeliharaan)", r"trang web đang (xây dựng|bảo trì)",
+    "网站建设中", "网站维护中", "正在建设中", "網站建置中", "準備中", "工事中", "メンテナンス中", "공사중", "준비중", "점검중",
+])
+
+# -- sign-in walls ----------------------------------------------------------------------------------
+# A sign-in wall is thin: the content is behind it. A short page (under SOFT_404_CHARS) that says the
+# content needs a sign-in ("You must be signed in to view this page") is one; so is a page with a
+# password field and little else: a sign-in form's own labels, buttons and links ("Email", "Password",
+# "Keep me signed in", "Forgot password?") are about SIGN_IN_FORM_CHARS, so such a page needs
+# min_text_chars beyond them. (A sign-in page that also tells what the account is for is kept: a form
+# is a fine UI example when there is text around it.)
+SIGN_IN_FORM_CHARS = 200
+PASSWORD_NAMES = terms([
+    "password", "passwort", "contraseña", "mot de passe", "senha", "пароль", "wachtwoord", "hasło", "şifre",
+    "kata sandi", "mật khẩu", "lösenord", "passord", "adgangskode", "salasana", "heslo", "jelszó", "parolă",
+    "密码", "密碼", "パスワード", "비밀번호", "كلمة المرور", "รหัสผ่าน",
+])
+_PASSWORD_INPUT = re.compile(r"<input\b[^>]*\btype\s*=\s*[\"']?password\b", re.I)
+SIGN_IN_WALL = terms([
+    r"(you must|you need to|you have to|please) (be )?(signed|logged|sign|log) ?(in|on) (to|before) "
+    r"(view|see|access|continue|read)",
+    r"(sign|log) ?in to (continue|view this|access this|see this|read this)",
+    r"(melden sie sich|bitte) an,? um", r"inicia sesión para (continuar|ver|acceder)",
+    r"connectez-vous pour (continuer|voir|accéder)",
+    r"faça login para (continuar|ver|acessar)", r"accedi per (continuare|vedere)", r"войдите,? чтобы", "请登录后", "登录后查看",
+    "ログインしてください", "로그인이 필요",
+])
+
+
+def has_password_field(page: dict) -> bool:
+    """A password box in the tree (a textbox named so, in the common web languages) or in the HTML."""
+    if any(n.get("role") == "textbox" and PASSWORD_NAMES.search(n.get("name") or "") for n in page.get("nodes") or ()):
+        return True
+    return bool(page.get("html") and _PASSWORD_INPUT.search(page["html"]))
 
 # -- topics -----------------------------------------------------------------------------------------
-# Deliberately specific terms: they flag pages whose text is about the topic, not pages that mention
-# a word once (a news article on gambling regulation passes with one hit; a casino does not). Words
-# that are also ordinary (Spanish "sexo" is a form's gender field, Korean 성인 is "adult education")
-# appear only inside longer phrases.
-KEYWORDS = {
-    "adult": (
-        # en
-        "porn", "porno", "xxx", "nsfw", "camgirl", "camgirls", "escort", "escorts", "hentai", "nude",
-        "nudes", "sex cam", "adult videos", "sex videos?", "free porn", "milf", "pornstars?",
-        # es, pt, it, fr, de
-        r"v[ií]deos? (porno|de sexo|x)", "putas", "follando", "chicas desnudas", "sexo gratis", "pornô",
-        "putaria", "acompanhantes", "mulheres nuas", "video di sesso", "sesso gratis", "troie", "film porno",
-        r"vidéos? (porno|de sexe|x)", "sexe gratuit", "salopes?", "plan cul", "rencontres? sexe", "pornos",
-        "sexfilme?", "sexkontakte", "nackte?", "huren", "titten", "erotikfilme?",
-        # ru
-        "порно", "порнуха", "секс видео", "эротика", "проститутки", "шлюхи", "индивидуалки", "интим услуги",
-        # zh
-        "色情", "成人视频", "成人影片", "成人影院", "成人网站", "黄色网站", "黄色视频", "黄片", "无码", "有码", "激情视频",
-        "自拍偷拍", "偷拍", "三级片", "做爱", "性爱", "裸聊", "约炮", "情色", "乱伦", "亚洲色图", "av女优", "av在线",
-        "日韩av", "成人電影", "色情網站", "無碼", "成人影片", "做愛", "性愛", "情色網", "一本道",
-        # ja
-        "アダルト動画", "エロ動画", "無修正", "av女優", "セックス", "出会い系", "エロ画像", "アダルトサイト",
-        # ko
-        "야동", "무료야동", "성인영상", "성인사이트", "성인방송", "섹스", "포르노", "조건만남", "출장안마",
-    ),
-    "gambling": (
-        # en
-        "casino", "casinos", r"(play|online|free|video|mega|real money) slots", "slots online", "slot games?",
-        "slot machines?", "jackpot", "sportsbook", "betting odds", "roulette",
-        "poker room", "free spins", "place your bets", "bookmakers?", "online betting", "deposit bonus",
-        "no deposit bonus", "baccarat", "blackjack",
-        # es, pt, it, fr, de
-        "apuestas", "apuestas deportivas", "casa de apuestas", "tragamonedas", "tragaperras", "ruleta",
-        "giros gratis", "bono de bienvenida", "cassino", "apostas", "apostas esportivas", "caça-níqueis",
-        "rodadas grátis", "roleta", "casinò", "scommesse", "giri gratis", "bonus senza deposito",
-        "machines à sous", "paris sportifs", "jeux d.argent", "tours gratuits", "bonus sans dépôt",
-        "spielautomaten", "sportwetten", "freispiele", "spielothek", "buchmacher", "online-casino",
-        # ru
-        "казино", "игровые автоматы", "ставки на спорт", "букмекер", "букмекерская", "букмекерские", "рулетка",
-        "фриспины", "джекпот", "игровые слоты",
-        # zh
-        "赌场", "赌博", "博彩", "六合彩", "百家乐", "老虎机", "时时彩", "北京赛车", "重庆时时彩", "彩票投注", "购彩", "投注",
-        "下注", "娱乐城", "真人娱乐", "体育投注", "彩金", "开奖", "棋牌", "电子游艺", "幸运飞艇", "快三", "竞彩",
-        "賭場", "賭博", "百家樂", "老虎機", "娛樂城", "投注", "網上賭", "六合彩",
-        # ja
-        "オンラインカジノ", "カジノ", "パチスロ", "ブックメーカー", "入金不要ボーナス", "バカラ",
-        "フリースピン", "ルーレット", "スロットマシン",
-        # ko
-        "카지노", "바카라", "토토사이트", "스포츠토토", "사설토토", "먹튀", "배팅", "베팅", "슬롯머신", "룰렛", "온라인카지노",
-    ),
-    "violent": (
-        "gore", "beheading", "execution video", "snuff", "mass shooting video", "torture video", "kill yourself",
-        "斩首视频", "血腥视频", "砍头", "グロ画像", "処刑動画", "참수 영상", "расчлененка", "видео казни",
-    ),
+# A hit count alone cannot tell a casino from a news story about casinos: both say "online slots" ten
+# times. So each topic's vocabulary is split in two:
+#   intent: what only the business itself says to its customers (offers and calls to action: "free
+#     spins", "bet slip", "bono de bienvenida"; adult sites' product words and boilerplate: "porn",
+#     "cam2cam", "discreet billing", the US 2257 record-keeping statement; the names of illegal
+#     lottery and toto products), and
+#   topical: words a reporter, a museum, a health service or an encyclopedia also uses ("casino",
+#     "online slots", "bookmakers", "nude", "escort", "erotic").
+# A page is about a topic when at least `min_hits` terms of it occur and at least one of them is an
+# intent term: reporting, art and health pages keep any number of topical words. Terms are specific
+# (Spanish "sexo" is a form's gender field, Korean 성인 is "adult education", "pussy willow" is a flower,
+# "strip" is a comic or a steak): ordinary words appear only inside longer phrases.
+TOPICS = {
+    "adult": {
+        "intent": (
+            # en
+            "porn", "porno", "pornos", "porns", "xxx", "nsfw", "hentai", "camgirls?", "cam girls?", "cam boys?",
+            "cam models?", "webcam models?", "sex ?cams?", "live sex", "sex chat", "cam2cam",
+            "adult videos?", "sex videos?", "free porn", "pornstars?", "porn stars?", "milfs?",
+            "cumshots?", "creampies?", "blowjobs?", "gangbangs?", "18 ?u\\.?s\\.?c\\.? ?(§ ?)?2257",
+            "discreet billing", "hot singles", "fuck buddy", "sex dating", "xvideos", "onlyfans leaks?",
+            # es
+            r"v[ií]deos? (porno|de sexo|x)", "putas", "follando", "chicas desnudas", "sexo gratis",
+            r"sexo (en vivo|en directo|casero|amateur)", "contactos? (para adultos|sexuales|calientes)",
+            "encuentros? sin compromiso", "encuentros? (sexuales|calientes)", "facturación discreta",
+            "webcams? (porno|eróticas?|de sexo)",
+            # pt
+            "pornô", "putaria", "mulheres nuas", r"v[ií]deos? de sexo", r"sexo (grátis|ao vivo|amador)",
+            "garotas de programa", "encontros? (casuais|sexuais)",
+            # de
+            "sexfilme?", "sexkontakte", "erotikfilme?", "sextreffen", "ficken", "titten", "sexcams?",
+            # fr
+            r"vidéos? (porno|de sexe|x)", "sexe gratuit", "salopes?", "plan cul", "rencontres? sexe", "films? x",
+            "sexe amateur", "webcams? sexe", "cam coquine",
+            # it
+            "video di sesso", "sesso gratis", "troie", "film porno", "incontri (per adulti|di sesso|hot)",
+            # ru
+            "порно", "порнуха", "секс видео", "проститутки", "шлюхи", "индивидуалки",
+            "интим[ -]?(услуги|досуг|знакомства)",
+            "секс знакомства", "массаж с продолжением", "снять девушку", "досуг для взрослых",
+            # id
+            "bokep", "video mesum", "cerita (dewasa|sex|seks)", "situs dewasa", "ngentot", "memek",
+            # vi
+            "phim sex", "phim (người lớn|cấp 3|heo)", "clip sex", "gái gọi", "phim khiêu dâm",
+            # tr
+            "sikiş", r"seks (videoları|izle|filmi)", "porno izle", "sex izle", "escort (bayan|kız)",
+            # zh
+            "成人视频", "成人影片", "成人影院", "成人网站", "黄色网站", "黄色视频", "黄片", "无码", "有码", "激情视频",
+            "自拍偷拍", "国产自拍", "三级片", "裸聊", "约炮", "乱伦", "亚洲色图", "av女优", "av在线", "日韩av", "成人電影",
+            "無碼", "情色網", "一本道", "成人漫画", "宅男福利", "福利视频", "福利姬", "午夜影院", "草榴",
+            # ja
+            "アダルト動画", "エロ動画", "無修正", "av女優", "エロ画像", "アダルトサイト", "エロ漫画", "エロ同人", "ハメ撮り",
+            "中出し", "デリヘル", "ソープランド",
+            # ko
+            "야동", "무료야동", "성인영상", "성인사이트", "성인방송", "포르노", "조건만남", "출장안마", "야설", "벗방",
+        ),
+        "topical": (
+            # en
+            "nude", "nudes", "naked", "nudity", "escort", "escorts", "erotic", "erotica", "fetish", "bdsm",
+            "hardcore", "striptease", "strip ?shows?", "strip clubs?", "private shows?", "hookups?", "adults? only",
+            "busty", "squirting", "hotwife", "sexually explicit", "sexting", "adult dating", "sex tapes?",
+            "lingerie models?", "(free|tip|buy) tokens", "models online",
+            # es, pt, it, fr, de
+            "desnud[oa]s?", r"er[oó]tic[oa]s?", "contenido para adultos", "parejas liberales", "sin censura",
+            "amantes? discret[oa]s?", "acompanhantes", "nuas?", "conteúdo adulto", "nudi", "erotic[oiae]",
+            "escorte?s?", "coquines?", r"érotiques?", "libertins?", "nackte?", "huren", "erotik", "bordell",
+            # ru
+            "эротика", "эротический массаж", "эскорт", "стриптиз", "бдсм", "для взрослых", "массажистки",
+            "анкеты девушек",
+            # id, vi, tr
+            "telanjang", "mesum", "khiêu dâm", "çıplak", "erotik",
+            # zh
+            "色情", "偷拍", "做爱", "性爱", "情色", "色情網站", "做愛", "性愛", "人妻", "少妇", "自慰", "美女直播", "裸体",
+            # ja
+            "セックス", "出会い系", "人妻", "熟女", "巨乳", "アダルトコンテンツ", "風俗", "痴漢",
+            # ko
+            "섹스", "몰카",
+        ),
+    },
+    "gambling": {
+        "intent": (
+            # en
+            "free spins", "bonus spins", "(no )?deposit bonus(es)?",
+            r"(welcome|sign ?up|first deposit|match|reload|casino) bonus(es)?",
+            r"claim (your )?(bonus|free spins|free bets?)", "free bets?", "bet slip", "bet builder",
+            r"place (your|a) bets?", "bet now", r"bet [£$€]?\d+,? (and )?get", r"(odds|price) boosts?",
+            r"min(imum)?\.? odds", "wagering requirements?", "real money (casino|slots|games|play)", "play slots",
+            r"(mega|free|video|real money) slots", "deposit (now|today)", "exclusive bonus(es)?",
+            # es
+            "bono de bienvenida", "giros gratis", "tiradas gratis", "bono sin depósito", "apuestas? gratis",
+            r"apuesta (ya|ahora)", "primer depósito",
+            # pt
+            "rodadas grátis", "giros grátis", "bônus de boas-vindas", "bônus sem depósito", r"aposte (já|agora)",
+            "aposta grátis", "primeiro depósito",
+            # it
+            "giri gratis", "bonus senza deposito", "bonus di benvenuto", r"scommetti (ora|subito)",
+            # fr
+            "tours gratuits", "bonus sans dépôt", "bonus de bienvenue", r"pariez (dès )?maintenant",
+            # de
+            "freispiele", "bonus ohne einzahlung", "willkommensbonus", "einzahlungsbonus", "gratiswetten?",
+            "wettbonus", "quotenboost", "jetzt wetten",
+            # ru
+            "фриспины", "бонус за регистрацию", r"бонус на (первый )?депозит", "бездепозитный бонус",
+            r"делайте ставки", r"играть на (реальные )?деньги",
+            # id
+            "slot gacor", "maxwin", r"situs (judi|slot|togel)", r"bandar (togel|judi|bola)",
+            r"togel (online|hk|sgp|sdy|hari ini)", r"(deposit|slot) pulsa", "bonus new member", "gampang menang",
+            r"judi (online|slot|bola)", "sbobet", "link alternatif",
+            # vi
+            "nhà cái uy tín", "kèo nhà cái", "nổ hũ", "soi kèo", r"(game )?bài đổi thưởng", "khuyến mãi nạp đầu",
+            # tr
+            "bahis siteleri", "deneme bonusu", "bedava bahis", "yatırım bonusu", "kayıt bonusu", "casino siteleri",
+            # zh
+            "北京赛车", "时时彩", "幸运飞艇", "真人娱乐", "娱乐城", "彩金", "电子游艺", "网上赌", "網上賭", "娛樂城", "首存",
+            "存款优惠", "返水", "立即投注", "快三开奖", "江苏快三",
+            # ja
+            "入金不要ボーナス", "フリースピン", "初回入金", "入金ボーナス", "登録ボーナス",
+            # ko
+            "토토사이트", "사설토토", "먹튀", "온라인카지노", "카지노사이트", "바카라사이트", "첫충", "매충", "꽁머니", "슬롯사이트",
+        ),
+        "topical": (
+            # en
+            "casino", "casinos", "online slots", "slots online", "slot games?", "slot machines?", "jackpots?",
+            "sportsbooks?", "betting odds", "roulette", "poker room", "bookmakers?", "online betting", "baccarat",
+            "blackjack", "casino games", "live casino", "in-play", "match betting", "accumulators?", "acca",
+            "gambleaware", "begambleaware",
+            # es, pt, it, fr, de
+            "apuestas", "apuestas deportivas", "casa de apuestas", "tragamonedas", "tragaperras", "ruleta",
+            "cassino", "apostas", "apostas esportivas", "casa de apostas", "caça-níqueis", "roleta", "casinò",
+            "scommesse", "scommesse sportive", "slot machine", "machines à sous", "paris sportifs", "jeux d.argent",
+            "paris en ligne", "spielautomaten", "sportwetten", "spielothek", "buchmacher", "online-casino",
+            "wettanbieter", "live-wetten",
+            # ru
+            "казино", "игровые автоматы", "ставки на спорт", "букмекер", "букмекерская", "букмекерские", "рулетка",
+            "джекпот", "игровые слоты", "онлайн казино",
+            # id, vi, tr
+            "judi", "togel", "slot online", "taruhan", "sabung ayam", "cá cược", "cờ bạc", "lô đề", "tài xỉu",
+            "bahis", "canlı bahis", "kumar", "rulet",
+            # zh
+            "赌场", "赌博", "博彩", "六合彩", "百家乐", "老虎机", "彩票投注", "体育投注", "购彩", "投注", "下注", "开奖", "棋牌", "竞彩",
+            "賭場", "賭博", "百家樂", "老虎機",
+            # ja
+            "オンラインカジノ", "カジノ", "パチスロ", "ブックメーカー", "バカラ", "ルーレット", "スロットマシン",
+            # ko
+            "카지노", "바카라", "스포츠토토", "배팅", "베팅", "슬롯머신", "룰렛",
+        ),
+    },
+    # No business vocabulary to tell apart here: every term counts as intent.
+    "violent": {
+        "intent": (
+            "gore", "beheading", "execution video", "snuff", "mass shooting video", "torture video", "kill yourself",
+            "斩首视频", "血腥视频", "砍头", "グロ画像", "処刑動画", "참수 영상", "расчлененка", "видео казни",
+        ),
+        "topical": (),
+    },
 }
+KEYWORDS = {topic: vocab["intent"] + vocab["topical"] for topic, vocab in TOPICS.items()}
 MIN_HITS = 3
+# One pattern per topic, intent terms first (at one position the longer business phrase wins over a
+# topical word it starts with: "casino bonus" over "casino").
 PATTERNS = {topic: terms(words) for topic, words in KEYWORDS.items()}
+INTENT = {topic: terms(vocab["intent"]) for topic, vocab in TOPICS.items()}
+
+
+def topic_hits(text: str) -> dict[str, tuple[int, int]]:
+    """Per topic: (intent hits, all hits) in `text`."""
+    out = {}
+    for topic, pattern in PATTERNS.items():
+        found = [m.group(0) for m in pattern.finditer(text)]
+        if found:
+            out[topic] = (sum(1 for f in found if INTENT[topic].fullmatch(f)), len(found))
+    return out
 
 
 # -- the page's text ----------------------------------------------------------------------------------
-_TAGS = re.compile(r"<(script|style|noscript|template)\b.*?</\1\s*>|<!--.*?-->|<[^>]+>", re.S | re.I)
+# The <title> is removed with scripts and styles: page_text adds the title once, itself.
+_TAGS = re.compile(r"<(script|style|noscript|template|title)\b.*?</\1\s*>|<!--.*?-->|<[^>]+>", re.S | re.I)
+_HEADINGS = re.compile(r"<h[1-3]\b[^>]*>(.*?)</h[1-3]\s*>", re.S | re.I)
 _SPACE = re.compile(r"\s+")
 
 
@@ -199,7 +385,11 @@ def html_text(html: str, limit: int = 200_000) -> str:
 
 
 def headings(page: dict) -> list[str]:
-    return [n["name"] for n in page.get("nodes") or () if n.get("role") == "heading" and n.get("name")]
+    """The page's headings: the tree's, or without a tree the HTML's h1 to h3."""
+    nodes = page.get("nodes") or ()
+    if not nodes and page.get("html"):
+        return [t for t in (html_text(h) for h in _HEADINGS.findall(page["html"][:200_000])) if t]
+    return [n["name"] for n in nodes if n.get("role") == "heading" and n.get("name")]
 
 
 def effective_chars(page: dict, text: str) -> int:
@@ -245,7 +435,8 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     language identification), with the given thresholds.
 
     Reasons: 'rendered without its CSS (N stylesheets missing)', 'blocklist <list>: <what>',
-    error_page, parked, too_little_text, adult, gambling, violent, 'language: xx (not in en)'.
+    error_page, parked, too_little_text (also a placeholder or a sign-in wall), adult, gambling, violent
+    (at least min_hits terms of the topic, one of them an intent term), 'language: xx (not in en)'.
     Cheap rules run first; language identification, the costly one, last."""
     if rules is None:
         rules = Rules(min_text_chars=min_text_chars, min_hits=min_hits, languages=None, blocklists=())
@@ -258,19 +449,29 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if listed:
         return listed
     title = page.get("title") or ""
-    if ERROR_TITLES.search(title) or ERROR_PHRASES.search(title) or any(ERROR_PHRASES.search(h) for h in headings(page)):
+    if (ERROR_TITLES.search(title) or ERROR_PHRASES.search(title)
+            or any(ERROR_PHRASES.search(h) for h in headings(page))):
         return "error_page"
     text = page_text(page)
-    if PARKED.search(text):
+    flat = _SPACE.sub(" ", text)        # a sentence split over several nodes ("The domain name / x.com / is for sale")
+    if PARKED.search(flat):
         return "parked"
     chars = effective_chars(page, text)
     if chars < rules.min_text_chars:
         return "too_little_text"
-    if chars < SOFT_404_CHARS and ERROR_PHRASES.search(text):
-        return "error_page"
-    scanned = text + "\n" + url_text(url)
-    for topic, pattern in PATTERNS.items():
-        if len(pattern.findall(scanned)) >= rules.min_hits:
+    if chars < SOFT_404_CHARS:
+        if ERROR_PHRASES.search(flat):
+            return "error_page"
+        if PARKED_SHORT.search(flat):
+            return "parked"
+        if PLACEHOLDER.search(flat) or any(PLACEHOLDER_HEADINGS.search(h) for h in [title] + headings(page)):
+            return "too_little_text"
+        if SIGN_IN_WALL.search(flat):
+            return "too_little_text"
+    if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
+        return "too_little_text"
+    for topic, (intent, hits) in topic_hits(flat + "\n" + url_text(url)).items():
+        if intent and hits >= rules.min_hits:
             return topic
     return language.language_reason(text, rules.languages)
 
