@@ -170,6 +170,15 @@ def size(location: str) -> int:
     return _info(location).size
 
 
+def version(location: str) -> tuple[str, int, int]:
+    """(location, size, modification time in ns) of a file: what changes when its content is replaced,
+    without reading it (a stored result keyed by an input file must not outlive the file's content)."""
+    info = _info(location)
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(location)
+    return normalize(location), info.size, info.mtime_ns or 0
+
+
 def open_input(location: str) -> pa.NativeFile:
     """A random-access reader (Parquet footers and Arrow IPC batches are read by range)."""
     fs, path = filesystem(location)

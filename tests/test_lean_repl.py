@@ -698,3 +698,30 @@ def test_live_repl_checks_real_proofs():
     assert done.tactics and done.verify_time > 0
     assert sorry.passed and not sorry.complete and sorry.sorries
     assert not broken.passed and broken.messages
+
+
+def test_lean_verdicts_come_back_from_the_result_store(standin_log, tmp_path):
+    """A verdict Lean gave is kept by code, header and toolchain: a second pool (a rerun) answers it
+    without the REPL; a crash is never stored; another toolchain (a changed project file) misses."""
+    store = str(tmp_path / "store")
+    ok, bad = OK_CODE.format(i=1), "theorem t : True := by\n  fail_me"
+    with _pool(store=store) as pool:
+        first = [pool.check(HEADER, ok), pool.check(HEADER, bad)]
+    ran = len(_commands(standin_log()))
+    with _pool(store=store) as pool:
+        again = [pool.check(HEADER, ok), pool.check(HEADER, bad)]
+        assert pool.stats()["stored_verdicts"] == 2 and pool.stats().get("processes_started", 0) == 0
+    assert len(_commands(standin_log())) == ran  # Lean was not asked again
+    for a, b in zip(first, again):
+        assert (a.passed, a.complete, a.outcome, a.messages, a.axioms) == (b.passed, b.complete, b.outcome,
+                                                                            b.messages, b.axioms)
+    assert again[0].complete and not again[1].passed
+    with _pool(store=store) as pool:
+        assert pool.check(HEADER, "theorem t : True := by\n  CRASH").outcome == "crashed"
+    assert len(list((tmp_path / "store" / "lean-checks").rglob("*.bin"))) == 2
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(open(STANDIN).read())
+    with ReplPool([sys.executable, str(wrapper)], cwd=TESTS_DIR, size=1, timeout_s=10, memory_mb=None,
+                  os_sandbox="none", store=store) as pool:
+        pool.check(HEADER, ok)
+        assert pool.stats().get("stored_verdicts", 0) == 0  # another command: another toolchain

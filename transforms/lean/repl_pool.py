@@ -53,6 +53,12 @@ Each process loads a header (`import Mathlib ...`) once, as its own command, and
 every environment and proof state it ever made and grows without bound. Limits follow the paper:
 300 s and 10 GB per check.
 
+Checks are expensive (up to 300 s each, 6,400 proofs per problem in the paper), so with a result
+store (`store`, transforms/io/result_store.py) a verdict Lean gave (outcome ok or axioms) is kept
+under a key of the exact code, the header and the toolchain (the command, and the project's
+lean-toolchain and lake-manifest.json: Lean, Mathlib and REPL versions); a rerun gets it back
+without Lean. Timeouts, crashes and protocol errors depend on the machine and are never stored.
+
 The pool is built from picklable settings (:class:`ReplPoolConfig`) and starts processes lazily,
 so a Beam DoFn can hold the config, build the pool in `setup` and close it in `teardown`;
 pickling a pool pickles only its config.
@@ -61,6 +67,8 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import hashlib
+import logging
 import os
 import queue
 import re
@@ -70,9 +78,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from transforms.io.result_store import ResultStore, result_key
 from transforms.lean.os_sandbox import require_os_sandbox
 from transforms.lean.repl_process import ReplDied, ReplProcess, ReplTimeout, find_program
-from transforms.lean.repl_protocol import (OUTCOME_AXIOMS, OUTCOME_CRASHED, OUTCOME_HEADER,
+from transforms.lean.repl_protocol import (OUTCOME_AXIOMS, OUTCOME_CRASHED, OUTCOME_HEADER, OUTCOME_OK,
                                            OUTCOME_PROTOCOL, OUTCOME_REFUSED, OUTCOME_TIMEOUT,
                                            STANDARD_AXIOMS, ReplProtocolError, Verdict,
                                            encode_command, encode_follow_up, failure,
@@ -80,6 +89,9 @@ from transforms.lean.repl_protocol import (OUTCOME_AXIOMS, OUTCOME_CRASHED, OUTC
 from transforms.lean.sandbox import refusal
 
 LAKEFILES = ("lakefile.lean", "lakefile.toml")
+VERSION_FILES = ("lean-toolchain", "lake-manifest.json")  # Lean's version; Mathlib's and the REPL's revisions
+CHECKS = "lean-checks"          # the result store's namespace of Lean verdicts
+log = logging.getLogger(__name__)
 FOLLOW_UP_TIMEOUT_S = 60.0        # `#print axioms` is cheap; a REPL this slow is broken
 # a name pasted into `#print axioms NAME` must be one line of one token
 _SAFE_NAME = re.compile(r"^[^\s\"\x00-\x1f]+$")
@@ -123,6 +135,18 @@ def find_repl(project_dir: str | os.PathLike | None) -> list[str]:
     return [lake, "exe", "repl"]
 
 
+def toolchain_id(command: tuple[str, ...], cwd: str | None) -> str:
+    """What a stored verdict depends on besides the code: the command, the bytes of every file it
+    names (a wrapper script), and the project's Lean / Mathlib / REPL versions."""
+    digest = hashlib.sha256("\0".join(command).encode())
+    paths = [os.path.join(cwd or ".", arg) for arg in command] + [os.path.join(cwd or ".", f) for f in VERSION_FILES]
+    for path in paths:
+        if os.path.isfile(path) and os.path.getsize(path) < 1 << 24:
+            with open(path, "rb") as fh:
+                digest.update(path.encode() + b"\0" + hashlib.sha256(fh.read()).digest())
+    return digest.hexdigest()
+
+
 @dataclass(frozen=True)
 class ReplPoolConfig:
     """Everything a pool needs, picklable (what a DoFn carries to its workers)."""
@@ -138,6 +162,7 @@ class ReplPoolConfig:
     env: tuple[tuple[str, str], ...] = ()
     os_sandbox: str = "bwrap"                # "bwrap" | "none"
     transient_retries: int = 2
+    store: str | None = None                 # result store root: Lean's verdicts kept by code and toolchain
 
 
 @dataclass
@@ -155,7 +180,7 @@ class ReplPool:
                  timeout_s: float = 300.0, memory_mb: int | None = 10240, recycle_after: int = 200,
                  header_timeout_s: float | None = None, sandbox: bool = True,
                  env: dict[str, str] | None = None, os_sandbox: str = "bwrap",
-                 transient_retries: int = 2):
+                 transient_retries: int = 2, store: str | None = None):
         if size < 1 or recycle_after < 1:
             raise ValueError("size and recycle_after must be at least 1")
         if transient_retries < 0:
@@ -166,7 +191,9 @@ class ReplPool:
             timeout_s=float(timeout_s), memory_mb=memory_mb, recycle_after=int(recycle_after),
             header_timeout_s=header_timeout_s, sandbox=bool(sandbox),
             env=tuple(sorted((env or {}).items())), os_sandbox=os_sandbox,
-            transient_retries=int(transient_retries))
+            transient_retries=int(transient_retries), store=store)
+        self._verdicts = ResultStore(store, CHECKS) if store else None
+        self._toolchain = toolchain_id(self.config.command, self.config.cwd) if store else ""
         self._idle: queue.Queue[_Slot] = queue.Queue()
         self._slots = [_Slot(i) for i in range(size)]
         for slot in self._slots:
@@ -201,7 +228,8 @@ class ReplPool:
 
     def stats(self) -> dict[str, int]:
         """Counters: checks, processes_started, header_loads, recycled, crashed, timeouts,
-        protocol_errors, refused, axioms_refused, transient_retries."""
+        protocol_errors, refused, axioms_refused, transient_retries, stored_verdicts (answered from the
+        result store without Lean)."""
         with self._lock:
             return dict(self._stats)
 
@@ -222,6 +250,37 @@ class ReplPool:
             if reason is not None:
                 self._count("refused")
                 return failure(OUTCOME_REFUSED, reason)
+        key = result_key(CHECKS, self._toolchain, self.config.sandbox, header, code) if self._verdicts else None
+        stored = self._stored(key)
+        if stored is not None:
+            self._count("stored_verdicts")
+            return stored
+        verdict = self._check(header, code)
+        if key is not None and verdict.outcome in (OUTCOME_OK, OUTCOME_AXIOMS):
+            try:
+                self._verdicts.put(key, verdict.to_dict())
+            except Exception as exc:  # a store that refuses a write costs a check later, nothing else
+                log.warning("could not store a Lean verdict in %s: %s", self.config.store, exc)
+        return verdict
+
+    def _stored(self, key: str | None) -> Verdict | None:
+        if key is None:
+            return None
+        try:
+            data = self._verdicts.get(key)
+        except Exception as exc:
+            log.warning("result store %s unreadable (%s); checking with Lean", self.config.store, exc)
+            return None
+        if not isinstance(data, dict):
+            return None
+        try:
+            data = dict(data)
+            data["passed"] = data.pop("pass")
+            return Verdict(**dict(data, env=None))  # an env id means nothing outside the process that made it
+        except (KeyError, TypeError):
+            return None  # another layout: check again
+
+    def _check(self, header: str, code: str) -> Verdict:
         slot = self._idle.get()
         try:
             verdict = self._check_on(slot, header, code)
