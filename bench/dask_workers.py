@@ -1,7 +1,7 @@
 """Benchmark of the dask runner on a real loopback cluster: 2 workers against 1 (the baseline).
 
     python bench/dask_workers.py [--dataset concretizer|pruned-synth] [--simulated N] [--rows-scale S]
-                                 [--dask-arg=--dask_npartitions=4] [--no-local] [--repeat R] [--json PATH]
+                                 [--dask-arg=--dask_npartitions=4] [--no-local] [--repeat R] [--json PATH] [--tiny]
 
 The cluster is the one tests/test_dask_cluster.py runs on: `dask scheduler` and N `dask worker`
 processes (one process, one thread and one BLAS thread each), started as separate processes
@@ -159,7 +159,14 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each measurement; medians are reported")
     ap.add_argument("--scratch", default=None, help="folder for the cluster's directories (default: system temp)")
     ap.add_argument("--json", default=RESULTS, help="where to write the figures")
+    ap.add_argument("--tiny", action="store_true",
+                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --simulated 1 "
+                         "--no-local (pruned-synth: --rows-scale 0.001), figures to a temp folder; flags given still apply")
     args = ap.parse_args(argv)
+    if args.tiny:
+        ap.set_defaults(simulated=1, rows_scale=0.001, no_local=True,
+                        json=os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "dask_workers.json"))
+        args = ap.parse_args(argv)
 
     sets, part_mb = workload(args.dataset, args.simulated, args.rows_scale)
     print(f"workload: {args.dataset} {' '.join(sets)} (part size {part_mb:g} MB); {os.cpu_count()} CPUs; "

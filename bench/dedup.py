@@ -1,6 +1,6 @@
 """Benchmark of the ROUGE-L dedup (transforms/text) against the plain rouge-score greedy loop.
 
-    python bench/dedup.py [--measured 1000,5000] [--extrapolated 20000] [--procs 2] [--seed 0]
+    python bench/dedup.py [--measured 1000,5000] [--extrapolated 20000] [--procs 2] [--seed 0] [--json PATH] [--tiny]
 
 Workload: transforms.text.synthetic_instructions.make_instructions(n, seed), Self-Instruct-like
 instructions with many near-duplicates around ROUGE-L 0.7; threshold 0.7, same order for both.
@@ -126,7 +126,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="processes for the early-exit baseline above the first measured size")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--tiny", action="store_true",
+                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --measured 100,200 "
+                         "--extrapolated 400; flags given still apply")
     args = ap.parse_args(argv)
+    if args.tiny:
+        ap.set_defaults(measured="100,200", extrapolated="400")
+        args = ap.parse_args(argv)
     measured = [int(x) for x in args.measured.split(",") if x]
     extrapolated = [int(x) for x in args.extrapolated.split(",") if x]
 

@@ -1,6 +1,7 @@
 """Benchmark of the LLM step (transforms.llm.generate.Generate) against raw transformers, in one run.
 
-    python bench/llm_generate.py [--prompts N] [--max-tokens T] [--repeat R] [--budget-s S] [--json PATH]
+    python bench/llm_generate.py [--prompts N] [--max-tokens T] [--repeat R] [--budget-s S] [--threads 2]
+                                 [--json PATH] [--tiny]
 
 The default model (SmolLM2-135M-Instruct, float32, CPU) is loaded ONCE, before anything is timed
 (its load time is reported on its own), and the same N plain-text prompts (greedy, max_tokens T)
@@ -16,15 +17,16 @@ are generated three ways with that very model object:
                      translation, worker start, Create/GroupByKey/Reshuffle before the first batch),
                      generation and wind-down.
 
-How (c) reuses the preloaded model: FnApiRunner's default worker runs in this process, and the
-step holds its backend through `apache_beam.utils.shared.Shared`. The bench records the `Shared`
-handle that `Generate` creates (by wrapping the name `Shared` in transforms.llm.generate while the
-pipeline is built) and acquires it first, with the step's own tag, holding a `_Loaded` wrapper of
-the already-loaded backend (behind a thin proxy that times each `generate` call); the step's
-`setup()` then finds that object instead of loading again. The bench checks that the step really
-used it (its generate calls are counted).
+How (c) reuses the preloaded model: the step is given a `_Preloaded` backend, a thin proxy of the
+already-loaded TransformersBackend that keeps to the backend contract (load, generate, close,
+batch_size, model_id, repr): its `load()` returns at once, its `close()` leaves the model loaded for
+the later rounds, and it times each `generate` call (one batch of the step). Beam pickles the step
+into its worker, and FnApiRunner's default worker runs in this process, so the proxy pickles as a
+reference to itself (a key in a table of this process) and the worker gets the very object back.
+Nothing of the step's internals (how it holds and shares its backend) is touched. The bench checks
+that the step really used it (its generate calls are counted).
 
-Threads: torch.set_num_threads(2) for the whole process (TransformersBackend(threads=2) sets it
+Threads: torch.set_num_threads(2) (--threads) for the whole process (TransformersBackend(threads=2) sets it
 when it loads, and the bench sets it again before each part); the thread count seen inside the
 pipeline's worker thread is recorded too.
 
@@ -53,6 +55,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -151,15 +154,47 @@ def raw_generate(model, tokenizer, pad_id: int, eos: set[int], prompts: list[str
 # ---------------------------------------------------------------- the pipeline step
 
 
-class _Recorder:
-    """Stands in for the loaded backend inside the step (what `Shared` hands it): forwards
-    everything, and times each `generate` call (one batch of the step)."""
+_PRELOADED: dict[int, "_Preloaded"] = {}   # key -> proxy, for unpickling in this process
+
+
+def _preloaded(module: str, key: int) -> "_Preloaded":
+    """A pickled _Preloaded comes back as the object itself (whether cloudpickle pickles this
+    function by name or by value, it looks the object up through sys.modules)."""
+    import sys as sys_
+    try:
+        return sys_.modules[module]._PRELOADED[key]
+    except (KeyError, AttributeError):
+        raise RuntimeError("the LLM step was unpickled outside the bench process: (c) needs "
+                           "FnApiRunner's in-process worker") from None
+
+
+class _Preloaded:
+    """The backend the step is given: the model loaded before anything is timed, behind the
+    backend contract (load / generate / close / batch_size / model_id / repr). load() returns at
+    once, close() keeps the model (later rounds use it), generate calls are timed; pickles as a
+    reference to this object (see the module docstring)."""
 
     def __init__(self, backend):
         self._backend, self.calls, self.threads = backend, [], set()
+        self._key = max(_PRELOADED, default=0) + 1
+        _PRELOADED[self._key] = self
 
     def __getattr__(self, name):
-        return getattr(self._backend, name)
+        if name.startswith("__") or name in ("_backend", "_key"):
+            raise AttributeError(name)
+        return getattr(self._backend, name)   # model_id, name, batch_size, tokenizer, ...
+
+    def __repr__(self):   # the step shares one loaded copy per process under its backend's repr
+        return f"_Preloaded({self._backend!r}, key={self._key})"
+
+    def __reduce__(self):
+        return _preloaded, (__name__, self._key)
+
+    def load(self) -> "_Preloaded":
+        return self
+
+    def close(self) -> None:
+        pass
 
     def generate(self, requests):
         t0 = time.perf_counter()
@@ -169,46 +204,33 @@ class _Recorder:
         finally:
             self.calls.append((t0, time.perf_counter(), len(requests)))
 
-
-class _Holder:
-    """What `Shared` keeps for the step (like transforms.llm.generate._Loaded): `.backend`, and
-    enter/leave, which count the step's users there (the preloaded model is never closed here)."""
-
-    def __init__(self, backend):
-        self.backend = backend
-
-    def enter(self) -> "_Holder":
-        return self
-
-    def leave(self) -> None:
-        pass
+    def iter_batches(self, requests):   # the step with a response cache asks per sub-batch
+        t0 = time.perf_counter()
+        self.threads.add(torch.get_num_threads())
+        try:
+            yield from self._backend.iter_batches(requests)
+        finally:
+            self.calls.append((t0, time.perf_counter(), len(requests)))
 
 
 def run_pipeline(backend, prompts: list[str], max_tokens: int, scratch: str) -> dict:
     import apache_beam as beam
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-    import transforms.llm.generate as gen
     from transforms.io.stage import Ledger
+    from transforms.llm.generate import Generate
     from transforms.llm.requests import Request, Sampling
 
     out = os.path.join(scratch, "completions.json")
     dead_out = os.path.join(scratch, "dead.json")
     requests = [Request(f"p{i:03d}", prompt, Sampling(max_tokens=max_tokens)) for i, prompt in enumerate(prompts)]
 
-    created, orig_shared = [], gen.Shared
-
-    def recording_shared():
-        handle = orig_shared()
-        created.append(handle)
-        return handle
-
+    recorder = _Preloaded(backend.load())  # load() returns at once: already loaded
     t_build = time.perf_counter()
-    gen.Shared = recording_shared
     try:
         ledger = Ledger()
         p = beam.Pipeline(runner=FnApiRunner())
-        done = p | beam.Create(requests) | gen.Generate(backend, ledger, cache_location=None, batch_size=BATCH)
+        done = p | beam.Create(requests) | Generate(recorder, ledger, cache_location=None, batch_size=BATCH)
         _ = (done | "Json" >> beam.Map(lambda c: {"id": c.request_id, "text": c.text,
                                                    "completion_tokens": c.completion_tokens})
              | "All" >> beam.combiners.ToList()
@@ -216,18 +238,12 @@ def run_pipeline(backend, prompts: list[str], max_tokens: int, scratch: str) -> 
         _ = ((ledger.dead or [p | "NoDead" >> beam.Create([])]) | "Dead" >> beam.Flatten()
              | "AllDead" >> beam.combiners.ToList()
              | "WriteDead" >> beam.Map(lambda rows, path=dead_out: open(path, "w").write(json.dumps(rows, default=str))))
+        build_s = time.perf_counter() - t_build
+        with Meter() as m:
+            result = p.run()
+            result.wait_until_finish()
     finally:
-        gen.Shared = orig_shared
-    build_s = time.perf_counter() - t_build
-    assert len(created) == 1, f"expected one Shared handle in Generate, got {len(created)}"
-
-    # hand the step the model loaded beforehand: same handle, same tag as GenerateBatch.setup
-    recorder = _Recorder(backend.load())  # load() returns at once: already loaded
-    holder = _Holder(recorder)
-    assert created[0].acquire(lambda: holder, tag=repr(backend)) is holder
-    with Meter() as m:
-        result = p.run()
-        result.wait_until_finish()
+        _PRELOADED.pop(recorder._key, None)
     with open(out) as fh:
         rows = {r["id"]: r for r in json.load(fh)}
     with open(dead_out) as fh:
@@ -247,6 +263,7 @@ def run_pipeline(backend, prompts: list[str], max_tokens: int, scratch: str) -> 
 
 
 def main(argv=None) -> int:
+    global THREADS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32)
@@ -256,7 +273,16 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=150.0,
                     help="skip further rounds of (b)+(c) once another would end past this many seconds")
     ap.add_argument("--json", default=RESULTS)
+    ap.add_argument("--threads", type=int, default=THREADS, help="torch threads throughout")
+    ap.add_argument("--tiny", action="store_true",
+                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --prompts 2 "
+                         "--max-tokens 3 --repeat 1 --threads 1, figures to a temp folder; flags given still apply")
     args = ap.parse_args(argv)
+    if args.tiny:
+        ap.set_defaults(prompts=2, max_tokens=3, repeat=1, threads=1,
+                        json=os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "llm_generate.json"))
+        args = ap.parse_args(argv)
+    THREADS = args.threads
 
     torch.set_num_threads(THREADS)
     from transforms.llm.transformers_backend import TransformersBackend
@@ -316,6 +342,7 @@ def main(argv=None) -> int:
               flush=True)
     if not walls["one_at_a_time"]:
         one_at_a_time()
+    shutil.rmtree(scratch, ignore_errors=True)
     total_s = time.perf_counter() - started
 
     assert all(i["dead_letters"] == 0 for i in pipe_runs), "the pipeline produced dead letters"

@@ -1,6 +1,7 @@
 """Benchmark of the pruned-synth pipeline against baselines measured in the same run.
 
     python bench/pruned_synth.py [--rows-scale S] [--part-mb F] [--repeat R] [--only PARTS] [--stages] [--profile]
+                                 [--scratch DIR] [--json PATH] [--tiny]
 
 1. Beam vs plain numpy + pyarrow: the full `shardsmith run` path (pipelines.run.run, runner
    "local", parts of --part-mb) against the same computation in one process without Beam: the
@@ -416,7 +417,14 @@ def main(argv=None) -> int:
                     help="then run the local Beam run once more under cProfile and print the top functions")
     ap.add_argument("--scratch", default=None, help="folder for temporary outputs (default: system temp)")
     ap.add_argument("--json", default=RESULTS, help="where to write the figures")
+    ap.add_argument("--tiny", action="store_true",
+                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --rows-scale 0.001 "
+                         "--part-mb 2 --stages, figures to a temp folder; flags given still apply")
     args = ap.parse_args(argv)
+    if args.tiny:
+        ap.set_defaults(rows_scale=0.001, part_mb=2.0, stages=True,
+                        json=os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "pruned_synth.json"))
+        args = ap.parse_args(argv)
     parts = [p for p in args.only.split(",") if p]
     if set(parts) - set(PARTS) or not parts:
         ap.error(f"--only takes names from {', '.join(PARTS)}")

@@ -1,6 +1,6 @@
 """Benchmark of the web renderer's full capture against a bare goto + screenshot, in one run.
 
-    python bench/render.py [--pages 40] [--repeat 3] [--shot capped|viewport] [--naive] [--docs DIR]
+    python bench/render.py [--pages 40] [--repeat 3] [--shot capped|viewport] [--naive] [--docs DIR] [--json PATH] [--tiny]
 
 Pages: real documentation HTML (Debian's python3.11-doc, /usr/share/doc/python3.11/html;
 `apt-get install -y python3.11-doc`), served from a loopback http.server, 40 library pages
@@ -40,6 +40,7 @@ import os
 import platform as platform_mod
 import statistics
 import sys
+import tempfile
 import threading
 import time
 
@@ -110,7 +111,7 @@ def tasks(row: dict, page_id: str, plat: str) -> None:
     """What the pipeline does with a rendered page before any LLM: curation, then the rule tasks."""
     global _RULES
     from transforms.web.curation import Rules
-    from transforms.web.multiui import curate
+    from transforms.web.curate import curate
     from transforms.web.tasks.rule_tasks import rule_samples
 
     _RULES = _RULES or Rules()
@@ -161,8 +162,15 @@ def main(argv=None) -> int:
                          "captureSnapshot one after the other through Playwright's CDPSession")
     ap.add_argument("--json", default=None, help="default: bench/results/render.json (render_viewport.json "
                                                   "with --shot viewport)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --pages 1 "
+                         "--repeat 1 --naive, figures to a temp folder; flags given still apply")
     args = ap.parse_args(argv)
-    args.json = args.json or (RESULTS if args.shot == "capped" else RESULTS.replace(".json", "_viewport.json"))
+    if args.tiny:
+        ap.set_defaults(pages=1, repeat=1, naive=True)
+        args = ap.parse_args(argv)
+    results = os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "render.json") if args.tiny else RESULTS
+    args.json = args.json or (results if args.shot == "capped" else results.replace(".json", "_viewport.json"))
     if args.platform != "desktop":
         ap.error("the baseline is a desktop capture; only --platform desktop is measured")
     if not os.path.isdir(os.path.join(args.docs, "library")):

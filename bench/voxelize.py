@@ -1,6 +1,6 @@
 """Benchmark of hard voxelization (transforms/lidar/voxelize.py) against spconv and open3d.
 
-    python bench/voxelize.py [--rounds R] [--modes train,test] [--data DIR] [--json PATH]
+    python bench/voxelize.py [--rounds R] [--modes train,test] [--data DIR] [--simulated N] [--json PATH] [--tiny]
 
 Workload: the 3 real KITTI frames in shared/data/kitti/training/velodyne (115k-127k points each,
 raw scans as read from disk), KITTI preset (range [0, -40, -3, 70.4, 40, 1], voxel
@@ -36,6 +36,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,6 +51,7 @@ from transforms.lidar import presets, readers  # noqa: E402
 from transforms.lidar.voxelize import Voxelizer  # noqa: E402
 
 DATA = os.path.join(ROOT, "..", "shared", "data", "kitti", "training", "velodyne")
+SAMPLE = os.path.join(ROOT, "pipelines", "samples", "kitti", "training", "velodyne")  # one frame, in the repo
 RESULTS = os.path.join(HERE, "results", "voxelize.json")
 TARGET = 1.0
 BUSY_WARN_CORES = 0.25
@@ -106,7 +108,6 @@ def pipeline_frames_per_s(folder: str, simulated: int = 5) -> dict:
     """Frames/s of the whole concretizer pipeline (read -> crop/FOV -> voxelize -> MeanVFE -> frozen
     backbone -> occupancy -> shards) on the local runner: the real frames in `folder` plus
     `simulated` simulated ones, start-up included; and the per-frame busy time of each stage."""
-    import tempfile
     sys.path.insert(0, os.path.dirname(HERE))
     from pipelines import registry
     from pipelines.run import run
@@ -158,7 +159,17 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="train,test", help="train, test or both (comma-separated)")
     ap.add_argument("--data", default=DATA, help="folder of KITTI velodyne .bin scans")
     ap.add_argument("--json", default=RESULTS, help="where to write the figures")
+    ap.add_argument("--simulated", type=int, default=5,
+                    help="simulated frames the whole-pipeline run adds to the frames of --data")
+    ap.add_argument("--tiny", action="store_true",
+                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --rounds 1 "
+                         "--simulated 0, --data the bundled KITTI frame, figures to a temp folder; flags given "
+                         "still apply")
     args = ap.parse_args(argv)
+    if args.tiny:
+        ap.set_defaults(rounds=1, simulated=0, data=SAMPLE,
+                        json=os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "voxelize.json"))
+        args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if not modes or set(modes) - set(presets.MODES):
         ap.error("--modes takes train and/or test")
@@ -187,7 +198,7 @@ def main(argv=None) -> int:
     if busiest > BUSY_WARN_CORES:
         print(f"WARNING: other processes used up to {busiest:.2f} cores during a measurement; "
               f"the ratios are skewed, rerun on a quiet machine")
-    pipe = pipeline_frames_per_s(args.data)
+    pipe = pipeline_frames_per_s(args.data, args.simulated)
     print("pipeline: " + json.dumps(pipe))
 
     out = {

@@ -65,15 +65,23 @@ def tables(resolved: Resolved) -> dict[str, TableSpec]:
             "occupancy": TableSpec(schema.OCCUPANCY, row_group_rows=32)}
 
 
-def build(pipeline, resolved: Resolved, ledger):
+def settings(resolved: Resolved):
+    """The graph's settings (transforms/lidar/concretizer_graph.py) from the resolved config."""
     if len(resolved.grid) != 1:
         raise ConfigError(f"concretizer runs one configuration at a time; these keys got lists: {resolved.swept}")
-    from transforms.lidar.concretizer import BuildConcretizer, FeatureSettings
+    from transforms.lidar.concretizer_graph import ConcretizerSettings
+    from transforms.lidar.extract import FeatureSettings
     from transforms.lidar.readers import POINT_FEATURES
     c = resolved.grid[0]
-    channels = len(POINT_FEATURES[c["layout"] or ("waymo" if c["preset"] == "waymo" else "kitti")])
-    features = FeatureSettings(weights=c["weights"], layers=tuple(names(c["layers"])), dtype=c["feature_dtype"])
-    return pipeline | "Concretizer" >> BuildConcretizer(jobs(c), c["preset"], c["mode"], channels, features, ledger)
+    return ConcretizerSettings(
+        jobs=tuple(jobs(c)), preset=c["preset"], mode=c["mode"],
+        channels=len(POINT_FEATURES[c["layout"] or ("waymo" if c["preset"] == "waymo" else "kitti")]),
+        features=FeatureSettings(weights=c["weights"], layers=tuple(names(c["layers"])), dtype=c["feature_dtype"]))
+
+
+def build(pipeline, resolved: Resolved, ledger):
+    from transforms.lidar.concretizer_graph import ConcretizerGraph
+    return pipeline | "Concretizer" >> ConcretizerGraph(settings(resolved), ledger)
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:

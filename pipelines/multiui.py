@@ -109,52 +109,52 @@ def curation_rules(c: dict):
         raise ConfigError(str(exc)) from None
 
 
-def _plan(c: dict):
-    from transforms.llm.requests import Sampling
-    from transforms.web.multiui import TaskPlan
-    from transforms.web.tasks import TaskRules
-
-    def sampling(max_tokens):
-        return Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=max_tokens, seed=c["seed"])
-
-    return TaskPlan(
-        tasks=tuple(names(c["tasks"])), rules=TaskRules(max_per_task=c["max_per_task"]),
-        sampling={"webpage_caption": sampling(c["caption_tokens"]), "webpage_qa": sampling(c["qa_tokens"]),
-                  "action_grounding": sampling(c["instruction_tokens"]), "embedded_image": sampling(300)},
-        min_text_chars=c["min_text_chars"], curation=curation_rules(c), llm_pages=llm_page_count(c["llm_pages"]), seed=c["seed"],
-        judge=Sampling(temperature=0.0, max_tokens=4) if c["llm_judge"] else None)
-
-
 def tables(resolved: Resolved) -> dict[str, TableSpec]:
     # pages hold screenshots and HTML (about 1 MB each): a few hundred per shard
     return {"pages": TableSpec(schema.PAGES, row_group_rows=16),
             "samples": TableSpec(schema.SAMPLES, row_group_rows=1024)}
 
 
-def build(pipeline, resolved: Resolved, ledger):
+def settings(resolved: Resolved):
+    """The graph's settings (transforms/web/multiui_graph.py) from the resolved config."""
     if len(resolved.grid) != 1:
         raise ConfigError(f"multiui runs one configuration at a time; these keys got lists: {resolved.swept}")
+    from transforms.llm.requests import Sampling
     from transforms.web.capture import CaptureSettings
-    from transforms.web.multiui import BuildMultiUI
+    from transforms.web.multiui_graph import MultiuiSettings
+    from transforms.web.tasks import TaskRules
     c = resolved.grid[0]
     srcs = sources(c)
     html = [path for kind, path in srcs if kind == "local"]
     if len(html) > 1:
         raise ConfigError("one html_dir per run")
-    settings = CaptureSettings(seed=c["seed"], timeout_ms=int(c["timeout_s"] * 1000),
-                               max_screenshot_height=c["max_screenshot_height"], follow_links=c["follow_links"],
-                               max_page_bytes=int(c["max_page_mb"] * 2**20), allow_private=c["allow_private"],
-                               allow_loopback=c["allow_loopback"], subresources=c["subresources"],
-                               chromium=c["chromium"])
-    plan = _plan(c)
-    backend = make_backend(c) if c["llm_tasks"] or c["llm_judge"] else None
+
+    def sampling(max_tokens):
+        return Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=max_tokens, seed=c["seed"])
+
     vision = None
     if c["vision_base_url"]:
         from transforms.llm.openai_backend import OpenAIBackend
         vision = OpenAIBackend(c["vision_base_url"], c["vision_model"], batch_size=c["batch_size"])
-    return pipeline | "MultiUI" >> BuildMultiUI(
-        srcs, tuple(names(c["platforms"])), settings, plan, ledger, backend=backend, vision_backend=vision,
+    return MultiuiSettings(
+        sources=tuple(srcs), platforms=tuple(names(c["platforms"])),
+        capture=CaptureSettings(seed=c["seed"], timeout_ms=int(c["timeout_s"] * 1000),
+                                max_screenshot_height=c["max_screenshot_height"], follow_links=c["follow_links"],
+                                max_page_bytes=int(c["max_page_mb"] * 2**20), allow_private=c["allow_private"],
+                                allow_loopback=c["allow_loopback"], subresources=c["subresources"],
+                                chromium=c["chromium"]),
+        tasks=tuple(names(c["tasks"])), rules=TaskRules(max_per_task=c["max_per_task"]),
+        sampling={"webpage_caption": sampling(c["caption_tokens"]), "webpage_qa": sampling(c["qa_tokens"]),
+                  "action_grounding": sampling(c["instruction_tokens"]), "embedded_image": sampling(300)},
+        min_text_chars=c["min_text_chars"], curation=curation_rules(c), llm_pages=llm_page_count(c["llm_pages"]),
+        seed=c["seed"], judge=Sampling(temperature=0.0, max_tokens=4) if c["llm_judge"] else None,
+        backend=make_backend(c) if c["llm_tasks"] or c["llm_judge"] else None, vision_backend=vision,
         cache_location=c["cache"] or None, html_folder=html[0] if html else None)
+
+
+def build(pipeline, resolved: Resolved, ledger):
+    from transforms.web.multiui_graph import MultiuiGraph
+    return pipeline | "MultiUI" >> MultiuiGraph(settings(resolved), ledger)
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:

@@ -10,7 +10,7 @@ from schemas import storage
 from transforms.io.shards import TableSpec
 from transforms.synth.experiment import experiment_id
 from transforms.synth.features import FeaturesError, features_shape
-from transforms.synth.generate import GeneratePrunedSynth
+from transforms.synth.pruned_synth_graph import PrunedSynthGraph, PrunedSynthSettings
 
 UNIT = (0.0, 1.0)
 
@@ -87,8 +87,13 @@ def tables(resolved: Resolved) -> dict[str, TableSpec]:
     return {"rows": TableSpec(schema.ROWS), "experiments": TableSpec(schema.EXPERIMENTS)}
 
 
+def settings(resolved: Resolved) -> PrunedSynthSettings:
+    """The graph's settings (transforms/synth/pruned_synth_graph.py) from the resolved config."""
+    return PrunedSynthSettings(experiments=tuple(_experiments(resolved)))
+
+
 def build(pipeline, resolved: Resolved, ledger):
-    return pipeline | "PrunedSynth" >> GeneratePrunedSynth(_experiments(resolved), ledger)
+    return pipeline | "PrunedSynth" >> PrunedSynthGraph(settings(resolved), ledger)
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:

@@ -83,22 +83,31 @@ def tables(resolved: Resolved) -> dict[str, TableSpec]:
             "nodes": TableSpec(schema.NODES), "transitions": TableSpec(schema.TRANSITIONS)}
 
 
-def build(pipeline, resolved: Resolved, ledger):
+def settings(resolved: Resolved):
+    """The graph's settings (transforms/lean/rmaxts_graph.py) from the resolved config."""
     if len(resolved.grid) != 1:
         raise ConfigError(f"rmaxts runs one configuration at a time; these keys got lists: {resolved.swept}")
-    from transforms.lean.prove import BuildRmaxts, SearchProblem, SearchSettings
+    from transforms.lean.prove import SearchSettings
     from transforms.lean.repl_pool import ReplPoolConfig
+    from transforms.lean.rmaxts_graph import RmaxtsSettings
     from transforms.llm.requests import Sampling
     c = resolved.grid[0]
     command, cwd = repl_command(c)
-    pool = ReplPoolConfig(command=tuple(command), cwd=cwd, size=c["pool_size"], timeout_s=c["check_timeout_s"],
-                          memory_mb=c["memory_mb"], recycle_after=c["recycle_after"],
-                          os_sandbox=c["os_sandbox"], transient_retries=c["transient_retries"])
-    sampling = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["max_tokens"], seed=c["seed"])
-    settings = SearchSettings(budget=c["budget"], batch=c["batch"], seed=c["seed"],
-                              checkpoint_dir=c["checkpoint_dir"])
-    search = SearchProblem(make_backend(c), pool, sampling, settings, c["cache"] or None)
-    return pipeline | "Rmaxts" >> BuildRmaxts(problem_files(c), matching_files(c["leandojo"], "leandojo"), search, ledger)
+    return RmaxtsSettings(
+        problem_files=tuple(problem_files(c)), leandojo_files=tuple(matching_files(c["leandojo"], "leandojo")),
+        backend=make_backend(c),
+        pool=ReplPoolConfig(command=tuple(command), cwd=cwd, size=c["pool_size"], timeout_s=c["check_timeout_s"],
+                            memory_mb=c["memory_mb"], recycle_after=c["recycle_after"],
+                            os_sandbox=c["os_sandbox"], transient_retries=c["transient_retries"]),
+        sampling=Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["max_tokens"], seed=c["seed"]),
+        search=SearchSettings(budget=c["budget"], batch=c["batch"], seed=c["seed"],
+                              checkpoint_dir=c["checkpoint_dir"]),
+        cache_location=c["cache"] or None)
+
+
+def build(pipeline, resolved: Resolved, ledger):
+    from transforms.lean.rmaxts_graph import RmaxtsGraph
+    return pipeline | "Rmaxts" >> RmaxtsGraph(settings(resolved), ledger)
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:

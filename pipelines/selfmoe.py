@@ -76,21 +76,27 @@ def tables(resolved: Resolved) -> dict[str, TableSpec]:
     return {"examples": TableSpec(schema.EXAMPLES)}
 
 
-def build(pipeline, resolved: Resolved, ledger):
+def settings(resolved: Resolved):
+    """The graph's settings (transforms/text/selfmoe_graph.py) from the resolved config."""
     if len(resolved.grid) != 1:
         raise ConfigError(f"selfmoe runs one configuration at a time; these keys got lists: {resolved.swept}")
     from transforms.llm.requests import Sampling
-    from transforms.text.specialize import SpecializeDomains
+    from transforms.text.selfmoe_graph import SelfmoeSettings
     c = resolved.grid[0]
     brainstorm = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["brainstorm_tokens"],
                           stop=("\n\n\n",), seed=c["seed"])
     respond = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["response_tokens"],
                        seed=c["seed"])
-    return pipeline | "Selfmoe" >> SpecializeDomains(
-        seed_files(c), make_backend(c), ledger, per_domain=c["per_domain"], k_shot=c["k_shot"], demos=c["demos"],
-        tasks_per_prompt=c["tasks_per_prompt"], oversample=c["oversample"], threshold=c["threshold"],
-        brainstorm=brainstorm, respond=respond, seed=c["seed"], cache_location=c["cache"] or None,
-        embedding_threshold=c["embedding_threshold"])
+    return SelfmoeSettings(
+        seed_files=tuple(seed_files(c)), backend=make_backend(c), per_domain=c["per_domain"], k_shot=c["k_shot"],
+        demos=c["demos"], tasks_per_prompt=c["tasks_per_prompt"], oversample=c["oversample"],
+        threshold=c["threshold"], brainstorm=brainstorm, respond=respond, seed=c["seed"],
+        cache_location=c["cache"] or None, embedding_threshold=c["embedding_threshold"])
+
+
+def build(pipeline, resolved: Resolved, ledger):
+    from transforms.text.selfmoe_graph import SelfmoeGraph
+    return pipeline | "Selfmoe" >> SelfmoeGraph(settings(resolved), ledger)
 
 
 def inputs(resolved: Resolved) -> dict[str, str]:

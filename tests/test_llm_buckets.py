@@ -17,6 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from transforms.io.stage import Ledger
+from transforms.llm.backend import Backend
 from transforms.llm.generate import (LEAVES, Generate, KeyByBucket, LeafCounts, batches_of, leaf_of,
                                      pack_leaves)
 from transforms.llm.requests import Completion, Request, Sampling
@@ -24,7 +25,7 @@ from transforms.llm.requests import Completion, Request, Sampling
 SAMPLING = Sampling(max_tokens=4)
 
 
-class BatchEcho:
+class BatchEcho(Backend):
     """A backend whose completion of a request names the batch it was generated in."""
 
     model_id = "batch-echo"

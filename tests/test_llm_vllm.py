@@ -387,9 +387,10 @@ def test_stage_teardown_leaves_backends_without_close_alone():
     """The teardown hook in generate.py is for backends with close(); others work as before."""
     from apache_beam.utils.shared import Shared
 
+    from transforms.llm.backend import Backend
     from transforms.llm.generate import GenerateBatch
 
-    class Echo:
+    class Echo(Backend):
         model_id, loads = "echo@1", 0
 
         def __repr__(self):  # the Shared tag: stable, as every backend's is

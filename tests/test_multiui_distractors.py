@@ -9,8 +9,8 @@ import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from transforms.io.ids import stable_id
-from transforms.web.multiui import (DISTRACTORS_PER_PAGE, TITLE_POOL_SIZE, Distractors, TitleSample,
-                                    distractors_for, page_titles, title_sample)
+from transforms.web.crawl_sample import (DISTRACTORS_PER_PAGE, TITLE_POOL_SIZE, Distractors, TitleSample,
+                                         distractors_for, page_titles, title_sample)
 
 
 def _pages(n: int, seed: int = 0) -> list[tuple[str, list[str]]]:

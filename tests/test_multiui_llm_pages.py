@@ -12,7 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from schemas.config import ConfigError
 from pipelines.multiui import CONFIG, llm_page_count
 from transforms.io.ids import stable_id
-from transforms.web.multiui import PickLlmPages, pick_llm_pages
+from transforms.web.crawl_sample import PickLlmPages, pick_llm_pages
 
 IDS = [stable_id("multiui-page", i) for i in range(30)]
 

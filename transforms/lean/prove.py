@@ -1,7 +1,5 @@
-"""Beam wiring of rmaxts: problems -> RMaxTS per problem (LLM policy + Lean REPL pool) -> four tables.
-
-    problem files ─ problems ─ unique ─ Reshuffle ─ search ─┬─ problems, attempts, nodes,
-    LeanDojo traces ─ leandojo ─ unique ────────────────────┴─ transitions
+"""Prove one problem: RMaxTS (transforms/lean/rmaxts.py) with the LLM as policy and a pool of Lean
+REPL processes as verifier, as one stage function of the rmaxts graph (transforms/lean/rmaxts_graph.py).
 
 The search of one problem is sequential (select, sample, verify, back up), so it runs inside one
 stage call; the worker holds the model (through the LLM layer's response cache: a search restarted
@@ -14,12 +12,9 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-import apache_beam as beam
-
 from transforms.io.ids import stable_id
-from transforms.io.rejected import Rejected
-from transforms.io.stage import Ledger, payloads
 from transforms.io.transient import Transient
+from transforms.llm.backend import Backend
 from transforms.llm.cache import ResponseCache
 from transforms.llm.cached import generate_with_cache
 from transforms.llm.requests import Completion, Request, Sampling
@@ -27,25 +22,13 @@ from transforms.llm.requests import Completion, Request, Sampling
 
 @dataclass(frozen=True)
 class SearchSettings:
+    """How each problem is searched: proofs sampled (`budget`), expansions per round (`batch`), the
+    seed of ties and prefixes, and where each tree is saved after every round (None: nowhere)."""
+
     budget: int = 16
     batch: int = 4
     seed: int = 0
     checkpoint_dir: Optional[str] = None
-
-
-def read_problems(path: str):
-    """Stage function: a problem file (.jsonl DeepSeek style, or .lean statements with sorry)."""
-    from transforms.lean.problems import read_jsonl, read_lean_file
-    reader = read_lean_file if path.endswith(".lean") else read_jsonl
-    for item in reader(path):
-        yield item if isinstance(item, Rejected) else dataclasses.asdict(item)
-
-
-def read_leandojo(path: str):
-    from transforms.lean.problems import read_leandojo as read
-    for item in read(path):
-        yield item if not isinstance(item, dict) else dict(item, id=item.get("id") or stable_id(
-            "leandojo", item["state_before"], item["tactic"], item["state_after"]))
 
 
 class Policy:
@@ -55,7 +38,7 @@ class Policy:
     asked twice (the root is expanded many times) gets two different samples, and a rerun asks
     the same questions in the same order, so every finished completion comes from the cache."""
 
-    def __init__(self, backend, cache: Optional[ResponseCache], sampling: Sampling, problem_id: str):
+    def __init__(self, backend: Backend, cache: Optional[ResponseCache], sampling: Sampling, problem_id: str):
         self.backend, self.cache, self.sampling, self.problem_id = backend, cache, sampling, problem_id
         self.asked = 0
         self.completions: list[Completion] = []
@@ -84,7 +67,7 @@ class SearchProblem:
     """Stage function: one problem -> its rows in the four tables. Holds the model and a REPL pool
     per worker (setup), closes them in teardown."""
 
-    def __init__(self, backend, pool_config, sampling: Sampling, settings: SearchSettings,
+    def __init__(self, backend: Backend, pool_config, sampling: Sampling, settings: SearchSettings,
                  cache_location: Optional[str]):
         self.backend, self.pool_config, self.sampling = backend, pool_config, sampling
         self.settings, self.cache_location = settings, cache_location
@@ -107,9 +90,7 @@ class SearchProblem:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
-        close = getattr(self.backend, "close", None)
-        if close:
-            close()
+        self.backend.close()
 
     def __call__(self, problem: dict):
         from transforms.lean.rmaxts import problem_id_of, search
@@ -132,31 +113,3 @@ class SearchProblem:
             yield "nodes", row
         for row in result.transitions:
             yield "transitions", dict(row, source="search")
-
-
-class BuildRmaxts(beam.PTransform):
-    """{"problems", "attempts", "nodes", "transitions"} from problem files and LeanDojo traces."""
-
-    def __init__(self, problem_files: list[str], leandojo_files: list[str], search_fn: SearchProblem,
-                 ledger: Ledger):
-        super().__init__()
-        self.problem_files, self.leandojo_files, self.search_fn, self.ledger = (
-            problem_files, leandojo_files, search_fn, ledger)
-
-    def expand(self, pbegin):
-        from transforms.lean.rmaxts import problem_id_of
-        ledger = self.ledger
-        problems = (pbegin | "ProblemFiles" >> beam.Create(self.problem_files)
-                    | ledger.stage("problems", read_problems)
-                    | ledger.unique("unique_problems", problem_id_of)   # a file or a problem listed twice
-                    | "Spread" >> beam.Reshuffle())
-        found = problems | ledger.stage("search", self.search_fn)
-        transitions = [payloads(found, "transitions", "SearchTransitions")]
-        if self.leandojo_files:
-            transitions.append(pbegin | "TraceFiles" >> beam.Create(self.leandojo_files)
-                               | ledger.stage("leandojo", read_leandojo)
-                               | ledger.unique("unique_transitions", lambda row: row["id"]))
-        return {"problems": payloads(found, "problems", "ProblemRows"),
-                "attempts": payloads(found, "attempts", "AttemptRows"),
-                "nodes": payloads(found, "nodes", "NodeRows"),
-                "transitions": tuple(transitions)}

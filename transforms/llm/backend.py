@@ -1,4 +1,12 @@
-"""What every LLM backend shares: results in input order, built from its sub-batches."""
+"""What every LLM backend is: the one contract the LLM step, the cache and rmaxts's policy rely on.
+
+Beam's RunInference `ModelHandler` pattern: a backend is built on the launching machine (cheap,
+picklable, no weights), travels to the workers inside the stage function, and there is loaded once
+per process (`load`), asked batch after batch (`generate`), and closed when its last user is torn
+down (`close`); `batch_size` is how many requests the step hands it at once. Subclasses:
+TransformersBackend (local weights), VllmBackend (a local vLLM server it starts), OpenAIBackend
+(any OpenAI-compatible server).
+"""
 from __future__ import annotations
 
 from typing import Iterator, Sequence
@@ -6,12 +14,35 @@ from typing import Iterator, Sequence
 from transforms.llm.requests import Request
 
 
-class BatchedBackend:
-    """A backend implements `iter_batches`, yielding [(index, Completion | Rejected), ...] after each
-    sub-batch (so results can be cached as they come); `generate` collects them in input order."""
+class Backend:
+    """Completions (or Rejected) for batches of requests.
+
+    A subclass implements `iter_batches` when it works in sub-batches, so that the response cache
+    saves each one as it finishes (a worker killed mid-batch loses one sub-batch), or `generate`
+    alone when one call is one batch; each method's default is built on the other. `model_id`
+    (name@revision, or a served name) is what the cache keys on; `repr` must be stable and
+    name the model and settings: the step shares one loaded copy per process under it.
+    """
+
+    name: str                # what Completion.backend says: "transformers", "vllm", "openai"
+    batch_size: int = 16     # requests per batch of the LLM step (Generate), unless the step says otherwise
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.iter_batches is Backend.iter_batches and cls.generate is Backend.generate:
+            raise TypeError(f"{cls.__name__} must implement iter_batches or generate (see transforms/llm/backend.py)")
+
+    @property
+    def model_id(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must define model_id: what the response cache keys on")
+
+    def load(self) -> "Backend":
+        """Make the backend ready on this worker (weights, a server); idempotent. Returns self."""
+        return self
 
     def iter_batches(self, requests: Sequence[Request]) -> Iterator[list[tuple[int, object]]]:
-        raise NotImplementedError
+        """[(index in requests, Completion | Rejected), ...] after each sub-batch; every index once."""
+        yield list(enumerate(self.generate(requests)))
 
     def generate(self, requests: Sequence[Request]) -> list:
         """One Completion or Rejected per request, in the order given."""
@@ -20,3 +51,6 @@ class BatchedBackend:
             for index, result in batch:
                 results[index] = result
         return results
+
+    def close(self) -> None:
+        """Free what `load` took (a server process); idempotent; a later call loads again."""

@@ -9,25 +9,11 @@ key) within one call are generated once. Rejections are not cached: a rerun trie
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Optional, Protocol, Sequence
+from typing import Optional, Sequence
 
+from transforms.llm.backend import Backend
 from transforms.llm.cache import ResponseCache
 from transforms.llm.requests import Completion, Request, cache_key
-
-
-class Backend(Protocol):
-    """What generate_with_cache needs of a backend; iter_batches is optional (else generate)."""
-
-    model_id: str
-
-    def generate(self, requests: Sequence[Request]) -> list: ...
-
-
-def _batches(backend, requests: Sequence[Request]) -> Iterator[list[tuple[int, object]]]:
-    if hasattr(backend, "iter_batches"):
-        yield from backend.iter_batches(requests)
-    else:
-        yield list(enumerate(backend.generate(requests)))
 
 
 def _from_cache(cache: ResponseCache, key: str, request: Request) -> Optional[Completion]:
@@ -40,7 +26,7 @@ def _from_cache(cache: ResponseCache, key: str, request: Request) -> Optional[Co
         return None
 
 
-def generate_with_cache(backend, cache: Optional[ResponseCache], requests: Sequence[Request]) -> list:
+def generate_with_cache(backend: Backend, cache: Optional[ResponseCache], requests: Sequence[Request]) -> list:
     """One Completion or Rejected per request, in order; cache=None generates everything."""
     if cache is None:
         return backend.generate(requests)
@@ -57,7 +43,7 @@ def generate_with_cache(backend, cache: Optional[ResponseCache], requests: Seque
     if not asked:
         return results
     firsts = [indices[0] for indices in asked.values()]
-    for batch in _batches(backend, [requests[i] for i in firsts]):
+    for batch in backend.iter_batches([requests[i] for i in firsts]):
         for position, result in batch:
             key = keys[firsts[position]]
             if isinstance(result, Completion):

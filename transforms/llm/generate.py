@@ -19,6 +19,7 @@ import apache_beam as beam
 from apache_beam.utils.shared import Shared
 
 from transforms.io.stage import Ledger
+from transforms.llm.backend import Backend
 from transforms.llm.cache import ResponseCache
 from transforms.llm.cached import generate_with_cache
 from transforms.llm.requests import Request, content_text
@@ -138,10 +139,10 @@ class Batches(beam.PTransform):
 class _Loaded:
     """A weak-referenceable holder for `Shared` (it keeps the loaded backend alive per process).
 
-    Counts the stage functions using it: when the last one is torn down, a backend with `close()`
-    (vLLM: its server process) is closed; a later call loads it again."""
+    Counts the stage functions using it: when the last one is torn down, the backend is closed
+    (vLLM: its server process stops); a later call loads it again."""
 
-    def __init__(self, backend):
+    def __init__(self, backend: Backend):
         self.backend = backend.load()
         self.users = 0
         self._lock = threading.Lock()
@@ -154,14 +155,14 @@ class _Loaded:
     def leave(self) -> None:
         with self._lock:  # held while closing: a stage function entering now waits, then loads again
             self.users -= 1
-            if self.users == 0 and hasattr(self.backend, "close"):
+            if self.users == 0:
                 self.backend.close()
 
 
 class GenerateBatch:
     """Stage function: one batch of requests -> Completions (cached or new) and Rejected."""
 
-    def __init__(self, backend, cache_location: Optional[str], shared: Shared):
+    def __init__(self, backend: Backend, cache_location: Optional[str], shared: Shared):
         self.backend, self.cache_location, self.shared = backend, cache_location, shared
         self._loaded = self._cache = None
 
@@ -188,12 +189,12 @@ class Generate(beam.PTransform):
     worker sorts into batches at once.
     """
 
-    def __init__(self, backend, ledger: Ledger, *, cache_location: Optional[str] = None,
+    def __init__(self, backend: Backend, ledger: Ledger, *, cache_location: Optional[str] = None,
                  batch_size: Optional[int] = None, bucket_requests: int = BUCKET_REQUESTS,
                  stage: str = "generate"):
         super().__init__(label=stage)
         self.backend, self.ledger, self.cache_location = backend, ledger, cache_location
-        self.batch_size = batch_size or getattr(backend, "batch_size", 16)
+        self.batch_size = batch_size or backend.batch_size
         self.bucket_requests, self.stage = bucket_requests, stage
 
     def expand(self, requests):

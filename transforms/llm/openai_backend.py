@@ -73,7 +73,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Optional, Sequence
 
 from transforms.io.rejected import Rejected
-from transforms.llm.backend import BatchedBackend
+from transforms.llm.backend import Backend
 from transforms.llm.requests import Completion, Request
 
 BACKEND_NAME = "openai"
@@ -111,7 +111,7 @@ class _Final(Exception):
         self.error_type = error_type
 
 
-class OpenAIBackend(BatchedBackend):
+class OpenAIBackend(Backend):
     """Completions from an OpenAI-compatible server at `base_url` serving `model`.
 
     `sleep` (default time.sleep) is what back-off waits with; tests pass a recorder. `jitter_seed`
@@ -158,10 +158,6 @@ class OpenAIBackend(BatchedBackend):
     def model_id(self) -> str:
         """What the response cache keys on: the served model name unless model_id= was given."""
         return self._model_id or self.model
-
-    def load(self) -> "OpenAIBackend":
-        """Nothing to load (the server holds the model); contacts nobody. Returns self."""
-        return self
 
     # -- public API ------------------------------------------------------------------------------
 

@@ -32,8 +32,8 @@ from typing import Iterator, Optional, Sequence
 
 from transforms.io.ids import canonical_json
 from transforms.io.rejected import Rejected
+from transforms.llm.backend import Backend
 from transforms.llm.models import DEFAULT_MODEL, LocalModel, ResolvedModel
-from transforms.llm.backend import BatchedBackend
 from transforms.llm.requests import Completion, Request, Sampling
 
 BACKEND_NAME = "transformers"
@@ -45,7 +45,7 @@ def _row_seed(sampling: Sampling, request: Request) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16)
 
 
-class TransformersBackend(LocalModel, BatchedBackend):
+class TransformersBackend(LocalModel, Backend):
     """Batched generation with transformers. `model` is a built-in name, a local HF folder or a
     ResolvedModel; `dtype` defaults to float32 on CPU and bfloat16 on CUDA. `threads` caps torch's
     CPU threads for the whole process (torch.set_num_threads): set it when several worker processes

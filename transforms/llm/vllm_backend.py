@@ -21,7 +21,7 @@ import threading
 import weakref
 from typing import Iterator, Mapping, Optional, Sequence
 
-from transforms.llm.backend import BatchedBackend
+from transforms.llm.backend import Backend
 from transforms.llm.models import DEFAULT_MODEL, LocalModel, ResolvedModel
 from transforms.llm.openai_backend import OpenAIBackend
 from transforms.llm.requests import Request
@@ -72,7 +72,7 @@ class _Servers:
 _SERVERS = _Servers()
 
 
-class VllmBackend(LocalModel, BatchedBackend):
+class VllmBackend(LocalModel, Backend):
     """Completions from a vLLM server that this backend starts and stops.
 
     `model`: a built-in name or a local HF folder (or a ResolvedModel); `batch_size`: requests per

@@ -1,22 +1,17 @@
-"""Beam wiring of concretizer: frame jobs -> read and crop -> voxelize -> frozen backbone -> rows.
+"""A frame's rows in the concretizer tables: its voxels (hard voxelization, MeanVFE), then the frozen
+VoxelBackBone8x's features per layer and the occupancy targets per stride.
 
-    jobs ─ unique ─ frame (read, crop, FOV) ─ voxelize ─┬─ frames, voxels
-                                                        └─ backbone (one per worker) ─ features, occupancy
-
-Each stage is a plain function wrapped by `Ledger.stage`; a stage emits ("table", row) events that
-`payloads` splits into the four tables, so the graph runs on every runner (no tagged outputs).
+Plain stage functions: each yields ("table", row) events (and the voxels for the next stage), which
+the graph (transforms/lidar/concretizer_graph.py) splits into tables with `payloads`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import apache_beam as beam
 import numpy as np
 
 from schemas import concretizer as schema
 from transforms.io.ids import stable_id
-from transforms.io.stage import Ledger, payloads
-from transforms.lidar.frames import FrameJob, load_frame
 from transforms.lidar.occupancy import occupancy_pyramid
 from transforms.lidar.presets import get_preset, grid_size, max_voxels, voxel_grid
 from transforms.lidar.voxelize import mean_vfe, voxelize
@@ -93,27 +88,3 @@ class BackboneFeatures:
             yield "occupancy", {
                 "id": stable_id("concretizer-occupancy", frame_id, stride), "frame_id": frame_id,
                 "stride": stride, "stride_name": f"s{stride}", "spatial_shape": list(shape), "coords": c.tolist()}
-
-
-class BuildConcretizer(beam.PTransform):
-    """{"frames", "voxels", "features", "occupancy"} rows from frame jobs."""
-
-    def __init__(self, jobs: list[FrameJob], preset: str, mode: str, channels: int, features: FeatureSettings,
-                 ledger: Ledger):
-        super().__init__()
-        self.jobs, self.preset, self.mode, self.channels = jobs, preset, mode, channels
-        self.features, self.ledger = features, ledger
-
-    def expand(self, pbegin):
-        ledger, preset, mode = self.ledger, self.preset, self.mode
-        frames = (pbegin | "Jobs" >> beam.Create(self.jobs)
-                  | ledger.unique("unique_scans", repr)   # a scan listed twice (scans=A,A): one frame
-                  | "Spread" >> beam.Reshuffle()
-                  | ledger.stage("frame", lambda job: [load_frame(job, preset, mode)]))
-        voxelized = frames | ledger.stage("voxelize", lambda frame: voxel_rows(frame, preset, mode))
-        backbone = (payloads(voxelized, "vox", "Voxels")
-                    | ledger.stage("backbone", BackboneFeatures(self.features, preset, self.channels)))
-        return {"frames": payloads(voxelized, "frames", "Frames"),
-                "voxels": payloads(voxelized, "voxels", "VoxelRows"),
-                "features": payloads(backbone, "features", "FeatureRows"),
-                "occupancy": payloads(backbone, "occupancy", "OccupancyRows")}

@@ -1,6 +1,8 @@
 """Beam wiring of pruned-synth: real rows -> generator -> synthetic rows -> verifier."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import apache_beam as beam
 
 from transforms.io.stage import Ledger, payloads
@@ -16,23 +18,30 @@ def _merge_stats(values):
     return total
 
 
-class GeneratePrunedSynth(beam.PTransform):
+@dataclass(frozen=True)
+class PrunedSynthSettings:
+    """Everything the graph reads, resolved by pipelines/pruned_synth.py from the config: one
+    (experiment id, resolved params, swept keys) per point of the config's grid."""
+
+    experiments: tuple[tuple[str, dict, list], ...]
+
+
+class PrunedSynthGraph(beam.PTransform):
     """All experiments of a run: {"rows": (real, synthetic) Arrow chunks, "experiments": row dicts}.
 
-    `experiments` is a list of (experiment id, resolved params, swept keys); a repeated id is run once.
-    The generator is joined to its synthetic chunks with CoGroupByKey rather
-    than a side input, which the DaskRunner does not support.
+    A repeated experiment id is run once. The generator is joined to its synthetic chunks with
+    CoGroupByKey rather than a side input, which the DaskRunner does not support.
     """
 
-    def __init__(self, experiments: list[tuple[str, dict, list]], ledger: Ledger):
+    def __init__(self, settings: PrunedSynthSettings, ledger: Ledger):
         super().__init__()
-        self.experiments, self.ledger = experiments, ledger
+        self.settings, self.ledger = settings, ledger
 
     def expand(self, pbegin):
         # a sweep that repeats a value (epsilon=[0.1,0.1]) repeats an experiment id: run it once
-        experiments = (pbegin | "Experiments" >> beam.Create(self.experiments)
+        experiments = (pbegin | "Experiments" >> beam.Create(list(self.settings.experiments))
                        | self.ledger.unique("unique_experiments", lambda e: e[0]))
-        distinct = {exp: params for exp, params, _ in self.experiments}
+        distinct = {exp: params for exp, params, _ in self.settings.experiments}
         real_count = sum(len(ex.plan(params, exp)[0]) for exp, params in distinct.items())  # the display's ETA
         real = (experiments
                 | "RealTasks" >> beam.FlatMapTuple(lambda exp, params, _: ex.plan(params, exp)[0])

@@ -1,0 +1,54 @@
+"""Beam wiring of concretizer: frame jobs -> read and crop -> voxelize -> frozen backbone -> rows.
+
+    jobs ─ unique ─ frame (read, crop, FOV) ─ voxelize ─┬─ frames, voxels
+                                                        └─ backbone (one per worker) ─ features, occupancy
+
+Each stage is a plain function (transforms/lidar/frames.py, extract.py) wrapped by `Ledger.stage`;
+a stage emits ("table", row) events that `payloads` splits into the four tables, so the graph runs
+on every runner (no tagged outputs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apache_beam as beam
+
+from transforms.io.stage import Ledger, payloads
+from transforms.lidar.extract import BackboneFeatures, FeatureSettings, voxel_rows
+from transforms.lidar.frames import FrameJob, load_frame
+
+
+@dataclass(frozen=True)
+class ConcretizerSettings:
+    """Everything the graph reads, resolved by pipelines/concretizer.py from the config: the frames
+    to read, the voxelization preset and its mode (train or test caps), the point features per
+    point (`channels`) and the frozen feature extractor."""
+
+    jobs: tuple[FrameJob, ...]
+    preset: str
+    mode: str
+    channels: int
+    features: FeatureSettings = FeatureSettings()
+
+
+class ConcretizerGraph(beam.PTransform):
+    """{"frames", "voxels", "features", "occupancy"} rows from the settings' frame jobs."""
+
+    def __init__(self, settings: ConcretizerSettings, ledger: Ledger):
+        super().__init__()
+        self.settings, self.ledger = settings, ledger
+
+    def expand(self, pbegin):
+        ledger, s = self.ledger, self.settings
+        preset, mode = s.preset, s.mode
+        frames = (pbegin | "Jobs" >> beam.Create(list(s.jobs))
+                  | ledger.unique("unique_scans", repr)   # a scan listed twice (scans=A,A): one frame
+                  | "Spread" >> beam.Reshuffle()
+                  | ledger.stage("frame", lambda job: [load_frame(job, preset, mode)]))
+        voxelized = frames | ledger.stage("voxelize", lambda frame: voxel_rows(frame, preset, mode))
+        backbone = (payloads(voxelized, "vox", "Voxels")
+                    | ledger.stage("backbone", BackboneFeatures(s.features, preset, s.channels)))
+        return {"frames": payloads(voxelized, "frames", "Frames"),
+                "voxels": payloads(voxelized, "voxels", "VoxelRows"),
+                "features": payloads(backbone, "features", "FeatureRows"),
+                "occupancy": payloads(backbone, "occupancy", "OccupancyRows")}
