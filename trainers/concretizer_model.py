@@ -16,10 +16,14 @@ channels as the backbone's at that stride (16, 32, 64, 64 at 1, 2, 4, 8).
   average them. Then a residual SubMConv3d block and a per-voxel occupancy head (1 logit).
 - Dispersion-controlled supervision: every stage's candidates are labelled with the ground-truth
   occupancy at that stage's stride, and candidates predicted empty (sigmoid < threshold) are
-  pruned before the next stage expands, so occupied voxels cannot spread. While training, the
-  ground-truth-occupied candidates are kept as well (teacher forcing): every stage then sees its
-  true sites plus the false positives of the stage before, from the first step on. The paper's
-  details are unconfirmed; this is our choice (config `teacher_forcing`).
+  pruned before the next stage expands, so occupied voxels cannot spread.
+- Scheduled teacher forcing (`force`, a probability): while training, each ground-truth-occupied
+  candidate the stage would prune is kept anyway with probability `force` (independently per
+  candidate). force=1 is full teacher forcing (every stage sees all its true sites plus the false
+  positives of the stage before); force=0 feeds every stage exactly the parents the stage before
+  kept, wrongly pruned ones missing, as at evaluation. The trainer decays it over training
+  (trainers/concretizer.py, `teacher_forcing_at`). The paper's details are unconfirmed; this is
+  our choice.
 """
 from __future__ import annotations
 
@@ -153,13 +157,16 @@ class InversionNet(nn.Module):
         self.stages = nn.ModuleList(stages)
 
     def forward(self, feats: torch.Tensor, coords: torch.Tensor, batch_size: int, shapes: dict, *,
-                threshold: float = 0.5, targets: dict | None = None, force: bool = False,
+                threshold: float = 0.5, targets: dict | None = None, force: float = 0.0,
                 max_sites: int = 0) -> list[dict]:
         """Run every stage. `coords` (N, 4) int (batch, z, y, x) at the input stride; `shapes`
         {stride: (z, y, x)}; `targets` {stride: sorted int64 keys of occupied cells} (labels, and
-        teacher forcing when `force`). Returns per stage: stride, coords (candidates), logits,
-        labels (or None), kept (bool mask of candidates kept: predicted occupied [or forced])."""
+        teacher forcing); `force`: probability that a ground-truth-occupied candidate predicted
+        empty is kept all the same (0: none, 1: all; True/False read as 1/0). Returns per stage:
+        stride, coords (candidates), logits, labels (or None), kept (bool mask of candidates kept:
+        predicted occupied, or forced), forced (how many were kept only by teacher forcing)."""
         spconv = spconv_module()
+        force = float(force)
         out = []
         parent_feats, parent_coords = feats, coords.to(torch.int64)
         for stage in self.stages:
@@ -167,7 +174,8 @@ class InversionNet(nn.Module):
             if parent_coords.shape[0] == 0:
                 empty = parent_coords.new_zeros((0, 4))
                 out.append({"stride": s, "coords": empty, "logits": feats.new_zeros(0), "labels": None
-                            if targets is None else feats.new_zeros(0), "kept": torch.zeros(0, dtype=torch.bool)})
+                            if targets is None else feats.new_zeros(0), "kept": torch.zeros(0, dtype=torch.bool),
+                            "forced": 0})
                 continue
             if stage.upsample:
                 child, parent, off = expand_coords(parent_coords, shapes[s], self.offs)
@@ -192,14 +200,20 @@ class InversionNet(nn.Module):
                 labels = torch.isin(pack(x_coords), targets[s]).to(logits.dtype)
             prob = torch.sigmoid(logits.detach())
             kept = prob >= threshold
-            if force and labels is not None:
-                kept = kept | labels.bool()
+            forced = torch.zeros_like(kept)
+            if force > 0 and labels is not None:
+                forced = labels.bool() & ~kept
+                if force < 1:
+                    forced &= torch.rand(forced.shape, device=forced.device) < force
+                kept = kept | forced
             if max_sites and stage is not self.stages[-1] and int(kept.sum()) * len(self.offs) > max_sites:
-                score = prob + (2.0 * labels if force and labels is not None else 0.0)
+                score = prob + 2.0 * forced.to(prob.dtype)          # forced sites first, then the most probable
                 top = torch.topk(torch.where(kept, score, torch.full_like(score, -1.0)),
                                  max(1, max_sites // len(self.offs))).indices
                 kept = torch.zeros_like(kept)
                 kept[top] = True
-            out.append({"stride": s, "coords": x_coords, "logits": logits, "labels": labels, "kept": kept})
+                forced &= kept
+            out.append({"stride": s, "coords": x_coords, "logits": logits, "labels": labels, "kept": kept,
+                        "forced": int(forced.sum())})
             parent_feats, parent_coords = x.features[kept], x_coords[kept]
         return out
