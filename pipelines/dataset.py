@@ -9,7 +9,7 @@ import apache_beam as beam
 
 from schemas.config import ConfigError, ConfigSpec, Key, Resolved
 from schemas import storage
-from transforms.io.result_store import DEFAULT_ROOT
+from transforms.io.result_store import DEFAULT_ROOT, RESPONSES
 from transforms.io.shards import TableSpec
 from transforms.io.stage import Ledger
 
@@ -47,6 +47,11 @@ class Dataset:
     def __post_init__(self):
         if all(k.name != CACHE.name for k in self.config.keys):
             object.__setattr__(self, "config", ConfigSpec(self.config.keys + (CACHE,), self.config.check))
+
+
+def responses(c: dict) -> str | None:
+    """Where the LLM response cache lives: the `responses` folder of the result store, or None (off)."""
+    return storage.join(c["cache"], RESPONSES) if c.get("cache") else None
 
 
 def check_cache(c: dict) -> None:

@@ -6,9 +6,7 @@ import os
 import shlex
 
 from schemas.config import ConfigError, Key
-from schemas import storage
 
-DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "shardsmith", "responses")
 BACKENDS = ("transformers", "openai", "vllm")
 
 
@@ -26,25 +24,12 @@ def llm_keys(temperature: float = 0.7, batch_size: int = 16) -> tuple[Key, ...]:
         Key("batch_size", int, batch_size, "requests per generate call", low=1),
         Key("temperature", float, temperature, "sampling temperature of the LLM steps (0 = greedy)", low=0.0, high=2.0),
         Key("top_p", float, 0.95, "nucleus sampling of the LLM steps", low=1e-6, high=1.0),
-        Key("cache", str, DEFAULT_CACHE, "response cache: a folder or an s3:// / gs:// prefix; empty (cache=) "
-            "disables it",
-            optional=True),
     )
 
 
 def check_llm(c: dict) -> None:
     if c["backend"] == "openai" and not c["base_url"]:
         raise ConfigError("backend=openai needs base_url, e.g. http://127.0.0.1:8000/v1")
-    check_cache(c)
-
-
-def check_cache(c: dict) -> None:
-    """A cache in a store that cannot take writes fails here, in one line, not at the first put on a worker."""
-    if c["cache"]:
-        try:
-            storage.check_writable(c["cache"])
-        except storage.StorageError as exc:
-            raise ConfigError(f"key 'cache': {exc}") from None
 
 
 def make_backend(c: dict):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 
 from schemas.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
-from pipelines.dataset import Dataset, input_fingerprint
-from pipelines.llm_keys import check_cache, check_llm, llm_keys, make_backend
+from pipelines.dataset import Dataset, input_fingerprint, responses
+from pipelines.llm_keys import check_llm, llm_keys, make_backend
 from schemas import multiui as schema
 from schemas import storage
 from schemas.manifest import table_locations
@@ -49,8 +49,6 @@ def _check(c: dict) -> None:
     warc_files(c)
     if c["backend"] == "openai" and not c["base_url"] and (c["llm_tasks"] or c["llm_judge"]):
         check_llm(c)
-    if c["llm_tasks"] or c["llm_judge"]:
-        check_cache(c)
     llm_page_count(c["llm_pages"])
     curation_rules(c)
     if c["vision_base_url"] and not c["vision_model"]:
@@ -149,7 +147,7 @@ def settings(resolved: Resolved):
         min_text_chars=c["min_text_chars"], curation=curation_rules(c), llm_pages=llm_page_count(c["llm_pages"]),
         seed=c["seed"], judge=Sampling(temperature=0.0, max_tokens=4) if c["llm_judge"] else None,
         backend=make_backend(c) if c["llm_tasks"] or c["llm_judge"] else None, vision_backend=vision,
-        cache_location=c["cache"] or None, html_folder=html[0] if html else None)
+        cache_location=responses(c), html_folder=html[0] if html else None)
 
 
 def build(pipeline, resolved: Resolved, ledger):

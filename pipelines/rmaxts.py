@@ -5,7 +5,7 @@ import os
 import shlex
 
 from schemas.config import ConfigError, ConfigSpec, Key, Resolved, matching_files
-from pipelines.dataset import Dataset, input_fingerprint
+from pipelines.dataset import Dataset, input_fingerprint, responses
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import rmaxts as schema
 from transforms.io.shards import TableSpec
@@ -98,11 +98,12 @@ def settings(resolved: Resolved):
         backend=make_backend(c),
         pool=ReplPoolConfig(command=tuple(command), cwd=cwd, size=c["pool_size"], timeout_s=c["check_timeout_s"],
                             memory_mb=c["memory_mb"], recycle_after=c["recycle_after"],
-                            os_sandbox=c["os_sandbox"], transient_retries=c["transient_retries"]),
+                            os_sandbox=c["os_sandbox"], transient_retries=c["transient_retries"],
+                            store=c["cache"] or None),
         sampling=Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["max_tokens"], seed=c["seed"]),
         search=SearchSettings(budget=c["budget"], batch=c["batch"], seed=c["seed"],
                               checkpoint_dir=c["checkpoint_dir"]),
-        cache_location=c["cache"] or None)
+        cache_location=responses(c))
 
 
 def build(pipeline, resolved: Resolved, ledger):

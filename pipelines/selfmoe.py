@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from schemas.config import ConfigError, ConfigSpec, Key, Resolved
-from pipelines.dataset import Dataset, input_fingerprint
+from pipelines.dataset import Dataset, input_fingerprint, responses
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import selfmoe as schema
 from schemas import storage
@@ -91,7 +91,7 @@ def settings(resolved: Resolved):
         seed_files=tuple(seed_files(c)), backend=make_backend(c), per_domain=c["per_domain"], k_shot=c["k_shot"],
         demos=c["demos"], tasks_per_prompt=c["tasks_per_prompt"], oversample=c["oversample"],
         threshold=c["threshold"], brainstorm=brainstorm, respond=respond, seed=c["seed"],
-        cache_location=c["cache"] or None, embedding_threshold=c["embedding_threshold"])
+        cache_location=responses(c), embedding_threshold=c["embedding_threshold"])
 
 
 def build(pipeline, resolved: Resolved, ledger):

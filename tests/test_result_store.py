@@ -245,3 +245,19 @@ def test_parse_age():
     assert parse_age("30d") == 30 * 86400 and parse_age("12h") == 43200 and parse_age("2") == 2 * 86400
     with pytest.raises(ValueError):
         parse_age("-1d")
+
+
+def test_long_number_lists_are_packed_and_come_back_exactly():
+    coords = [[i, i + 1, -i] for i in range(500)]
+    floats = [i / 3 for i in range(100)] + [float("inf")]
+    mixed = [1] * 99 + [True]              # a bool among ints: not packed, still exact
+    huge = [2**70] + list(range(100))       # beyond int64: stays JSON
+    ragged = [[1, 2]] * 70 + [[1]]
+    value = {"coords": coords, "floats": floats, "mixed": mixed, "huge": huge, "ragged": ragged,
+             "short": [1, 2, 3]}
+    data = codec.encode(value)
+    assert len(data) < 500 * 3 * 8 + 4000      # the coordinates went in as a blob, not as JSON text
+    back = codec.decode(data)
+    assert back == value
+    assert type(back["mixed"][-1]) is bool and all(type(x) is int for x in back["coords"][7])
+    assert all(type(x) is float for x in back["floats"])

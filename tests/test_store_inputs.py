@@ -242,7 +242,7 @@ def test_unusable_store_inputs_are_one_line_and_exit_2(case, s3_store, tmp_path)
 
 
 def test_a_response_cache_in_a_missing_bucket_is_a_config_error(s3_store):
-    from pipelines.llm_keys import check_cache
+    from pipelines.dataset import check_cache
     check_cache({"cache": s3_store.bucket() + "/responses"})
     with pytest.raises(ConfigError, match="key 'cache': .*bucket 'no-such-cache-bucket' does not exist"):
         check_cache({"cache": "s3://no-such-cache-bucket/responses"})

@@ -70,6 +70,10 @@ def _to_tree(value: Any, blobs: list[bytes]) -> Any:
             return {k: _to_tree(v, blobs) for k, v in value.items()}
         return {"$dict": [[_to_tree(k, blobs), _to_tree(v, blobs)] for k, v in value.items()]}
     if type(value) is list:
+        packed = _pack_numbers(value)
+        if packed is not None:  # long lists of numbers (voxel coordinates): a blob, not JSON
+            kind, array = packed
+            return {kind: [list(array.shape), _blob(array.tobytes(), blobs)]}
         return [_to_tree(v, blobs) for v in value]
     if type(value) is tuple:
         return {"$tuple": [_to_tree(v, blobs) for v in value]}
@@ -95,6 +99,34 @@ def _to_tree(value: Any, blobs: list[bytes]) -> Any:
     raise Unstorable(f"a {type(value).__name__} is not a storable stage output")
 
 
+_PACK_MIN = 64  # shorter lists stay JSON: readable, and packing would not pay
+
+
+def _pack_numbers(value: list):
+    """("$ints" | "$floats", array) for a list of Python ints (or floats), or of equal-length lists of
+    them, long enough to be worth it; None otherwise. tolist() gives back exactly these values."""
+    if len(value) < _PACK_MIN:
+        return None
+    first = value[0]
+    rows = value if type(first) is list else None
+    if rows is not None:
+        width = len(first)
+        if width == 0 or any(type(r) is not list or len(r) != width for r in rows):
+            return None
+        flat = [x for r in rows for x in r]
+    else:
+        flat = value
+    kind = type(flat[0])
+    if kind not in (int, float) or any(type(x) is not kind for x in flat):
+        return None
+    try:
+        array = np.array(flat, dtype=np.int64 if kind is int else np.float64)
+    except OverflowError:
+        return None  # an int beyond 64 bits stays JSON
+    shape = (len(rows), width) if rows is not None else (len(flat),)
+    return ("$ints" if kind is int else "$floats"), array.reshape(shape)
+
+
 def _from_tree(tree: Any, blobs: list[bytes]) -> Any:
     if isinstance(tree, list):
         return [_from_tree(v, blobs) for v in tree]
@@ -110,6 +142,10 @@ def _from_tree(tree: Any, blobs: list[bytes]) -> Any:
 def _tagged(tag: str, body: Any, blobs: list[bytes]) -> Any:
     if tag == "$dict":
         return {_from_tree(k, blobs): _from_tree(v, blobs) for k, v in body}
+    if tag in ("$ints", "$floats"):
+        shape, ref = body
+        dtype = np.int64 if tag == "$ints" else np.float64
+        return np.frombuffer(blobs[ref], dtype=dtype).reshape(shape).tolist()
     if tag == "$tuple":
         return tuple(_from_tree(v, blobs) for v in body)
     if tag == "$bytes":

@@ -55,7 +55,8 @@ class ResultStore:
 
     def __init__(self, root: str | os.PathLike, namespace: str):
         self.root, self.namespace = os.fspath(root), namespace
-        self._base = storage.join(storage.normalize(self.root), *namespace.split("/"))  # bad scheme: fails here
+        parts = [p for p in namespace.split("/") if p]
+        self._base = storage.join(storage.normalize(self.root), *parts)  # an unknown scheme fails here
 
     def __repr__(self):
         return f"{type(self).__name__}({self.root!r}, {self.namespace!r})"
@@ -66,7 +67,7 @@ class ResultStore:
     def __setstate__(self, state):
         self.__init__(state["root"], state["namespace"])
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: Any, key: str) -> bytes:
         return codec.encode(value)
 
     def decode(self, data: bytes, key: str) -> Any:
@@ -96,7 +97,7 @@ class ResultStore:
 
     def put(self, key: str, value: Any) -> None:
         """Store `value` under `key`, replacing whatever was there, whole or not at all."""
-        storage.write_bytes(self.path(key), self.encode(value))
+        storage.write_bytes(self.path(key), self.encode(value, key))
 
 
 def stage_store(root: Optional[str], dataset: str, stage: str) -> Optional[ResultStore]:

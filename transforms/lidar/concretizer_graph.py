@@ -3,7 +3,10 @@
     jobs ─ unique ─ frame (read, crop, FOV) ─ voxelize ─┬─ frames, voxels
                                                         └─ backbone (one per worker) ─ features, occupancy
 
-Each stage is a plain function (transforms/lidar/frames.py, extract.py) wrapped by `Ledger.stage`;
+Each stage is a plain function (transforms/lidar/frames.py, extract.py) wrapped by `Ledger.stage`.
+Reading a frame (a scan, or the simulator) and the backbone pass are kept in the result store, so a
+killed run, or a change of `layers` or `feature_dtype`, recomputes only what is missing or changed
+(voxelizing a stored frame again is cheaper than storing the voxels twice);
 a stage emits ("table", row) events that `payloads` splits into the four tables, so the graph runs
 on every runner (no tagged outputs).
 """
@@ -13,9 +16,10 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
+from transforms.io.result_store import Resume
 from transforms.io.stage import Ledger, payloads
-from transforms.lidar.extract import BackboneFeatures, FeatureSettings, voxel_rows
-from transforms.lidar.frames import FrameJob, load_frame
+from transforms.lidar.extract import BackboneFeatures, FeatureSettings, feature_identity, voxel_rows
+from transforms.lidar.frames import FrameJob, job_identity, load_frame
 
 
 @dataclass(frozen=True)
@@ -44,10 +48,13 @@ class ConcretizerGraph(beam.PTransform):
         frames = (pbegin | "Jobs" >> beam.Create(list(s.jobs))
                   | ledger.unique("unique_scans", repr)   # a scan listed twice (scans=A,A): one frame
                   | "Spread" >> beam.Reshuffle()
-                  | ledger.stage("frame", lambda job: [load_frame(job, preset, mode)]))
+                  | ledger.stage("frame", lambda job: [load_frame(job, preset, mode)],
+                                 resume=Resume(version=1, reads=[preset, mode], key=job_identity)))
         voxelized = frames | ledger.stage("voxelize", lambda frame: voxel_rows(frame, preset, mode))
         backbone = (payloads(voxelized, "vox", "Voxels")
-                    | ledger.stage("backbone", BackboneFeatures(s.features, preset, s.channels)))
+                    | ledger.stage("backbone", BackboneFeatures(s.features, preset, s.channels),
+                                   resume=Resume(version=1, reads=[feature_identity(s.features), preset,
+                                                                   s.channels])))
         return {"frames": payloads(voxelized, "frames", "Frames"),
                 "voxels": payloads(voxelized, "voxels", "VoxelRows"),
                 "features": payloads(backbone, "features", "FeatureRows"),

@@ -6,11 +6,12 @@ the graph (transforms/lidar/concretizer_graph.py) splits into tables with `paylo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from schemas import concretizer as schema
+from schemas import storage
 from transforms.io.ids import stable_id
 from transforms.lidar.occupancy import occupancy_pyramid
 from transforms.lidar.presets import get_preset, grid_size, max_voxels, voxel_grid
@@ -24,6 +25,12 @@ class FeatureSettings:
     weights: str = "seed:0"
     layers: tuple[str, ...] = schema.LAYERS + ("bev",)
     dtype: str = "float16"
+
+
+def feature_identity(settings: FeatureSettings) -> tuple:
+    """What the backbone's outputs depend on: the settings, and a checkpoint's (location, size, mtime)."""
+    w = settings.weights
+    return (asdict(settings), None if w.startswith("seed:") else storage.version(w))
 
 
 def voxel_rows(frame: dict, preset: str, mode: str):

@@ -42,6 +42,15 @@ class FrameJob:
         return f"{parent}/{os.path.basename(self.path)}" if parent else os.path.basename(self.path)
 
 
+def job_identity(job: FrameJob) -> tuple:
+    """What a frame's stored result depends on: the job, and for a file the (location, size, mtime)
+    of the scan and of its calibration and labels, so a replaced file is read again."""
+    if job.source == "sim":
+        return (job.source, job.sim_seed, job.index)
+    files = [job.path] + [kitti_sidecar(job.path, folder, ".txt") for folder in ("calib", "label_2")]
+    return (job.source, job.layout, [storage.version(f) for f in files if storage.is_file(f)])
+
+
 def kitti_sidecar(scan_path: str, folder: str, suffix: str) -> str:
     """KITTI keeps calib/ and label_2/ beside velodyne/: .../velodyne/000000.bin -> .../calib/000000.txt,
     in a folder or in a store alike."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Optional
 
+from schemas import storage
 from transforms.io.ids import stable_id
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.replay import ReplayHandler
@@ -51,6 +52,25 @@ def page_id(target: PageTarget, platform: str, settings: CaptureSettings) -> str
 def viewport_seed(target: PageTarget, platform: str, seed: int) -> int:
     """Each page draws its own aspect ratio, the same on every run."""
     return int(stable_id("viewport", seed, target.source, target.source_ref, platform)[:12], 16)
+
+
+def render_identity(settings: CaptureSettings, html_folder: Optional[str]) -> list:
+    """What a stored render depends on besides its target: the capture settings (not the restart
+    interval, which changes no page), the Chromium binary, and every file of a served HTML folder
+    (a page loads its CSS and images from there too)."""
+    shaping = {k: v for k, v in asdict(settings).items() if k != "restart_after_pages"}
+    browser = storage.version(settings.chromium) if os.path.isfile(settings.chromium) else settings.chromium
+    folder = storage.file_infos(html_folder) if html_folder else None
+    return [shaping, browser, folder]
+
+
+def target_identity(job: tuple[PageTarget, str]) -> tuple:
+    """A render's input: the target and platform, and for a WARC record the archive file's version
+    (a replaced archive is rendered again). A live URL is its URL: a rerun reuses its render, which
+    is what resuming a crawl means (--no-resume fetches again)."""
+    target, platform = job
+    archive = storage.version(target.source_ref.rpartition("#")[0]) if target.source == "warc" else None
+    return (target.url, target.source, target.source_ref, platform, archive)
 
 
 class CapturePage:

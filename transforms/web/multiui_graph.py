@@ -21,11 +21,12 @@ import apache_beam as beam
 
 from schemas import multiui as schema
 from transforms.io.rejected import Skipped
+from transforms.io.result_store import Resume
 from transforms.io.stage import Ledger
 from transforms.llm.ask import Ask, asking
 from transforms.llm.backend import Backend
 from transforms.llm.requests import Sampling
-from transforms.web.capture import CapturePage, CaptureSettings
+from transforms.web.capture import CapturePage, CaptureSettings, render_identity, target_identity
 from transforms.web.crawl_sample import Distractors, PickLlmPages, page_titles
 from transforms.web.curate import curate, judge_plan, judged
 from transforms.web.curation import Rules
@@ -117,7 +118,8 @@ class MultiuiGraph(beam.PTransform):
         jobs = (targets
                 | "Platforms" >> beam.FlatMap(lambda t: [(t, p) for p in platforms])
                 | "SpreadJobs" >> beam.Reshuffle())
-        rendered = jobs | ledger.stage("render", CapturePage(s.capture, s.html_folder))
+        rendered = jobs | ledger.stage("render", CapturePage(s.capture, s.html_folder), resume=Resume(
+            version=1, reads=render_identity(s.capture, s.html_folder), key=target_identity))
         min_chars, rules = s.min_text_chars, s.curation
         pages = rendered | ledger.stage("curate", lambda page: [curate(page, min_chars, rules)])
         if s.judge is not None and s.backend is not None:

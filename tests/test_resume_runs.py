@@ -1,0 +1,125 @@
+"""Resuming real runs (issue: resume any expensive stage): `shardsmith run` killed with SIGKILL part-way,
+then run again, computes only what the killed run had not stored, and writes the same bytes as a run
+from scratch; a changed downstream key reuses the upstream stages; a corrupt entry is computed again;
+the killed run's generation folder is removed by the next run.
+
+The counts come from the manifest (`stages.NAME.reused` / `computed`): a stored result is counted
+as reused only when the stage did not call its function for that input.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import parquet_digests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _command(dataset, out, store, sets, extra=()):
+    args = [sys.executable, "-m", "pipelines.cli", "run", dataset, "--out", str(out), "--quiet",
+            "--set", f"cache={store}", *extra]
+    for item in sets:
+        args += ["--set", item]
+    return args
+
+
+def _env():
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+
+def _run(dataset, out, store, sets, extra=()) -> tuple[dict, float]:
+    t0 = time.perf_counter()
+    done = subprocess.run(_command(dataset, out, store, sets, extra), env=_env(), cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(os.path.join(out, dataset, "_manifest.json")) as fh:
+        return json.load(fh), time.perf_counter() - t0
+
+
+def _entries(store, dataset, stage) -> list[str]:
+    folder = os.path.join(store, "stages", f"{dataset}.{stage}")
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f.endswith(".bin"))
+
+
+def _kill_part_way(dataset, out, store, sets, stage, at: int) -> tuple[int, float]:
+    """Start a run, SIGKILL its process group once `at` results of `stage` are stored; (stored, seconds)."""
+    t0 = time.perf_counter()
+    job = subprocess.Popen(_command(dataset, out, store, sets), env=_env(), cwd=ROOT, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while len(_entries(store, dataset, stage)) < at and time.time() < deadline and job.poll() is None:
+        time.sleep(0.05)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    return len(_entries(store, dataset, stage)), time.perf_counter() - t0
+
+
+def _resumed(dataset, tmp_path, sets, stage, total, at):
+    """Kill at `at` of `total`, rerun into the same folder; check the counts; return the rerun's manifest."""
+    store = tmp_path / "store"
+    stored, killed_s = _kill_part_way(dataset, tmp_path / "out", store, sets, stage, at)
+    assert at <= stored < total, f"the kill came too late to test anything ({stored} of {total})"
+    leftovers = os.listdir(tmp_path / "out" / dataset)
+    assert leftovers and all(name.startswith("run-") for name in leftovers), leftovers  # published nothing
+    manifest, rerun_s = _run(dataset, tmp_path / "out", store, sets)
+    s = manifest["stages"][stage]
+    assert s["reused"] == stored and s["computed"] == total - stored, s   # nothing finished is computed again
+    assert manifest["stale_generations_removed"] == leftovers              # the killed run's folder is gone
+    assert sorted(os.listdir(tmp_path / "out" / dataset)) == sorted(
+        ["_manifest.json", "README.md", manifest["generation"]])
+    print(f"\n{dataset}: killed after {killed_s:.1f} s with {stored}/{total} {stage} results stored; "
+          f"rerun {rerun_s:.1f} s")
+    return manifest, store
+
+
+def _same_bytes(a, b, dataset):
+    assert parquet_digests(str(a / dataset)) == parquet_digests(str(b / dataset))
+
+
+CONCRETIZER = ["simulated=7"]    # 8 frames: the bundled KITTI scan and 7 simulated scenes
+
+
+def test_concretizer_killed_and_resumed(tmp_path):
+    manifest, store = _resumed("concretizer", tmp_path, CONCRETIZER, "backbone", total=8, at=4)
+    entries = _entries(store, "concretizer", "backbone")
+    assert manifest["stages"]["frame"]["reused"] >= 4
+    scratch, scratch_s = _run("concretizer", tmp_path / "scratch", tmp_path / "unused", CONCRETIZER, ["--no-resume"])
+    assert "reused" not in scratch["stages"]["backbone"] and not os.path.exists(tmp_path / "unused")
+    _same_bytes(tmp_path / "out", tmp_path / "scratch", "concretizer")
+
+    # a downstream change (which layers are written): frames reused, the backbone pass computed again
+    layers, _ = _run("concretizer", tmp_path / "layers", store, CONCRETIZER + ["layers=conv3,bev"])
+    assert layers["stages"]["frame"] == dict(layers["stages"]["frame"], reused=8, computed=0)
+    assert layers["stages"]["backbone"]["computed"] == 8
+
+    # a corrupt entry is a miss, computed again, and the output is still the same
+    with open(entries[0], "r+b") as fh:
+        fh.truncate(100)
+    again, again_s = _run("concretizer", tmp_path / "again", store, CONCRETIZER)
+    assert (again["stages"]["backbone"]["reused"], again["stages"]["backbone"]["computed"]) == (7, 1)
+    _same_bytes(tmp_path / "again", tmp_path / "scratch", "concretizer")
+    print(f"concretizer: from scratch {scratch_s:.1f} s, all stored {again_s:.1f} s")
+
+
+MULTIUI = ["platforms=desktop", "llm_tasks=false", "follow_links=1"]   # the bundled site: 15 pages
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="needs Debian's chromium")
+def test_multiui_killed_and_resumed(tmp_path):
+    pages = 15
+    manifest, store = _resumed("multiui", tmp_path, MULTIUI, "render", total=pages, at=pages // 2)
+    scratch, scratch_s = _run("multiui", tmp_path / "scratch", tmp_path / "unused", MULTIUI, ["--no-resume"])
+    _same_bytes(tmp_path / "out", tmp_path / "scratch", "multiui")
+
+    # a downstream change (fewer samples per task): every render reused, the tasks made again
+    fewer, fewer_s = _run("multiui", tmp_path / "fewer", store, MULTIUI + ["max_per_task=2"])
+    assert (fewer["stages"]["render"]["reused"], fewer["stages"]["render"]["computed"]) == (pages, 0)
+    assert fewer["tables"]["samples"]["rows"] < manifest["tables"]["samples"]["rows"]
+    print(f"multiui: from scratch {scratch_s:.1f} s, max_per_task changed with renders stored {fewer_s:.1f} s")
