@@ -37,6 +37,15 @@ def lora_config(cfg: dict):
                       target_modules=targets, bias="none", task_type="CAUSAL_LM")
 
 
+def lora_model(cfg: dict, checkpoint: str | None, device: torch.device):
+    """The base model with a trainable LoRA adapter: the checkpoint's to resume, else a fresh one."""
+    from peft import PeftModel, get_peft_model
+    base = load_base(cfg["base_model"], device)
+    if checkpoint:
+        return PeftModel.from_pretrained(base, checkpoint, is_trainable=True)
+    return get_peft_model(base, lora_config(cfg))
+
+
 def check_base_model(path: str | None) -> str:
     if not path:
         raise ConfigError("base_model is not set: pass base_model=<local Hugging Face model folder>")

@@ -230,11 +230,8 @@ class Prover(Recipe):
         self.probe = sorted(train_set, key=lambda e: e["id"] + e["kind"])[:cfg["batch_size"]]
 
     def build(self, checkpoint, device):
-        from peft import PeftModel, get_peft_model
-        self.device, base = device, lm.load_base(self.cfg["base_model"], device)
-        if checkpoint:
-            return PeftModel.from_pretrained(base, checkpoint, is_trainable=True)
-        return get_peft_model(base, lm.lora_config(self.cfg))
+        self.device = device
+        return lm.lora_model(self.cfg, checkpoint, device)
 
     def save(self, model, folder):
         model.save_pretrained(folder)

@@ -328,11 +328,8 @@ class Expert(_SFT):
     """One domain's LoRA adapter on the frozen base."""
 
     def build(self, checkpoint, device):
-        from peft import PeftModel, get_peft_model
-        self.device, base = device, lm.load_base(self.cfg["base_model"], device)
-        if checkpoint:
-            return PeftModel.from_pretrained(base, checkpoint, is_trainable=True)
-        return get_peft_model(base, lm.lora_config(self.cfg))
+        self.device = device
+        return lm.lora_model(self.cfg, checkpoint, device)
 
     def save(self, model, folder):
         model.save_pretrained(folder)
