@@ -261,3 +261,16 @@ def test_long_number_lists_are_packed_and_come_back_exactly():
     assert back == value
     assert type(back["mixed"][-1]) is bool and all(type(x) is int for x in back["coords"][7])
     assert all(type(x) is float for x in back["floats"])
+
+
+def test_the_store_on_s3_shares_results_and_is_managed_there(s3_store):
+    """Workers that share no disk share a store prefix: moto's S3 server on loopback."""
+    root = s3_store.bucket() + "/shardsmith"
+    a = ResultStore(root, "stages/toy.render")
+    a.put("ab" * 32, [{"png": b"\x89PNG" * 100}])
+    assert ResultStore(root, "stages/toy.render").get("ab" * 32) == [{"png": b"\x89PNG" * 100}]
+    assert ResultStore(root, "stages/toy.render").get("cd" * 32) is None
+    rows = stats(root)
+    assert [(r.namespace, r.entries) for r in rows] == [("stages/toy.render", 1)] and rows[0].newest > 0
+    assert prune(root, 3600) == (0, 0)
+    assert prune(root, 0, now=time.time() + 60)[0] == 1 and stats(root) == []
