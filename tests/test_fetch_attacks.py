@@ -221,8 +221,9 @@ register.call(navigator.serviceWorker, '/w/sw.js?to=""" + quote("{{C}}/sw", safe
                                     + "')</script>"),
     Vector("worker_import_scripts", body="<script>new Worker('/w/import.js?to=" + quote("{{C}}/imported.js", safe="{}")
                                          + "')</script>"),
-    Vector("blob_worker", body="<script>new Worker(URL.createObjectURL(new Blob([\"fetch('{{C}}/blob', "
-                               "{mode: 'no-cors'}).catch(() => {})\"], {type: 'text/javascript'})))</script>"),
+    Vector("blob_worker", wait_ms=800,  # a worker starts late on a loaded machine: its fetch came after 200 ms once
+           body="<script>new Worker(URL.createObjectURL(new Blob([\"fetch('{{C}}/blob', "
+                "{mode: 'no-cors'}).catch(() => {})\"], {type: 'text/javascript'})))</script>"),
     Vector("websocket", body="<script>try { new WebSocket('ws://127.0.0.3:{{Q}}/ws') } catch (e) {}</script>"),
     Vector("websocket_tls", body="<script>try { new WebSocket('wss://127.0.0.3:{{Q}}/wss') } catch (e) {}</script>"),
     Vector("https_fetch", body=_fetch("https://127.0.0.3:{{Q}}/tls")),
