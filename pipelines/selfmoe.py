@@ -7,6 +7,7 @@ from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backe
 from schemas import selfmoe as schema
 from schemas import storage
 from transforms.io.shards import TableSpec
+from transforms.llm.backend import PROMPT_FORMATS
 
 
 
@@ -68,6 +69,10 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("brainstorm_tokens", int, 192, "max tokens of a brainstorm completion", low=1),
     Key("response_tokens", int, 256, "max tokens of a response", low=1),
     Key("seed", int, 0, "seed of prompt sampling and generation", low=0),
+    Key("prompt_format", str, "auto", "how responses are asked for: chat (the model's chat template), plain "
+        "(an Alpaca-style text prompt with stop strings, for a base model) or auto (plain when the model's "
+        "tokenizer has no chat template, else chat; a remote openai model counts as chat). Written on every "
+        "row; the trainer formats its examples the same way", choices=PROMPT_FORMATS, gridable=False),
     *llm_keys(temperature=0.7, batch_size=16),
 ))
 
@@ -85,13 +90,19 @@ def settings(resolved: Resolved):
     c = resolved.grid[0]
     brainstorm = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["brainstorm_tokens"],
                           stop=("\n\n\n",), seed=c["seed"])
+    backend = make_backend(c)
+    try:
+        prompt_format = backend.prompt_format(c["prompt_format"])
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        raise ConfigError(f"prompt_format: {exc}") from None
+    # a base model answering a plain prompt runs on into a next "### Instruction:" block: stop there
     respond = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["response_tokens"],
-                       seed=c["seed"])
+                       stop=schema.PLAIN_STOP if prompt_format == "plain" else (), seed=c["seed"])
     return SelfmoeSettings(
-        seed_files=tuple(seed_files(c)), backend=make_backend(c), per_domain=c["per_domain"], k_shot=c["k_shot"],
+        seed_files=tuple(seed_files(c)), backend=backend, per_domain=c["per_domain"], k_shot=c["k_shot"],
         demos=c["demos"], tasks_per_prompt=c["tasks_per_prompt"], oversample=c["oversample"],
         threshold=c["threshold"], brainstorm=brainstorm, respond=respond, seed=c["seed"],
-        cache_location=responses(c), embedding_threshold=c["embedding_threshold"])
+        cache_location=responses(c), embedding_threshold=c["embedding_threshold"], prompt_format=prompt_format)
 
 
 def build(pipeline, resolved: Resolved, ledger):

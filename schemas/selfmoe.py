@@ -9,10 +9,38 @@ from schemas.table import Field, TableSchema
 
 DATASET = "selfmoe"
 
+# How the model was prompted for its responses, and how the trainer must format the same examples:
+# chat = the tokenizer's chat template (an instruct model); plain = the Alpaca/Self-Instruct text
+# prompt below, for a base model without a chat template. The pipeline writes it on every row; the
+# trainer reads it back, so an expert is trained on the format its data was generated in.
+PROMPT_FORMATS = ("chat", "plain")
+PLAIN_PREAMBLE = ("Below is an instruction that describes a task. "
+                  "Write a response that appropriately completes the request.")
+# a base model runs on into the next "### Instruction:" block: these end the response there
+PLAIN_STOP = ("\n### Instruction", "\n### Input", "\n### Response", "\nBelow is an instruction")
+
+
+def plain_block(instruction: str, input_text: str = "", response: str | None = None) -> str:
+    """One Alpaca block; with response=None it ends after "### Response:\n" (the model writes next)."""
+    block = f"### Instruction:\n{instruction.strip()}\n\n"
+    if input_text and input_text.strip():
+        block += f"### Input:\n{input_text.strip()}\n\n"
+    block += "### Response:\n"
+    return block if response is None else block + response.strip() + "\n\n"
+
+
+def plain_prompt(instruction: str, input_text: str = "", demonstrations=()) -> str:
+    """The plain-completion prompt: the preamble, solved demonstrations ({instruction, input,
+    output}), then the task, ending where the response starts. The trainer uses it without
+    demonstrations, the pipeline with the seed demonstrations."""
+    demos = "".join(plain_block(d["instruction"], d.get("input", ""), d["output"]) for d in demonstrations)
+    return f"{PLAIN_PREAMBLE}\n\n{demos}{plain_block(instruction, input_text)}"
+
+
 EXAMPLES = TableSchema(
     dataset=DATASET,
     table="examples",
-    version=1,
+    version=2,
     doc="Seed and self-generated (instruction, input, response) examples per domain, kept or dropped.",
     split_field="domain",
     fields=(
@@ -39,6 +67,10 @@ EXAMPLES = TableSchema(
               "refusal, over_target (beyond per_domain); null when kept.", nullable=True),
         Field("prompt_tokens", pa.int64(), "Tokens of the response prompt (0 when not answered)."),
         Field("completion_tokens", pa.int64(), "Tokens of the response (0 when not answered)."),
+        Field("prompt_format", pa.string(),
+              "How the responses of this dataset were prompted, and how to format the row for training: "
+              "chat (the model's chat template) or plain (the Alpaca-style text prompt of schemas/selfmoe.py, "
+              "for a base model without a chat template). Seeds carry the dataset's format too."),
     ),
 )
 

@@ -1,5 +1,7 @@
 """What the LoRA trainers (selfmoe, rmaxts) share: the base model, padded batches, the token loss.
 
+Examples are formatted with the tokenizer's chat template, or as plain text for a base model
+without one (`prompt_format`: the trainer follows what the data record, see resolve_prompt_format).
 Examples are (input_ids, labels) pairs with labels -100 (IGNORE) where no loss is taken (prompt,
 padding); the loss is the summed NLL over label tokens with their count, so `fit` takes one token
 mean over a whole accumulated step, across processes too.
@@ -62,6 +64,46 @@ def load_base(path: str, device: torch.device):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model.config.use_cache = False
     return model.to(device)
+
+
+PROMPT_FORMATS = ("auto", "chat", "plain")
+
+
+def prompt_format_key(what: str) -> Key:
+    return Key("prompt_format", str, "auto", f"how training examples are formatted: auto (as the data records "
+               f"{what}), chat (the tokenizer's chat template) or plain (the Alpaca-style text prompt of a "
+               f"base model); it must match how the data were generated", choices=PROMPT_FORMATS,
+               gridable=False)
+
+
+def resolve_prompt_format(requested: str, recorded: str | None, tokenizer) -> str:
+    """The format to train in: the data's (`recorded`; None when the data do not say: then by the
+    tokenizer, plain without a chat template), checked against `requested` and the tokenizer."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    fmt = recorded or ("chat" if has_template else "plain")
+    if requested != "auto" and requested != fmt:
+        raise ConfigError(f"prompt_format={requested}, but the data were generated with {fmt} prompts; the "
+                          f"trainer formats examples as they were generated: drop prompt_format (auto) or "
+                          f"regenerate the data with prompt_format={requested}")
+    if fmt == "chat" and not has_template:
+        raise ConfigError("the data were generated with chat prompts but the base model's tokenizer has no chat "
+                          "template: train the model that wrote the data (base_model=) or regenerate the data "
+                          "with prompt_format=plain")
+    return fmt
+
+
+def encode_plain(tokenizer, prompt: str, response: str, max_length: int) -> Example | None:
+    """(input_ids, labels) of a plain-completion example: the prompt text as the backend sends it
+    (tokenized with the tokenizer's special tokens, e.g. BOS), then the response and the
+    end-of-sequence token, labels on those only; None when max_length leaves no response token."""
+    p_ids = list(tokenizer(prompt)["input_ids"])
+    r_ids = list(tokenizer(response.strip(), add_special_tokens=False)["input_ids"])
+    if tokenizer.eos_token_id is not None:
+        r_ids.append(tokenizer.eos_token_id)
+    ids, labels = (p_ids + r_ids)[:max_length], ([IGNORE] * len(p_ids) + r_ids)[:max_length]
+    if all(x == IGNORE for x in labels):
+        return None
+    return ids, labels
 
 
 def pad_id(tokenizer) -> int:

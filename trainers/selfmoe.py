@@ -4,9 +4,11 @@ PAPERS.md section 2. Steps:
 
 1. Kept rows of `examples`, per domain a held-out eval split chosen by a stable hash of the row id
    (the same rows whatever the seed; at least one eval and one train row per domain). SFT format
-   with the tokenizer's chat template (user: instruction [+ blank line + input]; assistant:
-   response); the loss is on the assistant turn only (response and its end-of-turn tokens; labels
-   -100 on the prompt and padding). Right padding: loss only, no generation here.
+   as the data were generated (the rows' prompt_format): the tokenizer's chat template (user:
+   instruction [+ blank line + input]; assistant: response), the loss on the assistant turn only
+   (response and its end-of-turn tokens); or, for a base model without a chat template, the
+   Alpaca-style text prompt of schemas/selfmoe.plain_prompt, the loss on the response and EOS.
+   Labels -100 on the prompt and padding. Right padding: loss only, no generation here.
 2. Per domain a LoRA adapter (peft) on the frozen base, `steps` optimizer steps of `grad_accum`
    micro-batches, the loss a token mean over the whole accumulated step (trainers/fit.py, the
    shared loop: its checkpoints under `out/experts/<domain>/checkpoints/`, so a rerun in the same
@@ -40,6 +42,7 @@ import pyarrow.compute as pc
 import torch
 from torch import nn
 
+from schemas import selfmoe as schema
 from schemas.config import ConfigError, ConfigSpec, Key, names
 from trainers import distributed, lm
 from trainers.data import BatchStream, DatasetError, hash_unit, read_arrow
@@ -60,6 +63,7 @@ CONFIG = ConfigSpec((
         gridable=False),
     Key("gate_softmax", str, "topk", "topk: softmax over the top-k logits; all: softmax over all experts, "
         "top-k kept (needed for top_k=1)", choices=("topk", "all"), gridable=False),
+    lm.prompt_format_key("in their prompt_format column"),
     Key("eval_fraction", float, 0.1, "held-out share of each domain's kept rows (by hash of the row id)",
         low=0.0, high=0.9, gridable=False),
     *loop_keys(grad_accum=1, max_grad_norm=0.0, seed=0, device=None, bf16=None, checkpoint_every=0,
@@ -67,7 +71,7 @@ CONFIG = ConfigSpec((
 ))
 # settings a resumed expert or router must share with its checkpoint
 SAME_ON_RESUME = ("base_model", "lora_r", "lora_alpha", "target_modules", "batch_size", "grad_accum", "max_length",
-                  "eval_fraction", "seed", "domains", "top_k", "gate_softmax")
+                  "eval_fraction", "seed", "domains", "top_k", "gate_softmax", "prompt_format")
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -83,6 +87,15 @@ def split_rows(rows: list[dict], eval_fraction: float) -> tuple[list[dict], list
         ev = ev[:-1]
     ids = {r["id"] for r in ev}
     return [r for r in ranked if r["id"] not in ids], ev
+
+
+def data_prompt_format(data_dir: str) -> str:
+    """The prompt format the data were generated with (one per dataset: the pipeline writes it on
+    every row); refuses a mix."""
+    formats = set(read_arrow(data_dir, "examples", columns=["prompt_format"]).column("prompt_format").to_pylist())
+    if len(formats) != 1:
+        raise DatasetError(f"{data_dir}: expected one prompt_format in the examples, found {sorted(formats)}")
+    return formats.pop()
 
 
 def load_examples(data_dir: str, domains: list[str] | None = None) -> dict[str, list[dict]]:
@@ -108,9 +121,14 @@ def load_examples(data_dir: str, domains: list[str] | None = None) -> dict[str, 
     return dict(sorted(by_domain.items()))
 
 
-def encode(tokenizer, row: dict, max_length: int) -> tuple[list[int], list[int]] | None:
-    """(input_ids, labels) of one example in chat format, labels on the assistant turn only;
-    None when truncation to max_length leaves no response token."""
+def encode(tokenizer, row: dict, max_length: int, prompt_format: str = "chat") -> tuple[list[int], list[int]] | None:
+    """(input_ids, labels) of one example in chat format (labels on the assistant turn only) or,
+    for prompt_format plain, as the Alpaca-style text prompt the pipeline asked a base model with
+    (schemas/selfmoe.plain_prompt, no demonstrations; labels on the response and EOS); None when
+    truncation to max_length leaves no response token."""
+    if prompt_format == "plain":
+        return lm.encode_plain(tokenizer, schema.plain_prompt(row["instruction"], row.get("input") or ""),
+                               row["response"], max_length)
     user = row["instruction"] + (f"\n\n{row['input']}" if row.get("input") else "")
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": user}],
                                            add_generation_prompt=True, tokenize=False)
@@ -365,8 +383,9 @@ def encode_domains(data: dict[str, list[dict]], tokenizer, cfg: dict) -> tuple[d
     splits, sizes = {}, {}
     for d, rows in data.items():
         tr_rows, ev_rows = split_rows(rows, cfg["eval_fraction"])
-        tr = [e for e in (encode(tokenizer, r, cfg["max_length"]) for r in tr_rows) if e is not None]
-        ev = [e for e in (encode(tokenizer, r, cfg["max_length"]) for r in ev_rows) if e is not None]
+        fmt = cfg.get("prompt_format", "chat")
+        tr = [e for e in (encode(tokenizer, r, cfg["max_length"], fmt) for r in tr_rows) if e is not None]
+        ev = [e for e in (encode(tokenizer, r, cfg["max_length"], fmt) for r in ev_rows) if e is not None]
         if not tr:
             raise DatasetError(f"domain {d!r}: no train example left (kept {len(rows)}, eval "
                                f"{len(ev_rows)}, or cut away by max_length={cfg['max_length']})")
@@ -397,6 +416,7 @@ def train(data_dir: str, out_dir: str, config: dict) -> dict:
     from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(cfg["base_model"])
     pad, bs, seed, device = lm.pad_id(tokenizer), cfg["batch_size"], cfg["seed"], pick_device(cfg["device"])
+    cfg["prompt_format"] = lm.resolve_prompt_format(cfg["prompt_format"], data_prompt_format(data_dir), tokenizer)
     splits, sizes = encode_domains(data, tokenizer, cfg)
     metrics = {"base_model": cfg["base_model"], "domains": domains, "device": str(device), "config": cfg,
                "examples": sizes, "eval_loss": {d: {"base": None, "experts": {}, "mixture": None} for d in domains},

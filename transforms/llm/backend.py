@@ -9,9 +9,11 @@ TransformersBackend (local weights), VllmBackend (a local vLLM server it starts)
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 from transforms.llm.requests import Request
+
+PROMPT_FORMATS = ("auto", "chat", "plain")  # a config's prompt_format; auto follows the model
 
 
 class Backend:
@@ -35,6 +37,25 @@ class Backend:
     @property
     def model_id(self) -> str:
         raise NotImplementedError(f"{type(self).__name__} must define model_id: what the response cache keys on")
+
+    def has_chat_template(self) -> Optional[bool]:
+        """Whether the model has a chat template (an instruct model), False for a base model without
+        one, None when the backend cannot tell (a remote server). Cheap: no weights are loaded."""
+        return None
+
+    def prompt_format(self, requested: str = "auto") -> str:
+        """The prompt format to use, "chat" or "plain", for a config's `prompt_format` (auto | chat |
+        plain): auto is plain when the model has no chat template, else chat (also when unknown:
+        set plain explicitly for a base model behind an OpenAI-compatible server)."""
+        if requested not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {requested!r}")
+        has_template = self.has_chat_template()
+        if requested == "chat" and has_template is False:
+            raise ValueError(f"prompt_format=chat, but {self.model_id} has no chat template (a base model): "
+                             "use prompt_format=plain or auto")
+        if requested == "auto":
+            return "plain" if has_template is False else "chat"
+        return requested
 
     def load(self) -> "Backend":
         """Make the backend ready on this worker (weights, a server); idempotent. Returns self."""

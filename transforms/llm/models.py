@@ -182,6 +182,19 @@ def _convert_gguf(name: str, source: Path, target: Path) -> dict:
     return meta
 
 
+def folder_has_chat_template(path: str | os.PathLike) -> bool:
+    """Whether a Hugging Face model folder carries a chat template: in tokenizer_config.json, or in
+    the chat_template.jinja / chat_template.json files newer transformers save beside it."""
+    folder = Path(path)
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(config, dict) and config.get("chat_template"))
+
+
 class LocalModel:
     """What a backend serving a local model folder shares: the model resolved once (lazily, on the
     worker), and `model_id` = name@revision, the string the response cache keys on, so backends
@@ -197,3 +210,7 @@ class LocalModel:
     def model_id(self) -> str:
         """name@revision: what the response cache keys on."""
         return self.resolved.model_id
+
+    def has_chat_template(self) -> bool:
+        """Read from the model folder's tokenizer files (no weights loaded)."""
+        return folder_has_chat_template(self.resolved.path)

@@ -7,7 +7,9 @@ requests are in flight at once (per `iter_batches`/`generate` call, i.e. per wor
 What is sent:
 - chat prompts (a tuple of messages) -> POST {base_url}/chat/completions with `messages`;
   plain prompts -> POST {base_url}/completions with `prompt`. `base_url` is the API root, usually
-  ending in /v1 (e.g. http://localhost:8000/v1 for `vllm serve`);
+  ending in /v1 (e.g. http://localhost:8000/v1 for `vllm serve`). A base model without a chat
+  template is asked with plain prompts; the server does not say whether it has one
+  (`has_chat_template()` is None), so a caller's prompt_format=auto means chat here: set plain;
 - the body carries model, temperature, top_p, max_tokens, seed and, when the request has stop
   strings, `stop` as a list (an empty `stop` is left out: some servers refuse an empty array);
 - the API key is read from the environment variable `api_key_env` (default OPENAI_API_KEY) at call

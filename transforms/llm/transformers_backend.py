@@ -16,6 +16,10 @@ How a batch runs:
   same completion batched or alone, on every worker (what stable ids and the cache rely on);
 - stop strings end generation early (a stopping criterion on each row's decoded tail) and the text
   is cut before the first stop string;
+- a chat prompt goes through the tokenizer's chat template; a plain prompt (a string: what a base
+  model without a chat template is asked with, see `Backend.prompt_format`) is tokenized as it is,
+  with the tokenizer's special tokens (BOS), and a chat prompt to a model without a template is
+  rejected with that reason;
 - a request that cannot run (empty, or longer than the model's context) becomes `Rejected`; a
   sub-batch that raises is retried one request at a time, so only the failing request is rejected.
 

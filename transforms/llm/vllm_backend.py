@@ -8,7 +8,8 @@ How it works: `load()` (once per worker, through Beam's Shared in generate.py) r
 a local Hugging Face folder (models.resolve_model: the built-in SmolLM2 is converted once per
 machine), starts `VllmServer` on a free loopback port and points an `OpenAIBackend` at it: chat
 prompts go to /v1/chat/completions (vLLM applies the model's chat template), plain prompts to
-/v1/completions; retries, concurrency and per-request failures are the OpenAI backend's. Backends
+/v1/completions (how a base model without a chat template is asked: `has_chat_template()` reads
+the local model folder, so prompt_format=auto picks plain for it); retries, concurrency and per-request failures are the OpenAI backend's. Backends
 in one process that ask for the same server (same interpreter, model folder and arguments; e.g.
 the brainstorm and respond stages of selfmoe) share one server, counted: the last `close()` stops
 it. A server that died is restarted by the next call. `model_id` is name@revision, the same string

@@ -3,13 +3,16 @@
 The base model is shown k seeds of one domain as numbered tasks and asked to
 continue the list; its continuation is parsed back into (instruction, input)
 pairs. A second prompt asks it to answer one instruction after seed
-demonstrations. The filters name why a pair or an answer is dropped, so the
+demonstrations: chat messages for a model with a chat template, an Alpaca-style
+text prompt for a base model (prompt_format plain). The filters name why a pair or an answer is dropped, so the
 shards keep every rejected row with its reason.
 """
 from __future__ import annotations
 
 import re
 from typing import Sequence
+
+from schemas.selfmoe import plain_prompt
 
 DOMAIN_DESCRIPTIONS = {
     "knowledge": "questions that test factual knowledge of science, history, geography, society and culture",
@@ -73,6 +76,19 @@ def response_messages(domain: str, demonstrations: Sequence[dict], instruction: 
         messages.append({"role": "assistant", "content": demo["output"]})
     messages.append({"role": "user", "content": _user_turn(instruction, input_text)})
     return tuple(messages)
+
+
+def response_prompt(domain: str, demonstrations: Sequence[dict], instruction: str, input_text: str,
+                    prompt_format: str = "chat"):
+    """The prompt that asks for a response: chat messages (response_messages) for a model with a
+    chat template, or for a base model (prompt_format="plain") the Alpaca-style text of
+    schemas/selfmoe.plain_prompt with the demonstrations as solved blocks; send it with
+    schemas/selfmoe.PLAIN_STOP as stop strings so the model stops after its answer."""
+    if prompt_format == "plain":
+        return plain_prompt(instruction, input_text, demonstrations)
+    if prompt_format != "chat":
+        raise ValueError(f"prompt_format must be chat or plain, got {prompt_format!r}")
+    return response_messages(domain, demonstrations, instruction, input_text)
 
 
 def _user_turn(instruction: str, input_text: str) -> str:

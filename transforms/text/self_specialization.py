@@ -16,18 +16,19 @@ from transforms.io.rejected import Skipped
 from transforms.llm.requests import Completion, Request, Sampling
 from transforms.text.rouge_dedup import RougeDedup
 from transforms.text.self_instruct import (brainstorm_prompt, instruction_problem, normalised_instructions,
-                                           parse_tasks, response_messages, response_problem)
+                                           parse_tasks, response_problem, response_prompt)
 
 
 def _rng(*parts) -> random.Random:
     return random.Random(int(stable_id(*parts), 16))
 
 
-def seed_row(seed: dict) -> dict:
+def seed_row(seed: dict, prompt_format: str = "chat") -> dict:
+    """A seed as a kept row; it carries the dataset's prompt format (the trainer formats it so)."""
     return {"id": seed["id"], "domain": seed["domain"], "source": "seed", "instruction": seed["instruction"],
             "input": seed["input"], "response": seed["output"], "seed_ids": [], "model": "", "sampling": "",
             "rouge_l_max": None, "kept": True, "reject_reason": None, "prompt_tokens": 0,
-            "completion_tokens": 0}
+            "completion_tokens": 0, "prompt_format": prompt_format}
 
 
 def brainstorm_plan(domain: str, seeds: list[dict], prompts: int, k_shot: int, sampling: Sampling,
@@ -58,7 +59,8 @@ def candidates(meta: dict, completion: Completion) -> list[dict]:
 
 
 def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: float,
-                 answer_limit: int, embedding_threshold: float | None = None) -> tuple[list[dict], list[dict]]:
+                 answer_limit: int, embedding_threshold: float | None = None,
+                 prompt_format: str = "chat") -> tuple[list[dict], list[dict]]:
     """(candidates to answer, rows dropped here). Filters, then ROUGE-L against seeds and kept ones,
     then (when embedding_threshold is set) embedding cosine against seeds and what both kept."""
     seed_texts = [s["instruction"] for s in sorted(seeds, key=lambda s: s["id"])]
@@ -87,39 +89,44 @@ def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: f
         if problem is None:
             to_answer.append(cand)
         else:
-            dropped.append(example_row(cand, None, "", problem))
+            dropped.append(example_row(cand, None, "", problem, prompt_format))
     return to_answer, dropped
 
 
-def response_request(cand: dict, seeds: list[dict], demos: int, sampling: Sampling) -> Request:
+def response_request(cand: dict, seeds: list[dict], demos: int, sampling: Sampling,
+                     prompt_format: str = "chat") -> Request:
+    """The request for a candidate's response: chat messages, or (plain) an Alpaca-style text prompt;
+    `sampling` already carries the plain format's stop strings (pipelines/selfmoe.py adds them)."""
     seeds = sorted(seeds, key=lambda s: s["id"])
     shown = _rng("demos", cand["domain"], cand["order"]).sample(seeds, min(demos, len(seeds)))
-    messages = response_messages(cand["domain"], shown, cand["instruction"], cand["input"])
+    prompt = response_prompt(cand["domain"], shown, cand["instruction"], cand["input"], prompt_format)
     return Request(stable_id("selfmoe-response", cand["domain"], cand["order"], cand["instruction"],
-                             cand["input"]), messages, sampling)
+                             cand["input"], prompt_format), prompt, sampling)
 
 
-def example_row(cand: dict, completion: Completion | None, sampling_json: str, problem: str | None) -> dict:
+def example_row(cand: dict, completion: Completion | None, sampling_json: str, problem: str | None,
+                prompt_format: str = "chat") -> dict:
     """One row of the examples table for a brainstormed candidate."""
     return {
         "id": stable_id(schema.DATASET, cand["domain"], cand["order"], cand["instruction"], cand["input"],
-                        cand["model"], sampling_json),
+                        cand["model"], sampling_json, prompt_format),
         "domain": cand["domain"], "source": "generated", "instruction": cand["instruction"],
         "input": cand["input"], "response": None if completion is None else completion.text,
         "seed_ids": list(cand["seed_ids"]), "model": cand["model"], "sampling": sampling_json,
         "rouge_l_max": cand.get("rouge_l_max"), "kept": problem is None, "reject_reason": problem,
         "prompt_tokens": 0 if completion is None else completion.prompt_tokens,
         "completion_tokens": 0 if completion is None else completion.completion_tokens,
-        "order": cand["order"],
+        "prompt_format": prompt_format, "order": cand["order"],
     }
 
 
-def answered_row(cand: dict, completion: Completion | None, sampling: Sampling) -> dict:
+def answered_row(cand: dict, completion: Completion | None, sampling: Sampling,
+                 prompt_format: str = "chat") -> dict:
     sampling_json = json.dumps(dataclasses.asdict(sampling), sort_keys=True)
     if completion is None:
-        return example_row(cand, None, sampling_json, "no_response")
+        return example_row(cand, None, sampling_json, "no_response", prompt_format)
     return example_row(cand, completion, sampling_json,
-                       response_problem(completion.text, completion.finish_reason))
+                       response_problem(completion.text, completion.finish_reason), prompt_format)
 
 
 def cap_domain(rows: list[dict], per_domain: int) -> list[dict]:

@@ -21,7 +21,9 @@ class SelfmoeSettings:
 
     `seed_files` holds (domain, path) pairs; `oversample` times `per_domain` instructions are
     brainstormed, `tasks_per_prompt` expected per completion; `threshold` is ROUGE-L's, and
-    `embedding_threshold` (None: off) a second, semantic dedup."""
+    `embedding_threshold` (None: off) a second, semantic dedup. `prompt_format` ("chat" or "plain",
+    resolved from the model by pipelines/selfmoe.py) shapes the response prompts and is written on
+    every row, for the trainer."""
 
     seed_files: tuple[tuple[str, str], ...]
     backend: Backend
@@ -36,6 +38,7 @@ class SelfmoeSettings:
     seed: int
     cache_location: Optional[str] = None
     embedding_threshold: Optional[float] = None
+    prompt_format: str = "chat"
 
 
 class SelfmoeGraph(beam.PTransform):
@@ -69,29 +72,29 @@ class SelfmoeGraph(beam.PTransform):
                  | "Brainstorm" >> Ask(s.backend, ledger, stage="brainstorm", cache_location=s.cache_location)
                  | ledger.stage("parse", lambda asked: ss.candidates(*asked) if asked[1] is not None else []))
         threshold, limit, demos, respond = s.threshold, self.answer_limit, s.demos, s.respond
-        embedding_threshold = s.embedding_threshold
+        embedding_threshold, prompt_format = s.embedding_threshold, s.prompt_format
 
         def dedup(keyed):
             domain, grouped = keyed
             domain_seeds = list(grouped["seeds"])
             to_answer, dropped = ss.dedup_domain(domain, domain_seeds, list(grouped["found"]), threshold, limit,
-                                                 embedding_threshold)
+                                                 embedding_threshold, prompt_format)
             for row in dropped:
                 yield "row", row
             for cand in to_answer:
-                yield from asking(ss.response_request(cand, domain_seeds, demos, respond), cand)
+                yield from asking(ss.response_request(cand, domain_seeds, demos, respond, prompt_format), cand)
 
         deduped = ({"seeds": seeds_by_domain, "found": found | "FoundKey" >> beam.Map(lambda c: (c["domain"], c))}
                    | "JoinDomain" >> beam.CoGroupByKey()
                    | ledger.stage("dedup", dedup))
         answered = (deduped
                     | "Respond" >> Ask(s.backend, ledger, stage="respond", cache_location=s.cache_location)
-                    | ledger.stage("filter", lambda asked: [ss.answered_row(*asked, respond)]))
+                    | ledger.stage("filter", lambda asked: [ss.answered_row(*asked, respond, prompt_format)]))
         per_domain = s.per_domain
         generated = ((answered, payloads(deduped, "row", "DroppedRows"))
                      | "Generated" >> beam.Flatten()
                      | "RowKey" >> beam.Map(lambda r: (r["domain"], r))
                      | "RowsPerDomain" >> beam.GroupByKey()
                      | ledger.stage("cap", lambda kv: ss.cap_domain_counted(kv[0], list(kv[1]), per_domain)))
-        seed_rows = seeds | "SeedRows" >> beam.Map(ss.seed_row)
+        seed_rows = seeds | "SeedRows" >> beam.Map(ss.seed_row, prompt_format)
         return {"examples": (generated, seed_rows)}
