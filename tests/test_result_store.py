@@ -274,3 +274,20 @@ def test_the_store_on_s3_shares_results_and_is_managed_there(s3_store):
     assert [(r.namespace, r.entries) for r in rows] == [("stages/toy.render", 1)] and rows[0].newest > 0
     assert prune(root, 3600) == (0, 0)
     assert prune(root, 0, now=time.time() + 60)[0] == 1 and stats(root) == []
+
+
+def _identity_or_fail(x):
+    if x == 2:
+        raise FileNotFoundError("input 2 is gone")
+    return x
+
+
+def test_an_input_without_a_readable_identity_is_computed_not_lost(tmp_path):
+    SEEN["rows"] = []
+    with beam.Pipeline(runner="FnApiRunner") as p:
+        ledger = Ledger(store=str(tmp_path), dataset="toy")
+        _ = (p | beam.Create([1, 2, 4])
+             | ledger.stage("expensive", expensive, resume=Resume(key=_identity_or_fail))
+             | "Rows" >> beam.Map(_seen, "rows"))
+    assert sorted(r["x"] for r in SEEN["rows"]) == [1, 2, 4]
+    assert len(list((tmp_path / "stages" / "toy.expensive").rglob("*.bin"))) == 2

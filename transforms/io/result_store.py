@@ -85,9 +85,7 @@ class ResultStore:
             return None
         try:
             return self.decode(raw, key)
-        except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError):
-            return None  # torn, foreign or from another format: a miss, rewritten by the next put
-        except Exception:  # pyarrow's errors for a broken Arrow part, and the like: still a miss
+        except Exception:  # torn, foreign, another format, a broken Arrow part: a miss, rewritten by the next put
             return None
 
     def contains(self, key: str) -> bool:

@@ -117,7 +117,7 @@ class _StageDoFn(beam.DoFn):
             log.warning("stage %s: transient %s: %s; retry %d of %d in %.1f s", self.name, type(exc).__name__,
                         str(exc)[:300], retry, self.retry.attempts - 1, delay)
 
-        key = self.resume.entry_key(self.name, element) if self.store is not None else None
+        key = self._key(element)
         outputs = self._stored(key)
         reused = outputs is not None
         if not reused:
@@ -149,6 +149,17 @@ class _StageDoFn(beam.DoFn):
         yield STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy, skipped, reused=int(reused),
                                                 computed=int(key is not None and not reused)))
         self.meter.record(records, dead, sum(skipped.values()), start)
+
+    def _key(self, element) -> str | None:
+        """The input's store key, or None (no store, or an input whose identity cannot be read, e.g. a
+        file gone: it is then computed, and the stage function reports what is wrong with it)."""
+        if self.store is None:
+            return None
+        try:
+            return self.resume.entry_key(self.name, element)
+        except Exception as exc:
+            log.warning("stage %s: no store key for an input (%s); computing it", self.name, exc)
+            return None
 
     def _stored(self, key: str | None) -> list | None:
         """The outputs stored for this input, or None (no store, a miss, or a store that cannot

@@ -47,8 +47,13 @@ def job_identity(job: FrameJob) -> tuple:
     of the scan and of its calibration and labels, so a replaced file is read again."""
     if job.source == "sim":
         return (job.source, job.sim_seed, job.index)
-    files = [job.path] + [kitti_sidecar(job.path, folder, ".txt") for folder in ("calib", "label_2")]
-    return (job.source, job.layout, [storage.version(f) for f in files if storage.is_file(f)])
+    versions = []
+    for f in [job.path] + [kitti_sidecar(job.path, folder, ".txt") for folder in ("calib", "label_2")]:
+        try:
+            versions.append(storage.version(f))   # one request per file, also in a store
+        except FileNotFoundError:
+            pass                                  # no sidecar (or no scan: load_frame says so)
+    return (job.source, job.layout, versions)
 
 
 def kitti_sidecar(scan_path: str, folder: str, suffix: str) -> str:
