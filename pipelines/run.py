@@ -79,7 +79,7 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
     generation = layout.new_generation()
     gen_dir = storage.join(target, generation)
     keep = False  # the generation stays: published, or a failed run's for the user to read
-    held = lease.Lease(gen_dir).__enter__()  # tells the next run this generation is not a leftover
+    held = lease.Lease(gen_dir).acquire()  # tells the next run this generation is not a leftover
     try:
         t_pipe = time.time()
         with pipeline_options(runner, list(beam_args)) as (options, runner_obj), \
@@ -123,7 +123,7 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
         _remove_replaced(target, previous, generation)
         return manifest
     finally:
-        held.__exit__(None, None, None)
+        held.release()
         if not keep:  # a crash or an interrupt: take the unlisted generation away
             try:
                 storage.delete_tree(gen_dir)

@@ -61,13 +61,20 @@ class Lease:
             except OSError as exc:  # a store hiccup: the next renewal tries again, well within the expiry
                 log.warning("could not renew %s: %s", self.path, exc)
 
-    def __enter__(self) -> "Lease":
+    def acquire(self) -> "Lease":
         self._write()
         self._thread = threading.Thread(target=self._renew, name="lease", daemon=True)
         self._thread.start()
         return self
 
+    def __enter__(self) -> "Lease":
+        return self.acquire()
+
     def __exit__(self, *exc) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Stop renewing and remove the lease file (before the folder itself may be removed)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
