@@ -19,6 +19,7 @@ Why it is safe:
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from transforms.io.ids import canonical_json
 # $SHARDSMITH_CACHE moves the default (as HF_HOME does for Hugging Face): a scratch disk, or a test's folder
 DEFAULT_ROOT = os.environ.get("SHARDSMITH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "shardsmith")
 STAGES, RESPONSES = "stages", "responses"
+log = logging.getLogger(__name__)
 
 
 def result_key(*parts: Any) -> str:
@@ -96,6 +98,25 @@ class ResultStore:
     def put(self, key: str, value: Any) -> None:
         """Store `value` under `key`, replacing whatever was there, whole or not at all."""
         storage.write_bytes(self.path(key), self.encode(value, key))
+
+    def recall(self, key: str) -> Optional[Any]:
+        """`get` for a stage that can always compute instead: a store that cannot answer now is a
+        miss too (logged), since computing is never wrong."""
+        try:
+            return self.get(key)
+        except Exception as exc:
+            log.warning("result store %s unreadable (%s); computing instead", self.root, exc)
+            return None
+
+    def keep(self, key: str, value: Any) -> None:
+        """`put` that never fails its caller: a value the store cannot represent, or a store that
+        refuses the write, costs a recompute later (logged), not the run."""
+        try:
+            self.put(key, value)
+        except codec.Unstorable as exc:
+            log.warning("result not stored in %s: %s", self.root, exc)
+        except Exception as exc:
+            log.warning("could not store a result in %s: %s", self.root, exc)
 
 
 def stage_store(root: Optional[str], dataset: str, stage: str) -> Optional[ResultStore]:

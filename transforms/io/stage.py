@@ -24,7 +24,6 @@ from typing import Any, Callable, Iterable
 import apache_beam as beam
 import pyarrow as pa
 
-from transforms.io import codec
 from transforms.io.ids import stable_id
 from transforms.io.meter import StageMeter
 from transforms.io.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
@@ -162,28 +161,15 @@ class _StageDoFn(beam.DoFn):
             return None
 
     def _stored(self, key: str | None) -> list | None:
-        """The outputs stored for this input, or None (no store, a miss, or a store that cannot
-        answer now: the input is then computed, which is never wrong)."""
-        if key is None:
-            return None
-        try:
-            value = self.store.get(key)
-        except Exception as exc:
-            log.warning("stage %s: result store %s unreadable (%s); computing", self.name, self.store.root, exc)
-            return None
+        """The outputs stored for this input, or None (no store, a miss, or a store that cannot answer)."""
+        value = self.store.recall(key) if key is not None else None
         return value if isinstance(value, list) else None
 
     def _store(self, key: str | None, outputs: list) -> None:
         """Keep the outputs of a good input. An input with dead letters is not stored: a rerun is
         its chance to succeed (a page that timed out under load, a model that was down)."""
-        if key is None or any(isinstance(out, Rejected) for out in outputs):
-            return
-        try:
-            self.store.put(key, outputs)
-        except codec.Unstorable as exc:
-            log.warning("stage %s: result not stored: %s", self.name, exc)
-        except Exception as exc:  # a store that refuses a write costs a recompute later, not the run
-            log.warning("stage %s: could not store a result in %s: %s", self.name, self.store.root, exc)
+        if key is not None and not any(isinstance(out, Rejected) for out in outputs):
+            self.store.keep(key, outputs)
 
     def finish_bundle(self):
         self.meter.flush()  # a side effect only: no outputs from finish_bundle (see the module docstring)

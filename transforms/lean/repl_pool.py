@@ -68,7 +68,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import hashlib
-import logging
 import os
 import queue
 import re
@@ -91,7 +90,6 @@ from transforms.lean.sandbox import refusal
 LAKEFILES = ("lakefile.lean", "lakefile.toml")
 VERSION_FILES = ("lean-toolchain", "lake-manifest.json")  # Lean's version; Mathlib's and the REPL's revisions
 CHECKS = "lean-checks"          # the result store's namespace of Lean verdicts
-log = logging.getLogger(__name__)
 FOLLOW_UP_TIMEOUT_S = 60.0        # `#print axioms` is cheap; a REPL this slow is broken
 # a name pasted into `#print axioms NAME` must be one line of one token
 _SAFE_NAME = re.compile(r"^[^\s\"\x00-\x1f]+$")
@@ -257,20 +255,11 @@ class ReplPool:
             return stored
         verdict = self._check(header, code)
         if key is not None and verdict.outcome in (OUTCOME_OK, OUTCOME_AXIOMS):
-            try:
-                self._verdicts.put(key, verdict.to_dict())
-            except Exception as exc:  # a store that refuses a write costs a check later, nothing else
-                log.warning("could not store a Lean verdict in %s: %s", self.config.store, exc)
+            self._verdicts.keep(key, verdict.to_dict())
         return verdict
 
     def _stored(self, key: str | None) -> Verdict | None:
-        if key is None:
-            return None
-        try:
-            data = self._verdicts.get(key)
-        except Exception as exc:
-            log.warning("result store %s unreadable (%s); checking with Lean", self.config.store, exc)
-            return None
+        data = self._verdicts.recall(key) if key is not None else None
         if not isinstance(data, dict):
             return None
         try:
