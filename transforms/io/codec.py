@@ -61,9 +61,7 @@ def _blob(data: bytes, blobs: list[bytes]) -> int:
 def _to_tree(value: Any, blobs: list[bytes]) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
-    if type(value) is int:
-        return value
-    if type(value) is float:
+    if type(value) in (int, float):  # exactly these: a subclass (an IntEnum) would come back as another type
         return value
     if isinstance(value, dict):
         if all(type(k) is str and not k.startswith(_TAG) for k in value):
