@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
     t.add_argument("--out", default=None, help="where metrics and checkpoints go (default DATA-train, beside the data)")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument("--trainer", default=None, metavar="NAME", help="another of the dataset's trainers "
+                   "(concretizer: backbone, the detector pre-training that makes weights= for the run)")
     t.add_argument("--nproc", type=int, default=1, help="data-parallel processes (DDP: gloo on CPU, nccl with one "
                    "GPU each on CUDA); under torchrun leave it out")
     return p
@@ -221,7 +223,7 @@ def _train(args, beam_args) -> int:
     from pipelines.train import train
     dataset = registry.get(args.dataset)
     t0 = time.time()
-    out, metrics_path = train(dataset, args.data, args.out, args.set, nproc=args.nproc)
+    out, metrics_path = train(dataset, args.data, args.out, args.set, nproc=args.nproc, trainer=args.trainer)
     if metrics_path:                 # rank 0 (under torchrun the others say nothing)
         print(f"trained {dataset.name} in {time.time() - t0:.1f} s -> {out} (metrics: {metrics_path})")
     return 0

@@ -97,4 +97,5 @@ DATASET = Dataset(
             "VoxelBackBone8x features and occupancy targets",
     config=CONFIG, tables=tables, build=build, inputs=inputs,
     trainer="trainers.concretizer:train",
+    trainers={"backbone": "trainers.concretizer_backbone:train"},
 )

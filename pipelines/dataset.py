@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 import apache_beam as beam
 
@@ -25,7 +25,8 @@ class Dataset:
 
     build(pipeline, resolved, ledger) returns {table: PCollection of rows};
     inputs(resolved) returns {input name: fingerprint} for the manifest;
-    trainer is "module:function" in trainers/, imported only when training.
+    trainer is "module:function" in trainers/, imported only when training; `trainers` names more
+    (`shardsmith train DATASET --trainer NAME`), e.g. concretizer's backbone pre-training.
     """
 
     name: str
@@ -35,6 +36,7 @@ class Dataset:
     build: Callable[[beam.Pipeline, Resolved, Ledger], dict[str, beam.PCollection]]
     inputs: Callable[[Resolved], dict[str, str]]
     trainer: str
+    trainers: Mapping[str, str] = field(default_factory=dict)
     # fills trainer config the trainer cannot work out itself (trainers import no transforms),
     # e.g. the local folder of the model that wrote the data: (config, manifest) -> config
     train_setup: Callable[[dict, dict], dict] | None = None

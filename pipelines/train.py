@@ -17,8 +17,13 @@ def _call(module_name: str, func: str, data: str, out: str, values: dict) -> dic
     return getattr(importlib.import_module(module_name), func)(data, out, values)
 
 
-def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: int = 1) -> tuple[str, str | None]:
-    """Train; (out folder, metrics.json path, None on ranks other than 0)."""
+def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: int = 1,
+          trainer: str | None = None) -> tuple[str, str | None]:
+    """Train with the dataset's trainer, or the one named `trainer`; (out folder, metrics.json path,
+    None on ranks other than 0)."""
+    if trainer is not None and trainer not in dataset.trainers:
+        have = ", ".join(sorted(dataset.trainers)) or "none besides the default"
+        raise ConfigError(f"--trainer {trainer!r}: {dataset.name} has no such trainer (named trainers: {have})")
     if nproc < 1:
         raise ConfigError(f"--nproc must be at least 1, got {nproc}")
     if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -32,7 +37,7 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: 
     manifest = layout.read_manifest(data)
     if manifest.get("dataset") != dataset.name:
         raise ConfigError(f"{data} holds dataset {manifest.get('dataset')!r}, not {dataset.name!r}")
-    module_name, func = dataset.trainer.split(":")
+    module_name, func = (dataset.trainer if trainer is None else dataset.trainers[trainer]).split(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -46,9 +51,11 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: 
     if nproc > 1 and not getattr(module, "DATA_PARALLEL", True):
         raise ConfigError(f"the {dataset.name} trainer runs on one process: drop --nproc")
     resolved = module.CONFIG.resolve(None, sets)
-    values = dataset.train_setup(dict(resolved.values), manifest) if dataset.train_setup else resolved.values
+    values = (dataset.train_setup(dict(resolved.values), manifest) if dataset.train_setup and trainer is None
+              else resolved.values)
     # trainers write checkpoints to a local folder: beside local data, else in the working folder
-    out = out or (f"{dataset.name}-train" if storage.is_remote(data) else os.path.normpath(data) + "-train")
+    suffix = "-" + (trainer or "train")
+    out = out or (f"{dataset.name}{suffix}" if storage.is_remote(data) else os.path.normpath(data) + suffix)
     os.makedirs(out, exist_ok=True)
     from schemas import SchemaError
     from trainers import distributed

@@ -62,6 +62,8 @@ def test_train_misuse_on_real_data(capsys, small_dataset):
     assert "unknown key 'gama' (did you mean 'gamma'?)" in err
     err = _one_line_error(capsys, ["train", "pruned-synth", "--data", str(small_dataset), "--set", "gamma=-1"])
     assert "key 'gamma' must be in" in err
+    err = _one_line_error(capsys, ["train", "pruned-synth", "--data", str(small_dataset), "--trainer", "backbone"])
+    assert "--trainer 'backbone': pruned-synth has no such trainer (named trainers: none besides the default)" in err
 
 
 def test_rerun_without_overwrite_is_refused(capsys, small_dataset):

@@ -13,6 +13,9 @@ PAPERS.md section 5; the network and its supervision are in trainers/concretizer
    remaining frames, those hashing below eval_fraction + `val_fraction` (at least one when two or
    more remain) are validation frames, also never trained on: the occupancy threshold is chosen
    on them (step 4); with a single training frame it is chosen on it (`val_on_train`).
+   `eval_sources` holds out every frame of the named sources as well (eval_sources=kitti: train
+   on simulated scans, evaluate on the real ones), evaluated first; metrics and the report then
+   give the figures per source too (`by_source`).
 2. Loss: voxel occupancy classification at every stage (BCE, or focal with gamma 2, alpha 0.25),
    each stage against the occupancy at its stride (dispersion-controlled supervision), the
    stage losses summed. AdamW, gradient clipping: trainers/fit.py, the shared loop.
@@ -66,7 +69,7 @@ from schemas.config import ConfigError, ConfigSpec, Key, names
 from schemas.manifest import read_manifest
 from trainers import distributed
 from trainers.concretizer_model import LAYER_STRIDE, InversionNet, focal_loss, pack, upsample_sites
-from trainers.data import DatasetError, ShardDataset, epochs, hash_unit, open_table
+from trainers.data import DatasetError, ShardDataset, epochs, hash_unit, open_table, read_arrow
 from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settings
 from trainers.rowstore import RowStore
 
@@ -116,6 +119,8 @@ CONFIG = ConfigSpec((
     Key("eval_fraction", float, 0.1, "held-out share of frames (by hash of the frame id)", low=0.0, high=0.9,
         gridable=False),
     Key("eval_frames", int, 50, "held-out frames evaluated at most (lowest hashes)", low=1, gridable=False),
+    Key("eval_sources", str, "", "comma-separated frame sources (kitti, sim, ...) held out whole and evaluated "
+        "first, e.g. eval_sources=kitti: train on simulated scans, test on the real ones", gridable=False),
     Key("chamfer_points", int, 20000, "query points per direction of the Chamfer distance (random "
         "subsample; nearest neighbours are searched in the full other set)", low=1, gridable=False),
     Key("shuffle", bool, True, "shuffle row groups and rows per epoch", gridable=False),
@@ -158,6 +163,26 @@ def split_frames(ids: list[str], eval_fraction: float, eval_frames: int) -> tupl
         return ranked, ranked[:eval_frames], True
     held = set(ev)
     return [i for i in ranked if i not in held], ev[:eval_frames], False
+
+
+def source_of(data_dir: str) -> dict[str, str]:
+    """frame id -> its source (kitti, sim, ...), from the frames table's id and source columns only."""
+    table = read_arrow(data_dir, "frames", columns=["id", "source"])
+    return dict(zip(table.column("id").to_pylist(), table.column("source").to_pylist()))
+
+
+def split_by_source(ids: list[str], sources: dict[str, str], held_sources: list[str], eval_fraction: float,
+                    eval_frames: int) -> tuple[list[str], list[str], bool]:
+    """split_frames, with every frame of `held_sources` held out too and evaluated first (by hash)."""
+    if held_sources and not any(sources.get(i) in held_sources for i in ids):
+        raise ConfigError(f"eval_sources {','.join(held_sources)}: no frame of that source; sources here: "
+                          f"{sorted(set(sources.get(i) for i in ids) - {None})}")
+    fixed = sorted((i for i in set(ids) if sources.get(i) in held_sources), key=lambda i: (hash_unit(i), i))
+    rest = [i for i in ids if sources.get(i) not in held_sources]
+    train_ids, ev, on_train = split_frames(rest, eval_fraction, eval_frames)
+    if not fixed:
+        return train_ids, ev, on_train
+    return train_ids, (fixed + ([] if on_train else ev))[:eval_frames], False
 
 
 def split_validation(train_ids: list[str], eval_fraction: float, val_fraction: float,
@@ -330,8 +355,8 @@ class _Tally:
         self.empty = 0
         self.stages: dict[int, Counter] = {}
 
-    def add(self, pred_keys: torch.Tensor, gt_keys: torch.Tensor, cham: dict | None) -> None:
-        self.counts.update(tp=int(torch.isin(pred_keys, gt_keys).sum()), pred=len(pred_keys), gt=len(gt_keys))
+    def add(self, tp: int, pred: int, gt: int, cham: dict | None) -> None:
+        self.counts.update(tp=tp, pred=pred, gt=gt)
         if cham is None:
             self.empty += 1
         else:
@@ -392,12 +417,14 @@ def choose_threshold(model: InversionNet, loader: FrameLoader, ids: list[str], c
 
 @torch.no_grad()
 def evaluate(model: InversionNet, loader: FrameLoader, frames: RowStore, ids: list[str], cfg: dict,
-             device, png: str | None, threshold: float | None = None) -> dict:
+             device, png: str | None, threshold: float | None = None,
+             sources: dict[str, str] | None = None) -> dict:
     """Model (at `threshold`, default the config's) and naive baseline on the eval frames (one
-    frame at a time): stride-1 occupancy, per-stage occupancy, Chamfer both ways."""
+    frame at a time): stride-1 occupancy, per-stage occupancy, Chamfer both ways; with `sources`
+    (frame id -> source) the same per source too (`by_source`)."""
     threshold = cfg["threshold"] if threshold is None else threshold
     model.eval()
-    model_t, base_t = _Tally(), _Tally()
+    counted = []             # per frame: (source, [(tally "model" or "baseline", method, args)])
     plotted = None
     missing = 0
     for n, fid in enumerate(ids):
@@ -410,28 +437,41 @@ def evaluate(model: InversionNet, loader: FrameLoader, frames: RowStore, ids: li
         targets = batch["targets"]
         outs = model(batch["feats"], batch["coords"], 1, batch["shapes"], threshold=threshold,
                      targets=targets, force=0.0)
-        for o in outs:
-            model_t.add_stage(o["stride"], int(o["labels"][o["kept"]].sum()) if len(o["kept"]) else 0,
-                              int(o["kept"].sum()), len(targets[o["stride"]]))
+        ops = [("model", "add_stage", (o["stride"], int(o["labels"][o["kept"]].sum()) if len(o["kept"]) else 0,
+                                       int(o["kept"].sum()), len(targets[o["stride"]]))) for o in outs]
         last = outs[-1]
         pred = last["coords"][last["kept"]]
         base = batch["coords"].to(torch.int64)      # the naive baseline, stride after stride
         for i, s in enumerate(model.strides):
             if i:
                 base = upsample_sites(base, [batch["shapes"][s]], model.offs)
-            base_t.add_stage(s, int(torch.isin(pack(base), targets[s]).sum()), len(base), len(targets[s]))
+            ops.append(("baseline", "add_stage", (s, int(torch.isin(pack(base), targets[s]).sum()), len(base),
+                                                  len(targets[s]))))
         gt = targets[1]
         xyz, vs, rng = pts
         restored = voxel_centres(pred[:, 1:].cpu().numpy(), vs, rng)
         naive = voxel_centres(base[:, 1:].cpu().numpy(), vs, rng)
         seed = cfg["seed"] * 1_000_003 + n
-        model_t.add(pack(pred), gt, chamfer(restored, xyz, cfg["chamfer_points"], seed))
-        base_t.add(pack(base), gt, chamfer(naive, xyz, cfg["chamfer_points"], seed))
+        for name, keys, points in (("model", pack(pred), restored), ("baseline", pack(base), naive)):
+            ops.append((name, "add", (int(torch.isin(keys, gt).sum()), len(keys), len(gt),
+                                      chamfer(points, xyz, cfg["chamfer_points"], seed))))
+        counted.append(((sources or {}).get(fid), ops))
         if plotted is None:
             plotted = (fid, xyz, restored, naive)
     model.train()
+
+    def tally(rows) -> dict:
+        t = {"model": _Tally(), "baseline": _Tally()}
+        for _, ops in rows:
+            for name, method, args in ops:
+                getattr(t[name], method)(*args)
+        return {name: v.result() for name, v in t.items()}
     out = {"frames": len(ids) - missing, "frames_missing": missing, "threshold": threshold,
-           "model": model_t.result(), "baseline": base_t.result(), "bev_png": None}
+           **tally(counted), "bev_png": None}
+    if sources:
+        out["by_source"] = {src: {"frames": sum(1 for s_, _ in counted if s_ == src),
+                                  **tally([c for c in counted if c[0] == src])}
+                            for src in sorted({s_ for s_, _ in counted if s_ is not None})}
     if png and plotted is not None:
         out["bev_png"] = plot_bev(png, *plotted, cfg["chamfer_points"], cfg["seed"])
         out["bev_frame"] = plotted[0]
@@ -534,8 +574,10 @@ class Inversion(Recipe):
         cache = int(cfg["cache_mb"] * 2 ** 20)
         self.loader = FrameLoader(data_dir, layer, self.strides, cache)
         self.frames = RowStore(data_dir, "frames", ["id"], FRAME_COLUMNS, cache_bytes=cache)
-        self.train_ids, self.eval_ids, self.eval_on_train = split_frames(
-            self.loader.frame_ids(), cfg["eval_fraction"], cfg["eval_frames"])
+        self.sources = source_of(data_dir)
+        self.train_ids, self.eval_ids, self.eval_on_train = split_by_source(
+            self.loader.frame_ids(), self.sources, names(cfg["eval_sources"]), cfg["eval_fraction"],
+            cfg["eval_frames"])
         self.train_ids, self.val_ids, self.val_on_train = split_validation(
             self.train_ids, cfg["eval_fraction"], cfg["val_fraction"], cfg["val_frames"])
         first = next((f for f in map(self.loader.load, self.train_ids[:50]) if f is not None), None)
@@ -619,7 +661,7 @@ class Inversion(Recipe):
             chosen = {"threshold": self.cfg["threshold"], "on": "config threshold"}
         self.threshold = chosen["threshold"]
         out = evaluate(model, self.loader, self.frames, self.eval_ids, self.cfg, self.device,
-                       os.path.join(self.layer_dir, "bev.png"), threshold=self.threshold)
+                       os.path.join(self.layer_dir, "bev.png"), threshold=self.threshold, sources=self.sources)
         out["threshold_selection"] = chosen
         return out
 
@@ -681,6 +723,13 @@ def report(metrics: dict) -> str:
             lines.append(f"  {name:10s} {e['precision']:10.4f} {e['recall']:10.4f} {e['f1']:10.4f} "
                          f"{fmt(e['chamfer']):>10s} {fmt(e['pred_to_gt']):>10s} {fmt(e['gt_to_pred']):>10s}   "
                          + " ".join(f"{k} {v['recall']:.4f}" for k, v in e.get("stages", {}).items()))
+        for src, by in (ev.get("by_source") or {}).items():
+            if len(ev["by_source"]) > 1:
+                lines.append(f"  {src} ({by['frames']} frames): F1 {by['model']['f1']:.4f} vs baseline "
+                             f"{by['baseline']['f1']:.4f}; chamfer {fmt(by['model']['chamfer'])} vs "
+                             f"{fmt(by['baseline']['chamfer'])} m (pred->gt {fmt(by['model']['pred_to_gt'])} vs "
+                             f"{fmt(by['baseline']['pred_to_gt'])}, gt->pred {fmt(by['model']['gt_to_pred'])} vs "
+                             f"{fmt(by['baseline']['gt_to_pred'])})")
         lines.append("  (chamfer: the mean of pred->gt and gt->pred, metres)")
         if ev.get("bev_png"):
             lines.append(f"  bird's-eye view: {ev['bev_png']}")

@@ -38,25 +38,16 @@ LAYER_STRIDE = {"conv1": 1, "conv2": 2, "conv3": 4, "conv4": 8}
 _BITS = 16                                    # key packing: b, z, y, x each < 2**16
 
 
-def _current_stream() -> int:
-    return torch.cuda.current_stream().cuda_stream if torch.cuda.is_available() else 0
-
-
 def spconv_module():
-    """spconv.pytorch, or an ImportError that names the extra to install.
-
-    spconv 2.3's backward of a convolution on CPU tensors asks torch for the current CUDA stream
-    unconditionally (spconv/pytorch/ops.py, indice_conv_backward), which raises on a CPU-only torch
-    build; its CPU branch never uses the stream, so where CUDA is unavailable the lookup answers 0,
-    as spconv's other CPU paths do."""
+    """spconv.pytorch with its CPU paths made right (transforms/lidar/backbone.py, patch_spconv_cpu),
+    or an ImportError that names the extra to install."""
     try:
         import spconv.pytorch as spconv
-        from spconv.pytorch import ops
+        from transforms.lidar.backbone import patch_spconv_cpu
     except ImportError as exc:
         raise ImportError(f"the concretizer trainer needs spconv (pip install 'shardsmith[lidar]' or "
                           f"spconv-cu12x on a GPU machine): {exc}") from None
-    if getattr(ops, "get_current_stream", None) is not _current_stream:
-        ops.get_current_stream = _current_stream
+    patch_spconv_cpu()
     return spconv
 
 

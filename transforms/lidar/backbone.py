@@ -57,6 +57,44 @@ CHECKPOINT_PREFIX = "backbone_3d."
 LayerOutput = Tuple[np.ndarray, np.ndarray, Tuple[int, int, int], Tuple[int, int, int]]
 
 
+def _current_stream() -> int:
+    return torch.cuda.current_stream().cuda_stream if torch.cuda.is_available() else 0
+
+
+class _SpconvOpsOnCpu:
+    """spconv's SpconvOps with a scatter-add that is right on any number of threads."""
+
+    def __init__(self, ops):
+        self._ops = ops
+
+    def __getattr__(self, name):
+        return getattr(self._ops, name)
+
+    @staticmethod
+    def scatter_add_cpu(out, buffer, indices) -> None:
+        """out[indices[j]] += buffer[j], by torch's index_add_ on zero-copy views of the tv tensors."""
+        index = torch.from_numpy(indices.numpy_view()).long()
+        torch.from_numpy(out.numpy_view()).index_add_(0, index, torch.from_numpy(buffer.numpy_view())[:len(index)])
+
+
+def patch_spconv_cpu() -> None:
+    """Make spconv 2.3's CPU convolutions right; idempotent, a no-op on what CUDA runs.
+
+    - Its CPU gather-matmul-scatter (ops.indice_conv and its backward) adds each kernel offset's
+      products into the output with SpconvOps.scatter_add_cpu, which races when torch runs more
+      than one thread: on 2 threads VoxelBackBone8x's conv2..bev features on a 20k-point frame were
+      up to 1.9 off the single-threaded ones, and differed call to call (exact on 1 thread, which
+      is what the pipeline's workers use). Its adds go through torch's index_add_ instead (identical to the
+      single-threaded result; each offset's output indices are distinct).
+    - Its CPU backward asks torch for the current CUDA stream unconditionally, which raises on a
+      CPU-only torch build; the CPU branch never uses the stream, so it answers 0 there, as
+      spconv's other CPU paths do."""
+    from spconv.pytorch import ops
+    if not isinstance(ops.SpconvOps, _SpconvOpsOnCpu):
+        ops.SpconvOps = _SpconvOpsOnCpu(ops.SpconvOps)
+    ops.get_current_stream = _current_stream
+
+
 class CheckpointError(ValueError):
     """An OpenPCDet checkpoint whose backbone_3d weights do not fit VoxelBackBone8x."""
 
@@ -78,7 +116,12 @@ def _block(cin: int, cout: int, key: str, *, stride=1, padding=0, strided: bool 
 
 
 class VoxelBackBone8x(nn.Module):
-    """OpenPCDet's VoxelBackBone8x, frozen (eval mode, no gradients), batch size 1.
+    """OpenPCDet's VoxelBackBone8x, frozen (eval mode, no gradients), batch size 1 in `extract`.
+
+    `thaw()` makes it trainable: the detector pre-training (trainers/concretizer_detector.py) trains
+    this very module inside a CenterPoint-style detector, so the checkpoint it writes is one this
+    class loads. That is why trainers may import this module (and no other of transforms/): it is
+    plain torch + spconv, no Beam (tests/test_layout.py holds both rules).
 
     input_channels: MeanVFE feature channels (4 for KITTI x, y, z, intensity; 5 for Waymo).
     grid_size_zyx: the voxel grid (z, y, x) of the voxelizer, e.g. [40, 1600, 1408] for KITTI
@@ -89,12 +132,14 @@ class VoxelBackBone8x(nn.Module):
 
     def __init__(self, input_channels: int, grid_size_zyx: Sequence[int]):
         super().__init__()
+        patch_spconv_cpu()
         self.input_channels = int(input_channels)
         self.grid_size_zyx = tuple(int(v) for v in grid_size_zyx)
         if len(self.grid_size_zyx) != 3:
             raise ValueError(f"grid_size_zyx must be (z, y, x), got {list(grid_size_zyx)}")
         self.sparse_shape = sparse_shape(self.grid_size_zyx)
         self.source = "init"  # seed:<n> or the checkpoint's sha256 (the features table's `backbone`)
+        self.frozen = True
 
         self.conv_input = spconv.SparseSequential(
             spconv.SubMConv3d(self.input_channels, 16, 3, padding=1, bias=False, indice_key="subm1"),
@@ -217,16 +262,29 @@ class VoxelBackBone8x(nn.Module):
                          "input_channels match the point features?")
             raise CheckpointError("\n".join(lines))
         self.load_state_dict(fixed, strict=True)
-        self._freeze()
+        if self.frozen:
+            self._freeze()
+
+    @property
+    def bev_channels(self) -> int:
+        """Channels of the BEV map (HeightCompression): 128 x conv_out's z levels (256 for KITTI)."""
+        return 128 * bev_shape(self.grid_size_zyx)[0]
 
     def _freeze(self) -> "VoxelBackBone8x":
+        self.frozen = True
         self.requires_grad_(False)
         nn.Module.train(self, False)
         return self
 
+    def thaw(self) -> "VoxelBackBone8x":
+        """Trainable: gradients on, and train() / eval() switch BatchNorm as in any module."""
+        self.frozen = False
+        self.requires_grad_(True)
+        return self
+
     def train(self, mode: bool = True) -> "VoxelBackBone8x":
         """A frozen extractor stays in eval mode: BatchNorm uses its running statistics always."""
-        return nn.Module.train(self, False)
+        return nn.Module.train(self, mode and not self.frozen)
 
     # -- inference ------------------------------------------------------------------------------
 

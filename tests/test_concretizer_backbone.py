@@ -1,0 +1,223 @@
+"""The backbone ConcreTizer inverts, pre-trained as a detector (trainers/concretizer_backbone.py).
+
+Unit cases for the CenterPoint pieces (targets, decoding, mirroring, matching, AP), then one real
+chain on the real KITTI frames of ../shared/data plus simulated scenes: `shardsmith run` with seed
+weights -> `shardsmith train concretizer --trainer backbone` -> `shardsmith run` with the written
+OpenPCDet checkpoint -> the inversion trained on simulated frames only, evaluated on the real KITTI
+frames and held-out simulated ones, where it must beat the naive baseline on F1 and on Chamfer.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("spconv")
+
+from tests.conftest import SHARED_DATA, read_rows  # noqa: E402
+from trainers.concretizer_detector import (BEV_STRIDE, REGRESSION, Detector, average_precision, decode,  # noqa: E402
+                                           draw_gaussian, flip_y, frame_targets, match_detections,
+                                           points_in_boxes)
+
+RANGE = [0.0, -40.0, -3.0, 70.4, 40.0, 1.0]
+VOXEL = [0.05, 0.05, 0.1]
+BEV_HW = (200, 176)
+CLASSES = ("Car", "Pedestrian", "Cyclist")
+KITTI_SCANS = os.path.join(SHARED_DATA, "kitti", "training", "velodyne")
+
+BOXES = np.array([[12.3, -4.1, -0.9, 4.2, 1.7, 1.5, 0.3],
+                  [30.05, 7.77, -1.0, 0.6, 0.7, 1.8, -2.5],
+                  [45.0, 0.2, -0.8, 1.8, 0.6, 1.7, 3.0],
+                  [80.0, 0.0, -0.8, 4.0, 1.8, 1.5, 0.0]], np.float32)      # the last lies beyond the range
+KINDS = ["Car", "Pedestrian", "Cyclist", "Car"]
+
+
+def _perfect_outputs(t: dict) -> dict:
+    """Head outputs a perfect detector would give for targets `t` (batch of one)."""
+    h, w = BEV_HW
+    p = np.clip(t["heatmap"], 1e-6, 1 - 1e-6)
+    out = {"hm": torch.from_numpy(np.log(p / (1 - p)))[None]}
+    codes = np.zeros((sum(REGRESSION.values()), h * w), np.float32)
+    codes[:, t["index"]] = t["reg"].T
+    start = 0
+    for name, n in REGRESSION.items():
+        out[name] = torch.from_numpy(codes[start:start + n].reshape(n, h, w))[None]
+        start += n
+    return out
+
+
+def test_targets_decode_back_to_the_boxes():
+    t = frame_targets(BOXES, KINDS, CLASSES, BEV_HW, RANGE, VOXEL)
+    assert t["heatmap"].shape == (3, 200, 176) and list(t["cls"]) == [0, 1, 2]     # the far car left out
+    assert [t["heatmap"][c].max() for c in range(3)] == [1.0, 1.0, 1.0]
+    cell = VOXEL[0] * BEV_STRIDE
+    assert t["index"][0] == int((-4.1 + 40) / cell) * 176 + int(12.3 / cell)
+    det = decode(_perfect_outputs(t), RANGE, VOXEL, score_threshold=0.5)[0]
+    assert sorted(det["classes"]) == [0, 1, 2] and (det["scores"] > 0.99).all()
+    for k in range(3):
+        box = det["boxes"][det["classes"] == k][0]
+        want = BOXES[k].copy()
+        want[6] = np.arctan2(np.sin(want[6]), np.cos(want[6]))
+        np.testing.assert_allclose(box, want, atol=1e-4)
+
+
+def test_gaussian_peaks_at_the_centre_and_clips_at_the_border():
+    hm = np.zeros((10, 12), np.float32)
+    draw_gaussian(hm, 0, 9, 3)
+    assert hm[9, 0] == 1.0 and hm[9, 3] > 0 and hm[9, 4] == 0 and hm[5, 0] == 0
+    assert (hm[9, 1:4] < 1).all() and np.all(np.diff(hm[9, :4]) < 0)
+    draw_gaussian(hm, 0, 9, 2)                   # max, not sum
+    assert hm.max() == 1.0
+
+
+def test_mirroring_mirrors_the_targets():
+    rng = np.random.default_rng(0)
+    coords = np.column_stack([rng.integers(0, 40, 50), rng.integers(0, 1600, 50), rng.integers(0, 1408, 50)])
+    feats = rng.normal(size=(50, 4)).astype(np.float32)
+    c2, f2, b2 = flip_y(coords, feats, BOXES, 1600)
+    assert (c2[:, 1] == 1599 - coords[:, 1]).all() and np.allclose(f2[:, 1], -feats[:, 1])
+    assert np.allclose(f2[:, [0, 2, 3]], feats[:, [0, 2, 3]])
+    twice = flip_y(c2, f2, b2, 1600)
+    assert (twice[0] == coords).all() and np.allclose(twice[2], BOXES)
+    a = frame_targets(BOXES, KINDS, CLASSES, BEV_HW, RANGE, VOXEL)
+    b = frame_targets(b2, KINDS, CLASSES, BEV_HW, RANGE, VOXEL)
+    np.testing.assert_allclose(b["heatmap"], a["heatmap"][:, ::-1, :], atol=1e-6)
+    # the mirrored voxels of a point lie in the mirrored box's cell
+    y = -4.1
+    i = int((y + 40) / 0.05)
+    assert (1599 - i) // BEV_STRIDE == int((-y + 40) / (0.05 * BEV_STRIDE))
+
+
+def test_points_in_boxes_follow_the_heading():
+    box = np.array([[10.0, 0.0, 0.0, 4.0, 1.0, 2.0, np.pi / 2]])      # long along y
+    pts = np.array([[10.0, 1.9, 0.0], [11.9, 0.0, 0.0], [10.4, -1.5, 0.9], [10.0, 0.0, 1.1]])
+    assert points_in_boxes(pts, box).tolist() == [2]                  # (10, 1.9) and (10.4, -1.5)
+
+
+def test_matching_and_average_precision_by_hand():
+    gt = np.array([[0.0, 0.0], [10.0, 0.0]])
+    pred = np.array([[0.5, 0.0], [0.2, 0.0], [10.0, 3.0], [9.0, 0.5]])
+    hit = match_detections(pred, np.array([0.9, 0.95, 0.8, 0.5]), gt, 2.0)
+    # 0.95 takes box 0; 0.9 finds it taken and nothing else near; (10, 3) is 3 m off; (9, 0.5) takes box 1
+    assert hit.tolist() == [-1, 0, -1, 1]
+    # ranked: true, false, false, true over 2 boxes: precision 1 up to recall 0.5, then 0.5 up to 1
+    ap = average_precision(np.array([0.95, 0.9, 0.8, 0.5]), np.array([1, 0, 0, 1], bool), 2)
+    assert ap == pytest.approx((20 * 1.0 + 20 * 0.5) / 40)
+    assert average_precision(np.array([]), np.array([], bool), 0) is None
+    assert average_precision(np.array([0.3]), np.array([False]), 3) == 0.0
+
+
+def test_the_checkpoint_is_an_openpcdet_one_the_pipeline_loads(tmp_path):
+    from trainers.concretizer_backbone import save_openpcdet
+    from transforms.lidar.backbone import CHECKPOINT_PREFIX, VoxelBackBone8x
+    det = Detector(4, (40, 1600, 1408), CLASSES, width=16, seed=3)
+    with torch.no_grad():                        # weights unlike any seed's, and running statistics too
+        for p in det.backbone_3d.parameters():
+            p.add_(torch.randn_like(p) * 0.01)
+        for m in det.backbone_3d.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 2.0)
+    path = str(tmp_path / "backbone.pth")
+    save_openpcdet(det, path, step=7, epoch=None)
+    raw = torch.load(path, weights_only=True)
+    assert raw["it"] == 7 and {"model_state", "epoch", "version"} <= set(raw)
+    assert any(k.startswith("dense_head.") for k in raw["model_state"])
+    assert any(k.startswith("backbone_2d.") for k in raw["model_state"])
+    loaded = VoxelBackBone8x.load_checkpoint(path, grid_size_zyx=(40, 1600, 1408))
+    for key, value in loaded.state_dict().items():
+        assert torch.equal(value, raw["model_state"][CHECKPOINT_PREFIX + key]), key
+    assert loaded.frozen and not loaded.training and not any(p.requires_grad for p in loaded.parameters())
+    det.eval()
+    rng = np.random.default_rng(1)
+    coords = np.unique(np.column_stack([rng.integers(10, 30, 3000), rng.integers(700, 900, 3000),
+                                        rng.integers(0, 400, 3000)]), axis=0).astype(np.int32)
+    feats = rng.normal(size=(len(coords), 4)).astype(np.float32)
+    a = loaded.extract(feats, coords)["conv2"]
+    b = det.backbone_3d.eval().extract(feats, coords)["conv2"]
+    assert np.array_equal(a[0], b[0]) and np.allclose(a[1], b[1], atol=1e-5)
+
+
+# ------------------------------------------------------------------------------- the real chain
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """seed-weight data -> pre-trained detector -> data with its checkpoint -> inversion."""
+    if not os.path.isdir(KITTI_SCANS):
+        pytest.skip(f"the real KITTI frames are not at {KITTI_SCANS} (../shared/data is absent in a fresh clone)")
+    from pipelines import registry
+    from pipelines.run import run
+    from trainers import concretizer, concretizer_backbone
+    root = tmp_path_factory.mktemp("backbone")
+    scans = f"scans={os.path.join(KITTI_SCANS, '*.bin')}"
+    data_sets = [scans, "simulated=10", "layers=conv2"]
+    run(registry.get("concretizer"), out=str(root / "seed"), sets=data_sets)
+    pre = concretizer_backbone.train(str(root / "seed" / "concretizer"), str(root / "pre"), {
+        "max_steps": 40, "batch_size": 2, "eval_fraction": 0.2, "checkpoint_every": 0, "device": "cpu"})
+    weights = pre["weights"]
+    run(registry.get("concretizer"), out=str(root / "trained"), sets=data_sets + [f"weights={weights}"])
+    data = str(root / "trained" / "concretizer")
+    inv = concretizer.train(data, str(root / "inv"), {
+        "layer": "conv2", "max_steps": 80, "batch_size": 2, "lr": 3e-3, "eval_sources": "kitti", "eval_fraction": 0.1,
+        "checkpoint_every": 0, "device": "cpu", "seed": 0})
+    return {"pre": pre, "weights": weights, "data": data, "inv": inv}
+
+
+def test_pretraining_learns_and_writes_a_checkpoint(chain):
+    pre = chain["pre"]
+    loss = pre["train"]["loss"]
+    assert len(loss) == 40 and np.isfinite(loss).all()
+    assert np.mean(loss[-5:]) < 0.5 * np.mean(loss[:5]), loss
+    split = pre["split"]
+    assert split["train_sources"]["kitti"] == 3 and split["eval_frames"] >= 2 and not split["eval_on_train"]
+    trained_on = {f for step in pre["train"]["frames"] for f in step}
+    assert trained_on and not trained_on & set(split["eval_ids"])
+    first, last = pre["eval"][0], pre["eval"][-1]
+    assert first["step"] == 0 and last["step"] == 40 and last["frames"] == split["eval_frames"]
+    assert last["loss"] < first["loss"], (first["loss"], last["loss"])
+    car = last["classes"]["Car"]
+    assert car["boxes"] > 0 and 0 <= car["recall"] <= 1 and car["ap"] is not None
+    print(f"\npre-training: held-out loss {first['loss']:.3f} -> {last['loss']:.3f}; Car AP "
+          f"{first['classes']['Car']['ap']:.3f} -> {car['ap']:.3f}, recall@2m {car['recall']:.3f}")
+    assert os.path.isfile(chain["weights"])
+
+
+def test_the_pipeline_runs_the_trained_weights(chain):
+    with open(chain["weights"], "rb") as fh:
+        digest = "sha256:" + hashlib.sha256(fh.read()).hexdigest()
+    rows = read_rows(chain["data"], "features")
+    assert rows and {r["backbone"] for r in rows} == {digest}
+    with open(os.path.join(chain["data"], "_manifest.json")) as fh:
+        assert json.load(fh)["config"]["weights"] == chain["weights"]
+
+
+def test_inversion_beats_the_baseline_on_held_out_real_and_simulated_frames(chain):
+    inv = chain["inv"]
+    assert inv["smoke_run"] is False and inv["backbone_weights"] == chain["weights"]
+    m = inv["per_layer"]["conv2"]
+    split = m["split"]
+    trained_on = {f for step in m["train"]["frames"] for f in step}
+    assert not trained_on & set(split["eval_ids"]) and not split["eval_on_train"]
+    ev = m["eval"]
+    assert set(ev["by_source"]) == {"kitti", "sim"} and ev["by_source"]["kitti"]["frames"] == 3
+    for source, by in [("all", ev)] + sorted(ev["by_source"].items()):
+        model, base = by["model"], by["baseline"]
+        print(f"\n{source}: F1 {model['f1']:.3f} vs {base['f1']:.3f}; chamfer {model['chamfer']:.4f} vs "
+              f"{base['chamfer']:.4f} m (pred->gt {model['pred_to_gt']:.4f} vs {base['pred_to_gt']:.4f}, "
+              f"gt->pred {model['gt_to_pred']:.4f} vs {base['gt_to_pred']:.4f})")
+        assert model["f1"] > base["f1"], (source, model, base)
+        assert model["chamfer"] < base["chamfer"], (source, model, base)
+
+
+def test_pretraining_errors_are_one_line(tmp_path, chain):
+    from schemas.config import ConfigError
+    from trainers import concretizer_backbone
+    with pytest.raises(ConfigError, match="eval_source 'waymo': no labelled frame of that source"):
+        concretizer_backbone.train(chain["data"], str(tmp_path), {"eval_source": "waymo", "max_steps": 1})
+    with pytest.raises(ConfigError, match="classes"):
+        concretizer_backbone.train(chain["data"], str(tmp_path), {"classes": " , ", "max_steps": 1})
