@@ -39,7 +39,7 @@ def prepare(args) -> None:
     tiny = os.path.join(args.dest, "tiny-llama")
     model.save_pretrained(tiny)
     tok.save_pretrained(tiny)
-    for name in TRAINERS:
+    for name in dict.fromkeys(DATA.get(n, n) for n in TRAINERS):
         src = getattr(args, name)
         if src:
             shutil.copytree(src, os.path.join(args.dest, name), dirs_exist_ok=True)
@@ -55,7 +55,9 @@ TRAINERS = {
     "rmaxts": lambda tiny: {"base_model": tiny, "steps": 20, "batch_size": 8, "grad_accum": 2, "max_length": 256,
                             "checkpoint_every": 10, "eval_examples": 32},
     "concretizer": lambda tiny: {"max_steps": 20, "batch_size": 2, "checkpoint_every": 10, "chamfer_points": 4000},
+    "concretizer_backbone": lambda tiny: {"max_steps": 20, "batch_size": 4, "checkpoint_every": 10, "bf16": False},
 }
+DATA = {"concretizer_backbone": "concretizer"}      # trainers that read another trainer's dataset
 
 
 def train_one(name: str, data: str, out: str, config: dict) -> dict:
@@ -115,10 +117,10 @@ def run(args) -> None:
               "runs": []}
     tiny = os.path.join(args.src, "tiny-llama")
     for name, make in TRAINERS.items():
-        data = os.path.join(args.src, name)
+        data = os.path.join(args.src, DATA.get(name, name))
         if not os.path.isdir(data):
             continue
-        cfg = dict(make(tiny), device="cuda", bf16=True, resume="none")
+        cfg = {"device": "cuda", "bf16": True, "resume": "none", **make(tiny)}
         out = os.path.join(args.out, name)
         report["runs"].append(_timed(name, lambda: train_one(name, data, out + "-1", cfg)))
         report["runs"].append(_timed(f"{name} x{args.nproc}", lambda: distributed.launch(
@@ -135,7 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare")
-    for name in TRAINERS:
+    for name in dict.fromkeys(DATA.get(n, n) for n in TRAINERS):
         p.add_argument(f"--{name}", help=f"a `shardsmith run {name}` output folder to carry over")
     p.add_argument("--dest", default=".gpu")
     r = sub.add_parser("run")
