@@ -279,3 +279,17 @@ def test_children_geometry():
     # the naive baseline: stride 4 -> every stride-1 cell under it (within the grid)
     base = upsample_sites(torch.tensor([[0, 4, 0, 0]]), [(9, 32, 32), (17, 64, 64)], offsets(2))
     assert len(base) == 4 * 4 and int(base[:, 1].min()) == 16           # z 16 only: 17..19 are outside
+
+
+def test_eval_sources_hold_out_whole_sources():
+    ids = [f"frame-{i}" for i in range(20)]
+    sources = {i: "kitti" if n < 3 else "sim" for n, i in enumerate(ids)}
+    train, ev, on_train = concretizer.split_by_source(ids, sources, ["kitti"], 0.1, 50)
+    kitti = {i for i in ids if sources[i] == "kitti"}
+    assert set(ev[:3]) == kitti and not on_train                       # the real frames first, all of them
+    assert any(sources[i] == "sim" for i in ev)                        # and the hash-held-out simulated ones
+    assert not set(train) & set(ev) and set(train) | set(ev) == set(ids)
+    assert concretizer.split_by_source(ids, sources, ["kitti"], 0.1, 2)[1] == ev[:2]
+    assert concretizer.split_by_source(ids, sources, [], 0.1, 50) == concretizer.split_frames(ids, 0.1, 50)
+    with pytest.raises(ConfigError, match=r"eval_sources waymo: no frame of that source; sources here: \['kitti', 'sim'\]"):
+        concretizer.split_by_source(ids, sources, ["waymo"], 0.1, 50)
