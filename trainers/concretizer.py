@@ -70,7 +70,7 @@ from schemas.manifest import read_manifest
 from trainers import distributed
 from trainers.concretizer_model import LAYER_STRIDE, InversionNet, focal_loss, pack, upsample_sites
 from trainers.data import DatasetError, ShardDataset, epochs, hash_unit, open_table, read_arrow
-from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settings
+from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settings, steps_done
 from trainers.rowstore import RowStore
 
 
@@ -199,7 +199,7 @@ def split_validation(train_ids: list[str], eval_fraction: float, val_fraction: f
     return [i for i in ranked if i not in held], val[:val_frames], False
 
 
-def _coords(table: pa.Table, row: int) -> np.ndarray:
+def read_coords(table: pa.Table, row: int) -> np.ndarray:
     """(n, 3) int32 (z, y, x) of a list<fixed_size_list<int32, 3>> cell, no per-element Python."""
     cell = table.column("coords")[row]
     if not cell.is_valid:
@@ -242,7 +242,7 @@ class FrameLoader:
         if dtype not in ("float16", "float32"):
             raise DatasetError(f"{self.data_dir}: features dtype {dtype!r} (frame {frame_id}); "
                                f"expected float16 or float32")
-        coords = _coords(t, r)
+        coords = read_coords(t, r)
         buf = t.column("values")[r].as_buffer()
         np_dtype = np.dtype("<f2" if dtype == "float16" else "<f4")
         if buf is None or buf.size != coords.shape[0] * channels * np_dtype.itemsize:
@@ -262,7 +262,7 @@ class FrameLoader:
                 self.skipped[f"no_occupancy_s{s}"] += 1
                 return None
             ot, orow = got
-            occ[s] = _coords(ot, orow)
+            occ[s] = read_coords(ot, orow)
             shapes[s] = tuple(int(v) for v in ot.column("spatial_shape")[orow].as_py())
         return {"id": frame_id, "coords": coords, "feats": feats, "occ": occ, "shapes": shapes,
                 "backbone": t.column("backbone")[r].as_py()}
@@ -365,6 +365,13 @@ class _Tally:
     def add_stage(self, stride: int, tp: int, pred: int, gt: int) -> None:
         self.stages.setdefault(stride, Counter()).update(tp=tp, pred=pred, gt=gt)
 
+    def absorb(self, other: "_Tally") -> None:
+        self.counts.update(other.counts)
+        self.chamfer += other.chamfer
+        self.empty += other.empty
+        for stride, c in other.stages.items():
+            self.stages.setdefault(stride, Counter()).update(c)
+
     def result(self) -> dict:
         out = _prf(self.counts["tp"], self.counts["pred"], self.counts["gt"])
         for k in CHAMFER_KEYS:
@@ -375,7 +382,8 @@ class _Tally:
         return out
 
 
-def _points(frames: RowStore, frame_id: str) -> tuple[np.ndarray, list, list] | None:
+def read_points(frames: RowStore, frame_id: str) -> tuple[np.ndarray, list, list] | None:
+    """(x, y, z float64 points, voxel_size, point_cloud_range) of a `frames` row, or None."""
     got = frames.get((frame_id,))
     if got is None:
         return None
@@ -424,12 +432,13 @@ def evaluate(model: InversionNet, loader: FrameLoader, frames: RowStore, ids: li
     (frame id -> source) the same per source too (`by_source`)."""
     threshold = cfg["threshold"] if threshold is None else threshold
     model.eval()
-    counted = []             # per frame: (source, [(tally "model" or "baseline", method, args)])
+    pair = lambda: {"model": _Tally(), "baseline": _Tally()}     # noqa: E731
+    whole, by_source, frames_of = pair(), {}, Counter()
     plotted = None
     missing = 0
     for n, fid in enumerate(ids):
         f = loader.load(fid)
-        pts = _points(frames, fid)
+        pts = read_points(frames, fid)
         if f is None or pts is None:
             missing += 1
             continue
@@ -437,41 +446,40 @@ def evaluate(model: InversionNet, loader: FrameLoader, frames: RowStore, ids: li
         targets = batch["targets"]
         outs = model(batch["feats"], batch["coords"], 1, batch["shapes"], threshold=threshold,
                      targets=targets, force=0.0)
-        ops = [("model", "add_stage", (o["stride"], int(o["labels"][o["kept"]].sum()) if len(o["kept"]) else 0,
-                                       int(o["kept"].sum()), len(targets[o["stride"]]))) for o in outs]
+        frame = pair()
+        for o in outs:
+            frame["model"].add_stage(o["stride"], int(o["labels"][o["kept"]].sum()) if len(o["kept"]) else 0,
+                                     int(o["kept"].sum()), len(targets[o["stride"]]))
         last = outs[-1]
         pred = last["coords"][last["kept"]]
         base = batch["coords"].to(torch.int64)      # the naive baseline, stride after stride
         for i, s in enumerate(model.strides):
             if i:
                 base = upsample_sites(base, [batch["shapes"][s]], model.offs)
-            ops.append(("baseline", "add_stage", (s, int(torch.isin(pack(base), targets[s]).sum()), len(base),
-                                                  len(targets[s]))))
+            frame["baseline"].add_stage(s, int(torch.isin(pack(base), targets[s]).sum()), len(base), len(targets[s]))
         gt = targets[1]
         xyz, vs, rng = pts
         restored = voxel_centres(pred[:, 1:].cpu().numpy(), vs, rng)
         naive = voxel_centres(base[:, 1:].cpu().numpy(), vs, rng)
         seed = cfg["seed"] * 1_000_003 + n
         for name, keys, points in (("model", pack(pred), restored), ("baseline", pack(base), naive)):
-            ops.append((name, "add", (int(torch.isin(keys, gt).sum()), len(keys), len(gt),
-                                      chamfer(points, xyz, cfg["chamfer_points"], seed))))
-        counted.append(((sources or {}).get(fid), ops))
+            frame[name].add(int(torch.isin(keys, gt).sum()), len(keys), len(gt),
+                            chamfer(points, xyz, cfg["chamfer_points"], seed))
+        groups = [whole]
+        if sources and sources.get(fid) is not None:
+            groups.append(by_source.setdefault(sources[fid], pair()))
+            frames_of[sources[fid]] += 1
+        for group in groups:
+            for name, tally in frame.items():
+                group[name].absorb(tally)
         if plotted is None:
             plotted = (fid, xyz, restored, naive)
     model.train()
-
-    def tally(rows) -> dict:
-        t = {"model": _Tally(), "baseline": _Tally()}
-        for _, ops in rows:
-            for name, method, args in ops:
-                getattr(t[name], method)(*args)
-        return {name: v.result() for name, v in t.items()}
     out = {"frames": len(ids) - missing, "frames_missing": missing, "threshold": threshold,
-           **tally(counted), "bev_png": None}
+           **{name: t.result() for name, t in whole.items()}, "bev_png": None}
     if sources:
-        out["by_source"] = {src: {"frames": sum(1 for s_, _ in counted if s_ == src),
-                                  **tally([c for c in counted if c[0] == src])}
-                            for src in sorted({s_ for s_, _ in counted if s_ is not None})}
+        out["by_source"] = {src: {"frames": frames_of[src], **{name: t.result() for name, t in by_source[src].items()}}
+                            for src in sorted(by_source)}
     if png and plotted is not None:
         out["bev_png"] = plot_bev(png, *plotted, cfg["chamfer_points"], cfg["seed"])
         out["bev_frame"] = plotted[0]
@@ -633,13 +641,8 @@ class Inversion(Recipe):
             batch = [next(frames) for _ in range(cfg["batch_size"])]
             yield collate([f for f, _ in batch]), batch[-1][1]
 
-    def step(self) -> int:
-        """0-based index of the optimizer step being taken (the loop records a step after it)."""
-        done = (self._metrics or {}).get("train", {}).get("step") or [0]
-        return int(done[-1])
-
     def loss(self, model, batch):
-        force = teacher_forcing_at(self.step(), self.cfg)
+        force = teacher_forcing_at(steps_done(self._metrics), self.cfg)
         outs = model(batch["feats"], batch["coords"], batch["batch_size"], batch["shapes"],
                      threshold=self.cfg["threshold"], targets=batch["targets"], force=force,
                      max_sites=self.cfg["max_sites"])

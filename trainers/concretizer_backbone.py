@@ -35,15 +35,15 @@ import torch
 
 from schemas.config import ConfigError, ConfigSpec, Key, names
 from trainers import distributed
-from trainers.concretizer import split_frames
+from trainers.concretizer import FRAME_COLUMNS, read_coords, read_points, split_frames
 from trainers.concretizer_detector import (Detector, average_precision, decode, detection_loss, flip_y,
                                            frame_targets, match_detections, points_in_boxes)
-from trainers.data import DatasetError, ShardDataset, epochs
-from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settings, to_device
+from trainers.data import DatasetError, ShardDataset, epochs, read_arrow
+from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settings, steps_done, to_device
 from trainers.rowstore import RowStore
 
 CHECKPOINT = "backbone.pth"       # in each checkpoint folder, and the final one in OUT/
-FRAME_COLUMNS = ["id", "source", "labels", "point_features", "points", "point_cloud_range", "voxel_size"]
+META_COLUMNS = ["id", "source", "labels", "point_cloud_range", "voxel_size"]
 VOXEL_COLUMNS = ["frame_id", "coords", "features"]
 
 
@@ -95,50 +95,40 @@ def save_openpcdet(model: Detector, path: str, step: int, epoch: int | None) -> 
 
 
 class Frames:
-    """A frame's voxels, boxes and geometry, from the voxels and frames tables."""
+    """Every frame's boxes and geometry, read once from the frames table's light columns; a frame's
+    voxels and points by row group, when they are needed."""
 
     def __init__(self, data_dir: str, cache_bytes: int):
+        table = read_arrow(data_dir, "frames", columns=META_COLUMNS)
+        self.meta = {row["id"]: {"id": row["id"], "source": row["source"],
+                                 "boxes": np.asarray([lab["box"] for lab in row["labels"] or []],
+                                                     np.float32).reshape(-1, 7),
+                                 "kinds": [lab["type"] for lab in row["labels"] or []],
+                                 "pc_range": [float(v) for v in row["point_cloud_range"]],
+                                 "voxel_size": [float(v) for v in row["voxel_size"]]}
+                     for row in table.to_pylist()}
         self.voxels = RowStore(data_dir, "voxels", ["frame_id"], VOXEL_COLUMNS, cache_bytes=cache_bytes,
                                duplicate="regenerate the dataset")
-        self.frames = RowStore(data_dir, "frames", ["id"], FRAME_COLUMNS, cache_bytes=cache_bytes)
+        self.scans = RowStore(data_dir, "frames", ["id"], FRAME_COLUMNS, cache_bytes=cache_bytes)
         self.skipped: Counter = Counter()
 
-    def meta(self, frame_id: str) -> dict | None:
-        got = self.frames.get((frame_id,))
-        if got is None:
-            return None
-        t, r = got
-        labels = t.column("labels")[r].as_py() or []
-        return {"id": frame_id, "source": t.column("source")[r].as_py(),
-                "boxes": np.asarray([lab["box"] for lab in labels], np.float32).reshape(-1, 7),
-                "kinds": [lab["type"] for lab in labels],
-                "pc_range": [float(v) for v in t.column("point_cloud_range")[r].as_py()],
-                "voxel_size": [float(v) for v in t.column("voxel_size")[r].as_py()]}
-
     def points(self, frame_id: str) -> np.ndarray:
-        t, r = self.frames.get((frame_id,))
-        cols = t.column("point_features")[r].as_py()
-        raw = np.frombuffer(t.column("points")[r].as_buffer(), dtype="<f4").reshape(-1, len(cols))
-        return raw[:, [cols.index(c) for c in "xyz"]]
+        return read_points(self.scans, frame_id)[0]
 
     def load(self, frame_id: str) -> dict | None:
-        meta = self.meta(frame_id)
+        meta = self.meta.get(frame_id)
         got = self.voxels.get((frame_id,))
         if meta is None or got is None:
             self.skipped["no_frame_or_voxels"] += 1
             return None
         t, r = got
-        cell = t.column("coords")[r]
-        coords = (cell.values.flatten().to_numpy(zero_copy_only=False).reshape(-1, 3) if cell.is_valid
-                  else np.zeros((0, 3), np.int32)).astype(np.int32)
+        coords = read_coords(t, r).astype(np.int32)
         buf = t.column("features")[r].as_buffer()
         size = 0 if buf is None else buf.size
         if not len(coords) or size % (4 * len(coords)):
             self.skipped["no_voxels" if not len(coords) else "bad_features"] += 1
             return None
-        meta["coords"] = coords
-        meta["feats"] = np.frombuffer(buf, dtype="<f4").reshape(len(coords), -1).copy()
-        return meta
+        return {**meta, "coords": coords, "feats": np.frombuffer(buf, dtype="<f4").reshape(len(coords), -1).copy()}
 
 
 class Pretraining(Recipe):
@@ -146,7 +136,7 @@ class Pretraining(Recipe):
         self.data_dir, self.cfg = data_dir, cfg
         self.classes = tuple(names(cfg["classes"]))
         self.frames = Frames(data_dir, int(cfg["cache_mb"] * 2 ** 20))
-        metas = [m for m in map(self.frames.meta, [k[0] for k in self.frames.voxels.keys()]) if m is not None]
+        metas = [self.frames.meta[k[0]] for k in self.frames.voxels.keys() if k[0] in self.frames.meta]
         if not metas:
             raise DatasetError(f"{data_dir}: no frame has voxels; run `shardsmith run concretizer` first")
         labelled = [m for m in metas if any(k in self.classes for k in m["kinds"])]
@@ -191,13 +181,9 @@ class Pretraining(Recipe):
         return model.to(device)
 
     def save(self, model, folder):
-        save_openpcdet(model, os.path.join(folder, CHECKPOINT), self._step(), None)
+        save_openpcdet(model, os.path.join(folder, CHECKPOINT), steps_done(self._metrics), None)
 
     # -- data --------------------------------------------------------------------------------
-
-    def _step(self) -> int:
-        done = (self._metrics or {}).get("train", {}).get("step") or [0]
-        return int(done[-1])
 
     def batches(self, state, metrics):
         cfg, train_set = self.cfg, set(self.train_ids)

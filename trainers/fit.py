@@ -154,6 +154,13 @@ def settings(spec: ConfigSpec, config: Mapping) -> dict:
     return values
 
 
+def steps_done(metrics: Mapping | None) -> int:
+    """Optimizer steps the run's metrics record: the 0-based index of the step being taken while a
+    recipe's loss runs (the loop records a step after it), the step a checkpoint is written at."""
+    done = (metrics or {}).get("train", {}).get("step") or [0]
+    return int(done[-1])
+
+
 def pick_device(name: str | None) -> torch.device:
     """cuda when available unless `name` says otherwise; in data parallel, this process's GPU."""
     name = name or ("cuda" if torch.cuda.is_available() else "cpu")
