@@ -1,5 +1,6 @@
 # make demo: set up everything, then run the main job on the embedded samples.
-# make test: set up everything, then run the tests.
+# make test: set up everything, then run every test (what CI runs); prints the slowest 15.
+# make check: the fast tier: every test with no heavy marker (see pyproject.toml), in about 2 minutes.
 PYTHON ?= python3.11
 VENV ?= .venv
 EXTRAS ?= train,dask,llm,web,lidar,dev
@@ -8,7 +9,11 @@ BIN := $(VENV)/bin
 comma := ,
 STAMP := $(VENV)/.shardsmith-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: setup demo test bench clean vllm
+# test processes: the suite waits on Chromium, servers and subprocesses as much as it computes
+WORKERS ?= 2
+HEAVY := browser or model or pipeline or cluster or store or bench or slow
+
+.PHONY: setup demo test check bench clean vllm
 
 $(STAMP): pyproject.toml infra/setup.sh
 	PYTHON=$(PYTHON) bash infra/setup.sh $(VENV) $(EXTRAS)
@@ -23,7 +28,10 @@ demo: setup
 	@echo "plot: $(OUT)/pruned-synth-train/accuracy.png"
 
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(WORKERS) --durations=15 tests
+
+check: setup
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not ($(HEAVY))" --durations=5 tests
 
 # make vllm: the separate venv with vLLM's CPU build that backend=vllm starts its server from.
 vllm:

@@ -52,7 +52,7 @@ from pipelines import logs  # noqa: E402
 logs.configure()
 from pipelines.registry import get  # noqa: E402
 from pipelines.run import run  # noqa: E402
-from schemas import storage  # noqa: E402
+from core import storage  # noqa: E402
 from tests import stores  # noqa: E402
 from tests.dask_cluster import DaskCluster, group_members  # noqa: E402
 

@@ -9,7 +9,7 @@ are generated three ways with that very model object:
 
   (a) one_at_a_time  raw `model.generate` on each prompt alone (no padding);
   (b) raw_batched    raw `model.generate` on batches of 16 prompts, LEFT-padded, in the given order
-                     (minimal code, no sorting): the baseline of shared/TARGETS.md;
+                     (minimal code, no sorting): the baseline of docs/benchmarks.md;
   (c) pipeline       the shardsmith step: `Generate(TransformersBackend, ledger, cache_location=None,
                      batch_size=16)` in a Beam pipeline (beam.Create -> Generate -> write results) run
                      by FnApiRunner. The whole `pipeline.run()` is timed; inside it, the first and
@@ -46,7 +46,7 @@ from /proc/stat minus this process's CPU, in cores), as bench/pruned_synth.py do
 cores a warning is printed: the machine was shared and the ratios are skewed.
 
 Prints a table, a final RESULT line and writes bench/results/llm_generate.json.
-Target (shared/TARGETS.md): pipeline >= 0.8x raw batched throughput.
+Target (docs/benchmarks.md): pipeline >= 0.8x raw batched throughput.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@
 Every figure is the median of --repeat runs. Each measurement also records the CPU other
 processes used meanwhile ("other load", in cores), since a busy machine skews the ratios.
 Prints a table, a final RESULT line, and writes bench/results/pruned_synth.json.
-Targets (shared/TARGETS.md): Beam <= 3x slower than numpy + pyarrow; 2 workers >= 1.6x one.
+Targets (docs/benchmarks.md): Beam <= 3x slower than numpy + pyarrow; 2 workers >= 1.6x one.
 
 Measured here (2 cores), default scale 2 (1,624,000 rows): Beam local 1.34x the numpy time,
 2 workers 1.76x one (machine ceiling 1.69x). At scale 1 (824,000 rows): 1.36x and 1.54-1.59x,

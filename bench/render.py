@@ -19,7 +19,7 @@ Chromium), a fresh browser context per page and the same viewport (seeded by the
 
 - end_to_end: the policed capture, then curation (the default rules: language, blocklist, error,
   parked, thin, topics) and the four rule tasks, as the pipeline runs them on each page; no LLM.
-  TARGETS: at most 1.2x the capture alone.
+  Target (docs/benchmarks.md): at most 1.2x the capture alone.
 
 - naive (--naive, reference only): the baseline, then `Accessibility.getFullAXTree` and
   `DOMSnapshot.captureSnapshot` one after the other through Playwright's CDPSession.
@@ -28,7 +28,7 @@ Rounds alternate baseline and capture (order flipped each round) so that driftin
 shared machine hits both; rates are medians over rounds. "Other load" is CPU used by other
 processes while a part ran (this process, its driver and its Chromium are subtracted); above
 0.25 cores a warning is printed. Output: a table, a `RESULT render:` line and
-bench/results/render.json. Target (shared/TARGETS.md): capture <= 1.5x the bare cost.
+bench/results/render.json. Target (docs/benchmarks.md): capture <= 1.5x the bare cost.
 """
 from __future__ import annotations
 
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     with Renderer() as r:
         devices = r._submit(lambda w: w.devices, 30)
-        # the accessibility-node count the TARGETS figure quotes, and a warm-up of both paths
+        # the accessibility-node count the target's workload quotes, and a warm-up of both paths
         ax_counts = r._submit(lambda w: _ax_counts(w, base, pages), 300)
         run_part("baseline", r, base, pages[:3], args.platform, devices, args.shot)
         run_part("capture", r, base, pages[:3], args.platform, devices, args.shot)
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
 
 
 def _naive(worker, url: str, width: int, height: int, cap: int) -> int:
-    """The TARGETS' naive capture, for reference: what render_page replaced."""
+    """The naive capture the target names, for reference: what render_page replaced."""
     worker.ensure_browser()
     ctx = worker.browser.new_context(viewport={"width": width, "height": height})
     try:
@@ -265,7 +265,7 @@ def _naive(worker, url: str, width: int, height: int, cap: int) -> int:
 
 
 def _ax_counts(worker, base: str, pages: list[str]) -> list[int]:
-    """Accessibility nodes per page as getFullAXTree returns them (the TARGETS workload figure)."""
+    """Accessibility nodes per page as getFullAXTree returns them (the target's workload figure)."""
     worker.ensure_browser()
     ctx = worker.browser.new_context(viewport={"width": 1280, "height": 900})
     try:

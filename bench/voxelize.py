@@ -2,14 +2,14 @@
 
     python bench/voxelize.py [--rounds R] [--modes train,test] [--data DIR] [--simulated N] [--json PATH] [--tiny]
 
-Workload: the 3 real KITTI frames in shared/data/kitti/training/velodyne (115k-127k points each,
+Workload: the 3 real KITTI frames in tests/data/kitti/training/velodyne (115k-127k points each,
 raw scans as read from disk), KITTI preset (range [0, -40, -3, 70.4, 40, 1], voxel
 [0.05, 0.05, 0.1], 5 points per voxel, 16000 voxels for train / 40000 for test).
 
 Parts, each holding its heavy object as a worker would (built once, not timed):
 - `numpy`: transforms.lidar.voxelize.Voxelizer (its scratch table and buffers reused).
-- `spconv`: spconv.pytorch.utils.PointToVoxel on CPU, torch.set_num_threads(1) (the baseline of
-  shared/TARGETS.md: >= 1.0x its points/s, identical voxels). The input tensor is made with
+- `spconv`: spconv.pytorch.utils.PointToVoxel on CPU, torch.set_num_threads(1) (the baseline;
+  the target is >= 1.0x its points/s with identical voxels). The input tensor is made with
   torch.from_numpy (no copy) outside the timed region.
 - `open3d`: open3d.geometry.VoxelGrid.create_from_point_cloud with a 0.05 m cube on the whole
   scan, on an open3d PointCloud built beforehand (the numpy -> Vector3dVector copy, about 0.6 ms a
@@ -50,7 +50,7 @@ from load_meter import machine_busy  # noqa: E402
 from transforms.lidar import presets, readers  # noqa: E402
 from transforms.lidar.voxelize import Voxelizer  # noqa: E402
 
-DATA = os.path.join(ROOT, "..", "shared", "data", "kitti", "training", "velodyne")
+DATA = os.path.join(ROOT, "tests", "data", "kitti", "training", "velodyne")  # 3 frames, in the repo
 SAMPLE = os.path.join(ROOT, "pipelines", "samples", "kitti", "training", "velodyne")  # one frame, in the repo
 RESULTS = os.path.join(HERE, "results", "voxelize.json")
 TARGET = 1.0

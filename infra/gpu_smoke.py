@@ -48,22 +48,23 @@ def prepare(args) -> None:
 
 # every trainer's short bf16 run on cuda (tiny: the Llama made by `prepare`)
 TRAINERS = {
-    "selfmoe": lambda tiny: {"base_model": tiny, "steps": 30, "router_steps": 30, "batch_size": 8, "grad_accum": 2,
+    "selfmoe": lambda tiny: {"base_model": tiny, "max_steps": 30, "router_steps": 30, "batch_size": 8, "grad_accum": 2,
                              "max_length": 256, "lr": 1e-3},
     "multiui": lambda tiny: {"tokenizer": tiny, "max_steps": 20, "batch_size": 4, "grad_accum": 2,
                              "checkpoint_every": 10},
-    "rmaxts": lambda tiny: {"base_model": tiny, "steps": 20, "batch_size": 8, "grad_accum": 2, "max_length": 256,
+    "rmaxts": lambda tiny: {"base_model": tiny, "max_steps": 20, "batch_size": 8, "grad_accum": 2, "max_length": 256,
                             "checkpoint_every": 10, "eval_examples": 32},
     "concretizer": lambda tiny: {"max_steps": 20, "batch_size": 2, "checkpoint_every": 10, "chamfer_points": 4000},
     "concretizer_backbone": lambda tiny: {"max_steps": 20, "batch_size": 4, "checkpoint_every": 10, "bf16": False},
 }
 DATA = {"concretizer_backbone": "concretizer"}      # trainers that read another trainer's dataset
+MODULES = {"concretizer": "concretizer.inversion", "concretizer_backbone": "concretizer.pretraining"}
 
 
 def train_one(name: str, data: str, out: str, config: dict) -> dict:
     """One trainer's train(); module-level, so a spawned rank can run it."""
     import importlib
-    return importlib.import_module(f"trainers.{name}").train(data, out, config)
+    return importlib.import_module(f"trainers.{MODULES.get(name, name)}").train(data, out, config)
 
 
 def _losses(metrics: dict) -> dict:

@@ -12,8 +12,8 @@ import sys
 import time
 
 from pipelines import logs
-from schemas.config import ConfigError
-from schemas import storage
+from core.config import ConfigError
+from core import storage
 
 EXIT_USAGE, EXIT_FAILED = 2, 1
 
@@ -199,7 +199,7 @@ def _validate(args, beam_args) -> int:
 def _inspect(args, beam_args) -> int:
     from pipelines import registry
     from pipelines.validate import inspect
-    from schemas.manifest import read_manifest
+    from core.dataset_folder import read_manifest
     print(inspect(args.path, rows=args.rows))
     dataset = registry.get(read_manifest(args.path)["dataset"])
     if dataset.picture is not None:

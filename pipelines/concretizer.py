@@ -1,13 +1,13 @@
-"""concretizer: LiDAR scans to voxels, frozen backbone features and occupancy targets (PAPERS.md section 5)."""
+"""concretizer: LiDAR scans to voxels, frozen backbone features and occupancy targets (docs/papers/concretizer.md)."""
 from __future__ import annotations
 
 import glob
 import os
 
-from schemas.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
+from core.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
 from pipelines.dataset import Dataset, input_fingerprint
 from schemas import concretizer as schema
-from schemas import storage
+from core import storage
 from transforms.io.shards import TableSpec
 
 SAMPLE_KITTI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples", "kitti", "training")
@@ -96,6 +96,6 @@ DATASET = Dataset(
     summary="ConcreTizer: LiDAR scans (KITTI, Waymo, nuScenes, PCD/PLY, simulated) to voxels, "
             "VoxelBackBone8x features and occupancy targets",
     config=CONFIG, tables=tables, build=build, inputs=inputs,
-    trainer="trainers.concretizer:train",
-    trainers={"backbone": "trainers.concretizer_backbone:train"},
+    trainer="trainers.concretizer.inversion:train",
+    trainers={"backbone": "trainers.concretizer.pretraining:train"},
 )

@@ -7,8 +7,8 @@ from typing import Callable, Mapping
 
 import apache_beam as beam
 
-from schemas.config import ConfigError, ConfigSpec, Key, Resolved
-from schemas import storage
+from core.config import ConfigError, ConfigSpec, Key, Resolved
+from core import storage
 from transforms.io.result_store import DEFAULT_ROOT, RESPONSES
 from transforms.io.shards import TableSpec
 from transforms.io.stage import Ledger

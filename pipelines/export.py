@@ -1,6 +1,6 @@
 """`shardsmith export`: a dataset's shards as the files its paper's training code reads.
 
-multiui -> the LLaVA layout MultiUI trains with (PAPERS.md section 1): one JSON list of
+multiui -> the LLaVA layout MultiUI trains with (docs/papers/multiui.md): one JSON list of
 {"id", "image", "conversations", ...} records whose `image` is a file name relative to the JSON
 file, and the images beside it. Each page's screenshot is written once and shared by its
 samples; element OCR samples get their own picture, the screenshot with the red frame drawn
@@ -20,10 +20,10 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 
-from schemas.config import ConfigError
+from core.config import ConfigError
 from schemas import multiui as schema
-from schemas import storage
-from schemas.manifest import read_manifest, table_locations
+from core import storage
+from core.dataset_folder import read_manifest, table_locations
 
 JSON_NAME = "multiui.json"
 PAGE_DIR = os.path.join("images", "pages")

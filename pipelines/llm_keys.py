@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from schemas.config import ConfigError, Key
+from core.config import ConfigError, Key
 
 BACKENDS = ("transformers", "openai", "vllm")
 

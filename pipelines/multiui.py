@@ -1,14 +1,14 @@
-"""multiui: rendered web pages and the nine MultiUI task types (PAPERS.md section 1)."""
+"""multiui: rendered web pages and the nine MultiUI task types (docs/papers/multiui.md)."""
 from __future__ import annotations
 
 import os
 
-from schemas.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
+from core.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
 from pipelines.dataset import Dataset, input_fingerprint, responses
 from pipelines.llm_keys import check_llm, llm_keys, make_backend
 from schemas import multiui as schema
-from schemas import storage
-from schemas.manifest import table_locations
+from core import storage
+from core.dataset_folder import table_locations
 from transforms.io.shards import TableSpec
 
 SAMPLE_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sites", "multiui")

@@ -1,12 +1,12 @@
-"""pruned-synth: real and verifier-pruned synthetic Gaussian-mixture data (PAPERS.md section 3)."""
+"""pruned-synth: real and verifier-pruned synthetic Gaussian-mixture data (docs/papers/pruned-synth.md)."""
 from __future__ import annotations
 
 import functools
 
-from schemas.config import ConfigError, ConfigSpec, Key, Resolved
+from core.config import ConfigError, ConfigSpec, Key, Resolved
 from pipelines.dataset import Dataset, content_digest
 from schemas import pruned_synth as schema
-from schemas import storage
+from core import storage
 from transforms.io.shards import TableSpec
 from transforms.synth.experiment import experiment_id
 from transforms.synth.features import FeaturesError, features_shape

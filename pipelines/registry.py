@@ -1,7 +1,7 @@
 """The datasets the `shardsmith` command knows."""
 from __future__ import annotations
 
-from schemas.config import ConfigError
+from core.config import ConfigError
 from pipelines.dataset import Dataset
 
 

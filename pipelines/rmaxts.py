@@ -1,10 +1,10 @@
-"""rmaxts: RMaxTS proof search traces with a Lean REPL verifier (DeepSeek-Prover-V1.5; PAPERS.md section 4)."""
+"""rmaxts: RMaxTS proof search traces with a Lean REPL verifier (DeepSeek-Prover-V1.5; docs/papers/rmaxts.md)."""
 from __future__ import annotations
 
 import os
 import shlex
 
-from schemas.config import ConfigError, ConfigSpec, Key, Resolved, matching_files
+from core.config import ConfigError, ConfigSpec, Key, Resolved, matching_files
 from pipelines.dataset import Dataset, input_fingerprint, responses
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import rmaxts as schema

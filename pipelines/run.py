@@ -12,10 +12,10 @@ import apache_beam as beam
 
 import schemas
 from pipelines import progress
-from schemas.config import ConfigError
+from core.config import ConfigError
 from pipelines.dataset import Dataset, check_cache
 from pipelines.runners import RUNNERS, pipeline_options
-from schemas import storage
+from core import storage
 from transforms.io import layout, lease
 from transforms.io.card import dataset_card
 from transforms.io.shards import PART_BYTES, TableSpec, WriteDataset

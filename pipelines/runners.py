@@ -11,7 +11,7 @@ import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from schemas.config import ConfigError
+from core.config import ConfigError
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 

@@ -1,13 +1,13 @@
-"""selfmoe: self-specialization data per domain (Self-MoE, PAPERS.md section 2)."""
+"""selfmoe: self-specialization data per domain (Self-MoE, docs/papers/selfmoe.md)."""
 from __future__ import annotations
 
-from schemas.config import ConfigError, ConfigSpec, Key, Resolved
+from core.config import ConfigError, ConfigSpec, Key, Resolved
 from pipelines.dataset import Dataset, input_fingerprint, responses
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import selfmoe as schema
-from schemas import storage
+from core import storage
 from transforms.io.shards import TableSpec
-from transforms.llm.backend import PROMPT_FORMATS
+from core.prompts import PLAIN_STOP, PROMPT_FORMATS
 
 
 
@@ -97,7 +97,7 @@ def settings(resolved: Resolved):
         raise ConfigError(f"prompt_format: {exc}") from None
     # a base model answering a plain prompt runs on into a next "### Instruction:" block: stop there
     respond = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["response_tokens"],
-                       stop=schema.PLAIN_STOP if prompt_format == "plain" else (), seed=c["seed"])
+                       stop=PLAIN_STOP if prompt_format == "plain" else (), seed=c["seed"])
     return SelfmoeSettings(
         seed_files=tuple(seed_files(c)), backend=backend, per_domain=c["per_domain"], k_shot=c["k_shot"],
         demos=c["demos"], tasks_per_prompt=c["tasks_per_prompt"], oversample=c["oversample"],

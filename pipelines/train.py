@@ -6,9 +6,9 @@ import importlib
 import json
 import os
 
-from schemas.config import ConfigError
+from core.config import ConfigError
 from pipelines.dataset import Dataset
-from schemas import storage
+from core import storage
 from transforms.io import layout
 
 

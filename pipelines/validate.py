@@ -8,7 +8,8 @@ import re
 import pyarrow.parquet as pq
 
 import schemas
-from schemas import SchemaError, storage
+from core import storage
+from schemas import SchemaError
 from transforms.io import layout
 
 PART = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")

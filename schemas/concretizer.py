@@ -1,5 +1,5 @@
 """concretizer: voxelized LiDAR scans, frozen voxel-backbone features and occupancy targets
-(ConcreTizer, ICLR 2025; PAPERS.md section 5).
+(ConcreTizer, ICLR 2025; docs/papers/concretizer.md).
 
 Sparse tensors are stored one row per frame (and per layer or stride), as Arrow lists a trainer
 turns into numpy without a second copy: `coords` is list<fixed_size_list<int32, 3>> in (z, y, x)

@@ -1,4 +1,4 @@
-"""multiui: rendered web pages and the nine MultiUI task types (ICLR 2025; PAPERS.md section 1).
+"""multiui: rendered web pages and the nine MultiUI task types (ICLR 2025; docs/papers/multiui.md).
 
 Two tables. `pages` holds each rendered page once per platform: the screenshot,
 the HTML and the enhanced accessibility tree (every visible node with its box).
@@ -7,7 +7,7 @@ the HTML and the enhanced accessibility tree (every visible node with its box).
 asks about a target framed in red: the sample stores the frame (`box_px`), not a copy of
 the page with the frame drawn on it (samples v1 did: 247 page copies, 44 MB, against
 5.1 MB for the 32 pages of one run), and whoever reads it draws the frame at load time
-with `mark_rect` (the trainer, `shardsmith export`), so the pixels are the same everywhere.
+with core/marks.py (the trainer, `shardsmith export`), so the pixels are the same everywhere.
 """
 import pyarrow as pa
 
@@ -112,34 +112,14 @@ SAMPLES = TableSchema(
               "Target box [l, t, r, b] (4 values) in the page screenshot's pixels, rounded; set by the rule tasks, "
               "null for page-level and LLM-written samples. "
               "For the tasks in MARKED_TASKS (element OCR) the sample's image is the page screenshot with "
-              "this box framed in red, drawn by the reader (schemas.multiui.mark_rect: a MARK_WIDTH px "
-              "MARK_COLOR frame just outside the box). v2; v1 stored that image as a PNG in `image`.",
+              "this box framed in red, drawn by the reader (core/marks.py: a 3 px red "
+              "frame just outside the box). v2; v1 stored that image as a PNG in `image`.",
               nullable=True),
     ),
 )
 
 TABLES = (PAGES, SAMPLES)
 
-# Element OCR's red frame, shared by every reader of `samples` (schemas import only pyarrow, so
-# the geometry lives here and each reader makes the one PIL call: ImageDraw.rectangle(rect,
-# outline=MARK_COLOR, width=MARK_WIDTH)).
+# The tasks whose sample image is the page screenshot with the target framed in red (core/marks.py draws
+# the frame; every reader of `samples` calls it, so the pixels agree).
 MARKED_TASKS = ("element_ocr",)
-MARK_COLOR = (255, 0, 0)
-MARK_WIDTH = 3
-
-
-def mark_rect(box_px, size, width=MARK_WIDTH):
-    """The outer rectangle (x0, y0, x1, y1), inclusive pixels, of a `width`-px frame drawn just
-    outside box_px ([l, t, r, b] pixels) on an image of `size` (w, h); None when the box lies
-    outside the image.
-
-    The frame sits outside the element so that it does not cover the text to be read; where the
-    element touches the image border the frame is pushed inside there, so all four sides show.
-    """
-    w, h = size
-    left, top, right, bottom = (int(round(float(v))) for v in box_px)
-    x0, y0, x1, y1 = left - width, top - width, right - 1 + width, bottom - 1 + width
-    x0, y0, x1, y1 = max(0, x0), max(0, y0), min(w - 1, x1), min(h - 1, y1)
-    if x1 < x0 or y1 < y0:
-        return None
-    return x0, y0, x1, y1

@@ -1,4 +1,4 @@
-"""rmaxts: Lean 4 proof search traces of RMaxTS (DeepSeek-Prover-V1.5, ICLR 2025; PAPERS.md section 4).
+"""rmaxts: Lean 4 proof search traces of RMaxTS (DeepSeek-Prover-V1.5, ICLR 2025; docs/papers/rmaxts.md).
 
 Four tables: the problems searched, every attempt (a sampled proof and the Lean REPL's verdict),
 the search tree's nodes (tactic states, one per goal path from the root, with their statistics), and the state -> tactic

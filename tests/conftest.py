@@ -12,7 +12,8 @@ os.environ["SHARDSMITH_CACHE"] = tempfile.mkdtemp(prefix="shardsmith-test-store-
 
 from pipelines import registry, run  # noqa: E402
 
-SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+# real sample data (KITTI, Lean, WARC), kept in the repository: tests/data/README.md says what and whence
+TEST_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 
 def _store(tmp_path_factory, make):
@@ -135,3 +136,12 @@ def _session_store():
     yield
     import shutil
     shutil.rmtree(os.environ["SHARDSMITH_CACHE"], ignore_errors=True)
+
+
+def pytest_runtest_logreport(report):
+    """With SHARDSMITH_TEST_TIMES=FILE, each test phase's seconds are appended there as it ends (a
+    killed or timed-out run still says where its time went)."""
+    path = os.environ.get("SHARDSMITH_TEST_TIMES")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")

@@ -8,7 +8,7 @@ error on stderr and exit code 1. Each reply is pretty-printed JSON followed by a
 
 Answers:
 - a `cmd` whose text equals one in a recorded `*.in` of the repl test data (env var
-  LEAN_STANDIN_DATA, default ../../shared/data/lean/repl from this file) gets the recorded reply,
+  LEAN_STANDIN_DATA, default data/lean/repl beside this file) gets the recorded reply,
   with `env` renumbered to this process's counter;
 - otherwise a plausible reply: `{"message": "Unknown environment."}` for an unknown `env`; an
   error "unknown identifier 'fail_me'" for code containing `fail_me`; a sorry and the warning
@@ -56,7 +56,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_DATA = os.path.join(HERE, "..", "..", "shared", "data", "lean", "repl")
+DEFAULT_DATA = os.path.join(HERE, "data", "lean", "repl")
 
 
 def log(event: dict) -> None:

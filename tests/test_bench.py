@@ -1,4 +1,4 @@
-"""Benchmarks cannot rot (issue 13 item 6): every benchmark in bench/ runs at its `--tiny` size.
+"""Benchmarks cannot rot: every benchmark in bench/ runs at its `--tiny` size.
 
 Each script runs as a subprocess, the way a person runs it (`python bench/NAME.py --tiny`), and must
 exit 0 and print its `RESULT` line; its timings and ratios are not looked at (at --tiny size they

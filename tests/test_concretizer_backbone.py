@@ -1,7 +1,7 @@
-"""The backbone ConcreTizer inverts, pre-trained as a detector (trainers/concretizer_backbone.py).
+"""The backbone ConcreTizer inverts, pre-trained as a detector (trainers/concretizer/pretraining.py).
 
 Unit cases for the CenterPoint pieces (targets, decoding, mirroring, matching, AP), then one real
-chain on the real KITTI frames of ../shared/data plus simulated scenes: `shardsmith run` with seed
+chain on the three real KITTI frames of tests/data plus simulated scenes: `shardsmith run` with seed
 weights -> `shardsmith train concretizer --trainer backbone` -> `shardsmith run` with the written
 OpenPCDet checkpoint -> the inversion trained on simulated frames only, evaluated on the real KITTI
 frames and held-out simulated ones, where it must beat the naive baseline on F1 and on Chamfer.
@@ -19,8 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("spconv")
 
-from tests.conftest import SHARED_DATA, read_rows  # noqa: E402
-from trainers.concretizer_detector import (BEV_STRIDE, REGRESSION, Detector, average_precision, decode,  # noqa: E402
+from tests.conftest import TEST_DATA, read_rows  # noqa: E402
+from trainers.concretizer.detector import (BEV_STRIDE, REGRESSION, Detector, average_precision, decode,  # noqa: E402
                                            draw_gaussian, flip_y, frame_targets, match_detections,
                                            points_in_boxes)
 
@@ -28,7 +28,7 @@ RANGE = [0.0, -40.0, -3.0, 70.4, 40.0, 1.0]
 VOXEL = [0.05, 0.05, 0.1]
 BEV_HW = (200, 176)
 CLASSES = ("Car", "Pedestrian", "Cyclist")
-KITTI_SCANS = os.path.join(SHARED_DATA, "kitti", "training", "velodyne")
+KITTI_SCANS = os.path.join(TEST_DATA, "kitti", "training", "velodyne")
 
 BOXES = np.array([[12.3, -4.1, -0.9, 4.2, 1.7, 1.5, 0.3],
                   [30.05, 7.77, -1.0, 0.6, 0.7, 1.8, -2.5],
@@ -113,8 +113,8 @@ def test_matching_and_average_precision_by_hand():
 
 
 def test_the_checkpoint_is_an_openpcdet_one_the_pipeline_loads(tmp_path):
-    from trainers.concretizer_backbone import save_openpcdet
-    from transforms.lidar.backbone import CHECKPOINT_PREFIX, VoxelBackBone8x
+    from trainers.concretizer.pretraining import save_openpcdet
+    from core.voxel_backbone import CHECKPOINT_PREFIX, VoxelBackBone8x
     det = Detector(4, (40, 1600, 1408), CLASSES, width=16, seed=3)
     with torch.no_grad():                        # weights unlike any seed's, and running statistics too
         for p in det.backbone_3d.parameters():
@@ -148,21 +148,19 @@ def test_the_checkpoint_is_an_openpcdet_one_the_pipeline_loads(tmp_path):
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     """seed-weight data -> pre-trained detector -> data with its checkpoint -> inversion."""
-    if not os.path.isdir(KITTI_SCANS):
-        pytest.skip(f"the real KITTI frames are not at {KITTI_SCANS} (../shared/data is absent in a fresh clone)")
     from pipelines import registry
     from pipelines.run import run
-    from trainers import concretizer, concretizer_backbone
+    from trainers.concretizer import inversion, pretraining
     root = tmp_path_factory.mktemp("backbone")
     scans = f"scans={os.path.join(KITTI_SCANS, '*.bin')}"
     data_sets = [scans, "simulated=10", "layers=conv2"]
     run(registry.get("concretizer"), out=str(root / "seed"), sets=data_sets)
-    pre = concretizer_backbone.train(str(root / "seed" / "concretizer"), str(root / "pre"), {
+    pre = pretraining.train(str(root / "seed" / "concretizer"), str(root / "pre"), {
         "max_steps": 40, "batch_size": 2, "eval_fraction": 0.2, "checkpoint_every": 0, "device": "cpu"})
     weights = pre["weights"]
     run(registry.get("concretizer"), out=str(root / "trained"), sets=data_sets + [f"weights={weights}"])
     data = str(root / "trained" / "concretizer")
-    inv = concretizer.train(data, str(root / "inv"), {
+    inv = inversion.train(data, str(root / "inv"), {
         "layer": "conv2", "max_steps": 80, "batch_size": 2, "lr": 3e-3, "eval_sources": "kitti", "eval_fraction": 0.1,
         "checkpoint_every": 0, "device": "cpu", "seed": 0})
     return {"pre": pre, "weights": weights, "data": data, "inv": inv}
@@ -215,9 +213,9 @@ def test_inversion_beats_the_baseline_on_held_out_real_and_simulated_frames(chai
 
 
 def test_pretraining_errors_are_one_line(tmp_path, chain):
-    from schemas.config import ConfigError
-    from trainers import concretizer_backbone
+    from core.config import ConfigError
+    from trainers.concretizer import pretraining
     with pytest.raises(ConfigError, match="eval_source 'waymo': no labelled frame of that source"):
-        concretizer_backbone.train(chain["data"], str(tmp_path), {"eval_source": "waymo", "max_steps": 1})
+        pretraining.train(chain["data"], str(tmp_path), {"eval_source": "waymo", "max_steps": 1})
     with pytest.raises(ConfigError, match="classes"):
-        concretizer_backbone.train(chain["data"], str(tmp_path), {"classes": " , ", "max_steps": 1})
+        pretraining.train(chain["data"], str(tmp_path), {"classes": " , ", "max_steps": 1})

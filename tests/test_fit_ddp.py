@@ -56,7 +56,7 @@ class Linear(Recipe):
 
 
 def _plan(steps: int, **kw) -> Plan:
-    return Plan(steps=steps, lr=LR, device="cpu", seed=0, keep_checkpoints=0, **kw)
+    return Plan(max_steps=steps, lr=LR, device="cpu", seed=0, keep_checkpoints=0, **kw)
 
 
 def _runs(root: str, out: str, world: int) -> dict:

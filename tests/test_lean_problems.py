@@ -10,15 +10,13 @@ import os
 
 import pytest
 
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.lean.problems import Problem, read_jsonl, read_lean_file, read_leandojo, statement_to_fill
 
-LEAN_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "lean")
+LEAN_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "lean")
 MINIF2F = os.path.join(LEAN_DATA, "minif2f.jsonl")
 
 
-@pytest.mark.skipif(not os.path.isfile(MINIF2F), reason=f"real sample data absent: {MINIF2F} "
-                    "(../shared/data is not part of a fresh clone)")
 def test_minif2f_jsonl():
     items = list(read_jsonl(MINIF2F))
     assert len(items) == 488 and all(isinstance(p, Problem) for p in items)

@@ -21,15 +21,11 @@ from transforms.lean.os_sandbox import OsSandboxUnavailable
 from transforms.lean.repl_pool import INSTALL_TEXT, LeanNotFound, ReplPool, find_repl
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-LEAN_DATA = os.path.join(TESTS_DIR, "..", "..", "shared", "data", "lean")
+LEAN_DATA = os.path.join(TESTS_DIR, "data", "lean")
 REPL_DATA = os.path.join(LEAN_DATA, "repl")
 STANDIN = os.path.join(TESTS_DIR, "lean_standin.py")
 HEADER = "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\nopen BigOperators Real Nat\n"
 OK_CODE = "theorem ok_{i} : True := by\n  trivial"
-
-needs_repl_data = pytest.mark.skipif(
-    not os.path.isdir(REPL_DATA), reason=f"repl transcripts not found at {REPL_DATA} "
-    "(../shared/data/lean/repl is only in CI and the shared checkout)")
 
 
 def _transcript(name: str) -> list[dict]:
@@ -56,7 +52,6 @@ def test_parse_reply_rejects_garbage_and_truncation(text):
         rp.parse_reply(text)
 
 
-@needs_repl_data
 def test_parse_every_recorded_reply():
     outs = sorted(f for dp, _, fs in os.walk(REPL_DATA) for f in
                   (os.path.join(dp, x) for x in fs) if f.endswith(".expected.out"))
@@ -92,7 +87,6 @@ KNOWN = [
 ]
 
 
-@needs_repl_data
 @pytest.mark.parametrize("name,index,passed,complete", KNOWN)
 def test_paper_rules_on_recorded_replies(name, index, passed, complete):
     v = rp.verdict_of(_transcript(name)[index], 1.5)
@@ -102,7 +96,6 @@ def test_paper_rules_on_recorded_replies(name, index, passed, complete):
     assert {"pass", "complete", "messages", "sorries", "tactics", "verify_time"} <= set(d)
 
 
-@needs_repl_data
 def test_recorded_fields_are_normalised():
     v = rp.verdict_of(_transcript("all_tactics")[0], 0.0)
     assert v.env == 0 and len(v.tactics) == 2
@@ -220,7 +213,6 @@ def test_header_loaded_once_per_process_and_reused_through_env(standin_log):
     assert pool.stats()["header_loads"] == 2
 
 
-@needs_repl_data
 def test_recorded_reply_served_through_the_pool(standin_log):
     with _pool() as pool:
         v = pool.check(HEADER, "def f : Nat := by apply Nat.succ")     # incomplete.in
@@ -615,6 +607,62 @@ def test_bwrap_keeps_the_environment_minimal(monkeypatch):
     assert env["HOME"] == env["TMPDIR"] == "/tmp/scratch"
 
 
+def test_bwrap_command_binds_back_the_tmp_entries_the_repl_needs():
+    with tempfile.TemporaryDirectory(dir="/tmp") as project_home, \
+            tempfile.TemporaryDirectory(dir="/tmp") as tools, tempfile.TemporaryDirectory(dir="/tmp") as elan:
+        cwd = os.path.join(project_home, "project", "sub")
+        os.makedirs(cwd)
+        script = os.path.join(tools, "repl.py")
+        open(script, "w").close()
+        scratch = "/tmp/shardsmith-repl-test"
+        env = {"PATH": "/usr/bin:/bin", "ELAN_HOME": elan, "TMPDIR": scratch}
+        argv = os_sandbox.bwrap_command(["/bin/sh", script, "exe", "repl"], cwd, scratch, env)
+        at = argv.index("--tmpfs")
+        binds = [arg for entry in sorted([project_home, tools, elan]) for arg in ("--ro-bind", entry, entry)]
+        # a private /tmp, then what the REPL needs of the host's, read-only, then the writable scratch
+        assert argv[at:at + 2 + len(binds) + 3] == ["--tmpfs", "/tmp", *binds, "--bind", scratch, scratch]
+        assert argv[argv.index("--chdir") + 1] == cwd
+    assert os_sandbox.tmp_entries(["/bin/sh"], "/usr", {"PATH": "/tmp:/usr/bin"}) == []   # nothing under /tmp
+    assert os_sandbox.tmp_entries(["/bin/sh"], "/tmp", {}) == ["/tmp"]    # working in /tmp itself: all of it
+
+
+@needs_bwrap
+def test_bwrap_runs_a_project_and_a_python_that_live_under_tmp():
+    """bwrap's private /tmp hides the host's: a project, the REPL script in it and the venv whose
+    python runs it, all under the host's /tmp, are bound back read-only; the rest stays hidden."""
+    import venv
+    made = [tempfile.mkdtemp(prefix=f"shardsmith-test-{what}-", dir="/tmp") for what in ("project", "venv", "other")]
+    home, tools, other = made
+    private = os.path.join("/tmp", os.path.basename(other) + ".txt")
+    try:
+        project = os.path.join(home, "project")
+        os.makedirs(project)
+        shutil.copy(STANDIN, os.path.join(project, "repl.py"))
+        venv.create(os.path.join(tools, "venv"), with_pip=False, symlinks=True)
+        python = os.path.join(tools, "venv", "bin", "python")
+        targets = {"project": os.path.join(project, "w.txt"), "venv": os.path.join(tools, "venv", "w.txt"),
+                   "other": os.path.join(other, "w.txt"), "private": private}
+        code = ("theorem e : True := by\n  trivial\n-- SCRATCH_WRITE "
+                + " ".join(f"ESCAPE_WRITE {t}" for t in targets.values()))
+        with ReplPool([python, "repl.py"], cwd=project, size=1, timeout_s=10, memory_mb=None,
+                      sandbox=False, os_sandbox="bwrap") as pool:
+            v = pool.check(HEADER, code)
+        results = _results(v)
+        assert v.outcome == "ok" and v.complete, v
+        assert ": ok: written in " in results["SCRATCH_WRITE"]                 # scratch stays writable
+        written = {name: results[f"ESCAPE_WRITE {t}"] for name, t in targets.items()}
+        assert "Read-only file system" in written["project"], written      # visible, read-only
+        assert "Read-only file system" in written["venv"], written
+        assert "No such file or directory" in written["other"], written    # the rest of /tmp: hidden
+        assert ": ok: written" in written["private"], written                # the private /tmp
+        assert not any(os.path.exists(t) for t in targets.values())          # nothing reached the host
+    finally:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+        if os.path.exists(private):
+            os.remove(private)
+
+
 def test_missing_bwrap_fails_with_one_line_that_says_what_to_do(monkeypatch):
     real_which = shutil.which
     monkeypatch.setattr(os_sandbox.shutil, "which",
@@ -623,7 +671,7 @@ def test_missing_bwrap_fails_with_one_line_that_says_what_to_do(monkeypatch):
         ReplPool([sys.executable, STANDIN], size=1, os_sandbox="bwrap")
     text = str(err.value)
     assert "\n" not in text and "apt-get install bubblewrap" in text and "os_sandbox=none" in text
-    from schemas.config import ConfigError
+    from core.config import ConfigError
     from pipelines.rmaxts import check_os_sandbox
     with pytest.raises(ConfigError, match="apt-get install bubblewrap"):
         check_os_sandbox({"os_sandbox": "bwrap"})
@@ -668,8 +716,6 @@ def test_find_repl_with_lake_needs_a_project(tmp_path, monkeypatch):
 
 def _few_shot(n=10):
     path = os.path.join(LEAN_DATA, "minif2f_valid_few_shot.jsonl")
-    if not os.path.exists(path):
-        pytest.skip(f"{path} not found (../shared/data is only in CI and the shared checkout)")
     headers = {}
     with open(os.path.join(LEAN_DATA, "minif2f.jsonl"), encoding="utf-8") as fh:
         for line in fh:

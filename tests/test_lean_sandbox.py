@@ -12,16 +12,13 @@ from transforms.lean.lexer import LexError, declared_names, tokenize, walk
 from transforms.lean.sandbox import header_imports, refusal
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-LEAN_DATA = os.path.join(TESTS_DIR, "..", "..", "shared", "data", "lean")
+LEAN_DATA = os.path.join(TESTS_DIR, "data", "lean")
 HOSTILE_FILE = os.path.join(TESTS_DIR, "data", "lean_hostile.jsonl")
 HEADER = "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\nopen BigOperators Real Nat\n"
 
 
 def _lean_data(name: str) -> list[dict]:
-    path = os.path.join(LEAN_DATA, name)
-    if not os.path.exists(path):
-        pytest.skip(f"{path} not found (../shared/data is only in CI and the shared checkout)")
-    with open(path, encoding="utf-8") as fh:
+    with open(os.path.join(LEAN_DATA, name), encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
 
 

@@ -1,6 +1,6 @@
 """Tactic-state segments, truncate-and-resume prompts and transitions (transforms/lean/segments.py).
 
-Runs on the real Lean REPL replies in ../shared/data/lean/repl (skipped where that folder is absent)
+Runs on the real Lean REPL replies in tests/data/lean/repl
 and on hand-written replies whose positions are computed from the code (code points, as Lean's).
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ from transforms.lean.segments import (NO_GOALS, cut_offset, default_proof_start,
                                       transitions)
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-REPL_DIR = os.path.join(TESTS_DIR, "..", "..", "shared", "data", "lean", "repl")
-MINIF2F = os.path.join(TESTS_DIR, "..", "..", "shared", "data", "lean", "minif2f.jsonl")
+REPL_DIR = os.path.join(TESTS_DIR, "data", "lean", "repl")
+MINIF2F = os.path.join(TESTS_DIR, "data", "lean", "minif2f.jsonl")
 
 
 # ----------------------------------------------------------------------------- recorded replies
@@ -36,8 +36,6 @@ def _json_stream(text: str) -> list[dict]:
 
 def _recorded_with_tactics() -> list[tuple[str, int, dict, dict]]:
     """(name, index, command, reply) for every recorded reply that has tactics."""
-    if not os.path.isdir(REPL_DIR):
-        return []
     cases = []
     for out_path in sorted(glob.glob(os.path.join(REPL_DIR, "**", "*.expected.out"), recursive=True)):
         in_path = out_path[:-len(".expected.out")] + ".in"
@@ -64,18 +62,13 @@ REPL_TEST_FILES = {
                         "theorem h (x y z : Nat) : x + y + (z + a) = x + (z + b + y) := by\n"
                         "  rw [Nat.add_assoc, Nat.add_comm y, h1]\n"),
 }
-needs_repl = pytest.mark.skipif(not os.path.isdir(REPL_DIR),
-                                reason=f"recorded Lean REPL replies not found at {REPL_DIR} "
-                                       "(a fresh clone lacks ../shared)")
 
 
-@needs_repl
 def test_recorded_replies_with_tactics_are_found():
     names = {name for name, *_ in RECORDED}
     assert {"all_tactics.expected.out", "calc.expected.out", "self_proof_check.expected.out"} <= names
 
 
-@needs_repl
 @pytest.mark.parametrize("name,index,cmd,reply", RECORDED, ids=[f"{c[0]}#{c[1]}" for c in RECORDED] or None)
 def test_segments_on_every_recorded_reply(name, index, cmd, reply):
     v = normalize_verdict(reply)
@@ -104,7 +97,6 @@ def test_segments_on_every_recorded_reply(name, index, cmd, reply):
         assert t["prefix"] == code[:len(t["prefix"])]
 
 
-@needs_repl
 def test_recorded_single_line_proof():
     (_, _, cmd, reply), = [c for c in RECORDED if c[0] == "all_tactics.expected.out"]
     code = cmd["cmd"]
@@ -120,7 +112,6 @@ def test_recorded_single_line_proof():
     assert all(r["source"] == "search" and r["problem_id"] == "p" for r in rows)
 
 
-@needs_repl
 def test_recorded_file_proof():
     (_, _, cmd, reply), = [c for c in RECORDED if c[0] == "file2.expected.out"]
     code = REPL_TEST_FILES[cmd["path"]]
@@ -130,7 +121,6 @@ def test_recorded_file_proof():
         ("x y z : Nat\n⊢ x + y + (z + a) = x + (z + b + y)", "")]
 
 
-@needs_repl
 def test_recorded_indented_proof():
     (_, _, cmd, reply), = [c for c in RECORDED if c[0] == "all_tactics-20250622.expected.out"]
     code = cmd["cmd"]
@@ -140,7 +130,6 @@ def test_recorded_indented_proof():
     assert resume_prefix(segs, 1) == "  exact hp\n  /- tactic state:\n    no goals\n  -/\n"
 
 
-@needs_repl
 def test_recorded_sorry_cuts_the_proof():
     (_, _, cmd, reply), = [c for c in RECORDED if c[0] == "calc.expected.out"]
     code = cmd["cmd"]
@@ -375,7 +364,6 @@ def test_prover_prompt_format():
     assert prover_prompt("H", "I", "S", mode="non_cot") == "Complete the following Lean 4 code:\n\n```lean4\nHIS"
 
 
-@pytest.mark.skipif(not os.path.exists(MINIF2F), reason=f"miniF2F sample not found at {MINIF2F}")
 def test_prover_prompt_on_minif2f():
     with open(MINIF2F, encoding="utf-8") as fh:
         row = json.loads(fh.readline())

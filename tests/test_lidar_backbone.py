@@ -9,8 +9,8 @@ pytest.importorskip("spconv")
 
 from spconv.pytorch.utils import PointToVoxel  # noqa: E402
 
-from transforms.lidar.backbone import CheckpointError, VoxelBackBone8x  # noqa: E402
-from transforms.lidar.occupancy import occupancy, occupancy_pyramid, parents, sparse_shape  # noqa: E402
+from core.voxel_backbone import CheckpointError, VoxelBackBone8x  # noqa: E402
+from core.occupancy import occupancy, occupancy_pyramid, parents, sparse_shape  # noqa: E402
 
 KITTI_RANGE = [0.0, -40.0, -3.0, 70.4, 40.0, 1.0]
 KITTI_VOXEL = [0.05, 0.05, 0.1]

@@ -1,6 +1,6 @@
 """The LiDAR simulator: seeded, KITTI layout, and scans that look like KITTI's.
 
-Measured on the three real frames in ../shared/data/kitti/training/velodyne (000000-000002):
+Measured on the three real frames in tests/data/kitti/training/velodyne (000000-000002):
 points 115,384 / 120,268 / 126,891; range shares (0-10, 10-20, 20-40, 40-80 m)
 0.705/0.244/0.042/0.009, 0.516/0.266/0.182/0.036, 0.839/0.098/0.046/0.017; mode of z -1.70..-1.75 m;
 reflectance mean 0.25-0.28 with 8.5-10.4 % zeros; 31-39 ring peaks in the lower block (-24.6..-8.6 deg).
@@ -19,7 +19,7 @@ pytest.importorskip("open3d")
 from transforms.lidar import simulate as sim  # noqa: E402
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-KITTI_VELODYNE = os.path.join(TESTS_DIR, "..", "..", "shared", "data", "kitti", "training", "velodyne")
+KITTI_VELODYNE = os.path.join(TESTS_DIR, "data", "kitti", "training", "velodyne")
 SEEDS = (0, 1, 2)
 RANGE_BINS = (0.0, 10.0, 20.0, 40.0, 80.0)
 # absolute margin around the real frames' [min, max] share, per range bin
@@ -34,12 +34,8 @@ def simulated():
 
 @pytest.fixture(scope="module")
 def real_frames():
-    if not os.path.isdir(KITTI_VELODYNE):
-        pytest.skip(f"real KITTI sample frames absent: {os.path.normpath(KITTI_VELODYNE)} "
-                    "(only the shared data checkout has them)")
     files = sorted(f for f in os.listdir(KITTI_VELODYNE) if f.endswith(".bin"))
-    if not files:
-        pytest.skip(f"no .bin frames in {KITTI_VELODYNE}")
+    assert len(files) == 3, files
     return [sim.read_kitti_bin(os.path.join(KITTI_VELODYNE, f)) for f in files]
 
 

@@ -10,14 +10,10 @@ import pytest
 from transforms.lidar import presets, readers
 from transforms.lidar.voxelize import Voxelizer, crop, mean_vfe, voxelize
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 KITTI = os.path.join(DATA, "kitti", "training")
 FORMATS = os.path.join(DATA, "lidar_formats")
 FRAMES = ("000000", "000001", "000002")
-
-needs_data = pytest.mark.skipif(not os.path.isdir(KITTI),
-                                reason=f"real sample data not found at {os.path.normpath(DATA)} "
-                                       f"(shared/data beside the checkout; see shared/data/README.md)")
 
 
 def _scan(frame):
@@ -58,7 +54,6 @@ def _assert_same(ours, theirs):
 # ---------------------------------------------------------------- voxelization vs spconv
 
 
-@needs_data
 @pytest.mark.parametrize("mode", ["train", "test"])
 @pytest.mark.parametrize("frame", FRAMES)
 def test_voxels_equal_spconv_raw_scan(torch1, frame, mode):
@@ -71,7 +66,6 @@ def test_voxels_equal_spconv_raw_scan(torch1, frame, mode):
         assert len(ours[1]) == cap  # the raw scan has more occupied cells than the train cap
 
 
-@needs_data
 @pytest.mark.parametrize("mode", ["train", "test"])
 def test_voxels_equal_spconv_after_crop_and_fov(torch1, mode):
     frame = FRAMES[0]
@@ -83,7 +77,6 @@ def test_voxels_equal_spconv_after_crop_and_fov(torch1, mode):
     assert ours[2].max() == 5 and ours[2].min() >= 1
 
 
-@needs_data
 def test_sort_path_and_waymo_preset_equal_spconv(torch1):
     points = _scan(FRAMES[2])
     ref = _spconv(torch1, "kitti", "test", points)
@@ -95,7 +88,6 @@ def test_sort_path_and_waymo_preset_equal_spconv(torch1):
     _assert_same(voxelize(five, "waymo", "train"), _spconv(torch1, "waymo", "train", five))
 
 
-@needs_data
 def test_voxelize_is_deterministic_and_voxels_hold_first_points():
     points = _scan(FRAMES[1])
     a = voxelize(points, "kitti", "test")
@@ -144,7 +136,6 @@ def test_crop_matches_openpcdet_mask_points_by_range():
 # ---------------------------------------------------------------- KITTI calibration, FOV, labels
 
 
-@needs_data
 def test_calib_values_match_the_file():
     calib = _calib("000000")
     assert calib["P2"].shape == (3, 4) and calib["R0_rect"].shape == (3, 3)
@@ -157,7 +148,6 @@ def test_calib_values_match_the_file():
     assert calib["Tr_velo_to_cam"][2, 3] == np.float32(-3.321029e-01)
 
 
-@needs_data
 @pytest.mark.parametrize("frame", FRAMES)
 def test_fov_keeps_points_in_front(frame):
     points = _scan(frame)
@@ -173,12 +163,10 @@ def test_fov_keeps_points_in_front(frame):
     assert default[mask].all()
 
 
-@needs_data
 def test_image_shape_from_png():
     assert readers.kitti_image_shape(os.path.join(KITTI, "image_2", "000000.png")) == (370, 1224)
 
 
-@needs_data
 def test_labels_in_lidar_frame_by_hand():
     calib = _calib("000000")
     labels = readers.read_kitti_labels(os.path.join(KITTI, "label_2", "000000.txt"), calib)
@@ -198,7 +186,6 @@ def test_labels_in_lidar_frame_by_hand():
     assert box[6] == pytest.approx(-(math.pi / 2 + 0.01))
 
 
-@needs_data
 def test_dontcare_dropped(tmp_path):
     label = tmp_path / "l.txt"
     label.write_text("Car 0.00 0 1.0 1 2 3 4 1.5 1.6 3.9 2.0 1.6 20.0 0.2\n"
@@ -211,7 +198,6 @@ def test_dontcare_dropped(tmp_path):
 # ---------------------------------------------------------------- layouts
 
 
-@pytest.mark.skipif(not os.path.isdir(FORMATS), reason=f"{os.path.normpath(FORMATS)} not found")
 @pytest.mark.parametrize("name, layout, width, n", [
     ("kitti_000008_front_crop.bin", "kitti", 4, 17238),
     ("nuscenes_lidar_top_n5.bin", "nuscenes", 5, None),

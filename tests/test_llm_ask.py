@@ -9,7 +9,7 @@ import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.io.stage import Ledger
 from transforms.llm.ask import Ask, asking, unasked
 from transforms.llm.backend import Backend

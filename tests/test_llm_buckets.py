@@ -1,4 +1,4 @@
-"""Generate batches inside bounded hash buckets, never under one key (ARCHITECTURE.md, contract 9).
+"""Generate batches inside bounded hash buckets, never under one key (docs/architecture.md, contract 9).
 
 No model: a stand-in backend writes each request's batch into its completion, so the tests see
 exactly how requests were batched."""

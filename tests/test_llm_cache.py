@@ -11,7 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from schemas import storage
+from core import storage
 from transforms.llm.cache import ResponseCache
 
 KEY = "ab" * 32

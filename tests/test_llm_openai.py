@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.llm.cache import ResponseCache
 from transforms.llm.cached import generate_with_cache
 from transforms.llm.openai_backend import OpenAIBackend

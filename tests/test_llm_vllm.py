@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.llm.openai_backend import OpenAIBackend
 from transforms.llm.requests import Completion, Request, Sampling
 from transforms.llm.vllm_server import PYTHON_ENV, VllmServer, VllmServerError, find_vllm_python
@@ -328,7 +328,7 @@ def test_backend_restarts_a_dead_server(standin, model_folder):
 
 
 def test_selfmoe_builds_the_vllm_backend(monkeypatch, tmp_path):
-    from schemas.config import ConfigError
+    from core.config import ConfigError
     from pipelines.llm_keys import make_backend as _backend
     from transforms.llm.vllm_backend import VllmBackend
 

@@ -1,5 +1,5 @@
 """Action prediction's distractors come from a bounded, deterministic title sample, never from all
-titles under one key (ARCHITECTURE.md, contract 9). No browser: pages are (id, titles) pairs."""
+titles under one key (docs/architecture.md, contract 9). No browser: pages are (id, titles) pairs."""
 from __future__ import annotations
 
 import json

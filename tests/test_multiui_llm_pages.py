@@ -9,7 +9,7 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from schemas.config import ConfigError
+from core.config import ConfigError
 from pipelines.multiui import CONFIG, llm_page_count
 from transforms.io.ids import stable_id
 from transforms.web.crawl_sample import PickLlmPages, pick_llm_pages

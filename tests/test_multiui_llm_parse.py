@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.llm.requests import Completion
 from transforms.web.tasks import llm_tasks
 

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from pipelines import registry
-from schemas.config import ConfigError
+from core.config import ConfigError
 from pipelines.run import RunFailed, run
 from pipelines.validate import validate
 from schemas import multiui as schema
@@ -22,7 +22,7 @@ if not os.path.exists("/usr/bin/chromium"):
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SITE = os.path.join(HERE, "..", "pipelines", "sites", "multiui")
-WEB_DATA = os.path.join(HERE, "..", "..", "shared", "data", "web")
+WEB_DATA = os.path.join(HERE, "data", "web")
 RULE_TASKS = ["heading_ocr", "element_ocr", "element_grounding", "action_prediction"]
 
 
@@ -91,7 +91,7 @@ def test_inspect_pictures_a_sample_with_its_box(site_run, tmp_path, capsys):
 
 
 def test_samples_stay_a_small_fraction_of_the_pages(site_run):
-    """samples v2 store element OCR's box, not a framed PNG copy of the page (issue 12, part 6)."""
+    """samples v2 store element OCR's box, not a framed PNG copy of the page."""
     path, manifest = site_run
     size = {t: sum(f["bytes"] for f in manifest["tables"][t]["files"]) for t in ("pages", "samples")}
     assert manifest["tables"]["samples"]["splits"].get("element_ocr")
@@ -234,7 +234,6 @@ def _no_html_warc(tmp_path):
     return str(path)
 
 
-@pytest.mark.skipif(not os.path.isdir(WEB_DATA), reason="../shared/data/web is absent (it ships beside CI checkouts)")
 def test_bad_pages_and_archives_are_dead_letters_and_the_run_goes_on(bad_server, tmp_path):
     urls = tmp_path / "urls.txt"
     paths = ["/good", "/slow", "/jsloop", "/500", "/loop-a", "/huge", "/pdf"]

@@ -246,8 +246,8 @@ def test_phase_transition():
         assert (acc > 0.5) if e < eps_star else (acc < 0.5), (e, acc)
 
 
-def test_delta_matches_empirical_trace_not_papers_formula():
-    """delta = tr(Q)/N: gamma d^2 + (alpha+gamma-eta) d - eta = 0 is right; the PAPERS.md
+def test_delta_matches_empirical_trace_not_the_variant_formula():
+    """delta = tr(Q)/N: gamma d^2 + (alpha+gamma-eta) d - eta = 0 is right; the
     variant with eta*alpha in place of eta is off by a factor ~3.5 here."""
     p = m = 200
     gamma, phi, rho, eps = 1.0, 0.3, 0.3, 0.0

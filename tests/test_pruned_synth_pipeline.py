@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import registry, run
-from schemas.config import ConfigError
+from core.config import ConfigError
 from pipelines.validate import validate
 from tests.conftest import parquet_digests, read_manifest, read_rows, read_table, table_files
 from trainers import pruned_synth as trainer
@@ -200,7 +200,7 @@ def test_learned_verifier_keeps_rows_it_agrees_with(run_dataset, tmp_path):
 
 
 def test_fig4_phase_transition_matches_theory(run_dataset, tmp_path):
-    """PAPERS.md Fig. 4 via the pipeline and trainer: 20 seeds, within 2 points at every epsilon."""
+    """The paper's Fig. 4 via the pipeline and trainer: 20 seeds, within 2 points at every epsilon."""
     eps = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
     path, manifest = run_dataset(
         "pruned-synth", "p=100", "n=0", "n_hat=0", "m=1000", "mu_norm=1", "gamma=1", "rho=0.3",

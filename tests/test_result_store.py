@@ -16,8 +16,9 @@ import pyarrow as pa
 import pytest
 
 from pipelines import cli
-from transforms.io import codec, lease, layout
-from transforms.io.rejected import Rejected, Skipped
+from core import codec
+from transforms.io import lease, layout
+from core.rejected import Rejected, Skipped
 from transforms.io.result_store import ResultStore, Resume, parse_age, prune, stats
 from transforms.io.stage import Ledger
 

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from pipelines import registry
-from schemas.config import ConfigError
+from core.config import ConfigError
 from pipelines.run import run
 from pipelines.validate import validate
 from tests.conftest import read_rows

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 from schemas import rmaxts as schema  # noqa: E402
 from trainers import rmaxts  # noqa: E402
-from schemas.config import ConfigError  # noqa: E402
+from core.config import ConfigError  # noqa: E402
 from trainers.data import hash_unit  # noqa: E402
 
 HEADER = ("import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\n"
@@ -54,7 +54,7 @@ LEANDOJO = [("intro n", "⊢ ∀ (n : ℕ), n + 0 = n", "n : ℕ\n⊢ n + 0 = n"
             ("simp", "α : Type u_1\nl : List α\n⊢ l ++ [] = l", ""),
             ("induction n with\n  | zero => rfl\n  | succ n ih => simp [ih]", "n : ℕ\n⊢ 0 + n = n", "")]
 # every run: one thread, few tokens; lr high enough that six steps move the loss clearly
-RUN = dict(steps=6, batch_size=4, grad_accum=1, lr=2e-3, max_length=96, lora_r=8, lora_alpha=16.0,
+RUN = dict(max_steps=6, batch_size=4, grad_accum=1, lr=2e-3, max_length=96, lora_r=8, lora_alpha=16.0,
            eval_fraction=0.3, eval_examples=8, seed=0, device="cpu", checkpoint_every=3, keep_checkpoints=0)
 
 

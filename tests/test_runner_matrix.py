@@ -1,4 +1,4 @@
-"""The same pipeline gives the same ids, rows and files on every runner (ARCHITECTURE.md, Runners)."""
+"""The same pipeline gives the same ids, rows and files on every runner (docs/architecture.md, Runners)."""
 import os
 
 import numpy as np

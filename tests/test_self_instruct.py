@@ -53,7 +53,7 @@ def test_response_messages_interleave_demonstrations():
 
 
 def test_a_domain_short_of_per_domain_is_counted():
-    from transforms.io.rejected import Skipped
+    from core.rejected import Skipped
     from transforms.text.self_specialization import cap_domain_counted
     rows = [{"kept": True, "reject_reason": None, "order": [0, i]} for i in range(2)]
     out = cap_domain_counted("math", rows, 5)

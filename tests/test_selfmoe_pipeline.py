@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pipelines import registry, run
-from schemas.config import ConfigError
+from core.config import ConfigError
 from tests.conftest import parquet_digests, read_rows
 
 pytest.importorskip("transformers")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.text import rouge_l_f, tokenize
 from transforms.text.seeds import (DOMAINS, MAX_LINE_CHARS, EmptyDomain, default_domains,
                                    default_seed_path, load_seeds, read_seeds, seed_id)

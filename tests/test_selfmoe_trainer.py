@@ -18,13 +18,13 @@ import torch  # noqa: E402
 
 from tests.conftest import table_files  # noqa: E402
 from trainers import selfmoe  # noqa: E402
-from schemas.config import ConfigError  # noqa: E402
+from core.config import ConfigError  # noqa: E402
 from trainers.data import DatasetError  # noqa: E402
 
 DOMAINS = ["knowledge", "math"]
 # max_length 64 (not 128) keeps the whole module near 90 s on one shared core; lr high enough that
 # three steps move the loss clearly
-TINY = dict(steps=3, router_steps=3, max_length=64, batch_size=4, lr=1e-3, router_lr=1e-2,
+TINY = dict(max_steps=3, router_steps=3, max_length=64, batch_size=4, lr=1e-3, router_lr=1e-2,
             device="cpu", seed=0)
 
 

@@ -14,14 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import registry, run
-from schemas.config import ConfigError, matching_files
+from core.config import ConfigError, matching_files
 from pipelines.dataset import input_fingerprint
-from schemas import storage
-from transforms.io.rejected import Rejected
+from core import storage
+from core.rejected import Rejected
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KITTI = os.path.join(HERE, "..", "pipelines", "samples", "kitti", "training")
-WEB_DATA = os.path.join(HERE, "..", "..", "shared", "data", "web")
+WEB_DATA = os.path.join(HERE, "data", "web")
 CLI = [sys.executable, "-m", "pipelines.cli"]
 
 
@@ -48,7 +48,7 @@ def _sha(fingerprint: str) -> str:
 def test_concretizer_from_scans_and_weights_in_s3_equals_a_local_run(s3_store, tmp_path):
     pytest.importorskip("spconv")
     torch = pytest.importorskip("torch")
-    from transforms.lidar.backbone import VoxelBackBone8x
+    from core.voxel_backbone import VoxelBackBone8x
     bucket = s3_store.bucket()
     for folder, name in (("velodyne", "000000.bin"), ("calib", "000000.txt"), ("label_2", "000000.txt")):
         _upload(os.path.join(KITTI, folder, name), f"{bucket}/kitti/training/{folder}/{name}")

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import registry, run
-from schemas.config import ConfigError
+from core.config import ConfigError
 from pipelines.validate import validate
-from schemas import storage
+from core import storage
 from transforms.io import layout
 
 SMALL = ["p=8", "n=50", "n_hat=30", "m=400", "n_test=100"]

@@ -12,7 +12,7 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.io.stage import DUPLICATE, Ledger, StageStats
 from transforms.io.transient import Backoff, Transient, call_with_retries, is_transient
 

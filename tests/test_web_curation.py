@@ -64,7 +64,7 @@ def test_judge_request_and_verdicts():
     assert reason is None and "not a label" in problem
 
 
-# -- multilingual curation: labelled set, language ID, blocklists, bad input (issue 12) ------------------
+# -- multilingual curation: labelled set, language ID, blocklists, bad input ------------------
 DATA = os.path.join(os.path.dirname(__file__), "data", "curation")
 
 
@@ -289,7 +289,7 @@ def test_bad_input_is_a_kept_false_row_or_kept_never_a_crash():
 ])
 def test_curation_config_errors_name_what_to_set(tmp_path, sets, message):
     from pipelines import registry
-    from schemas.config import ConfigError
+    from core.config import ConfigError
     from pipelines.run import run
     with pytest.raises(ConfigError, match=message):
         run(registry.get("multiui"), out=str(tmp_path), sets=sets)

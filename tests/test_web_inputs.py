@@ -18,8 +18,8 @@ from urllib.request import Request, urlopen
 
 import pytest
 
-from tests.conftest import SHARED_DATA
-from transforms.io.rejected import Rejected
+from tests.conftest import TEST_DATA
+from core.rejected import Rejected
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.local_site import LocalSite
 from transforms.web.policy_proxy import PolicyProxy
@@ -27,14 +27,11 @@ from transforms.web.replay import ReplayHandler
 from transforms.web.targets import PageTarget, read_url_list, scan_html_folder, scan_warc
 from transforms.web.warc_archive import WarcArchive
 
-WEB_DATA = os.path.join(SHARED_DATA, "web")
+WEB_DATA = os.path.join(TEST_DATA, "web")
 SITE = os.path.join(os.path.dirname(__file__), "..", "pipelines", "sites", "multiui")
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-needs_web_data = pytest.mark.skipif(not os.path.isdir(WEB_DATA),
-                                    reason="../shared/data/web is absent (it ships beside CI checkouts only)")
 
 
 def _targets(items):
@@ -76,9 +73,8 @@ def test_read_url_list_skips_comments_and_rejects_bad_lines(tmp_path):
 
 # -- WARC scanning --------------------------------------------------------------------------
 
-@needs_web_data
 def test_scan_warc_finds_the_html_page_of_the_common_crawl_capture():
-    with open(os.path.join(SHARED_DATA, "README.md")) as fh:
+    with open(os.path.join(TEST_DATA, "README.md")) as fh:
         provenance = [line for line in fh if "whirlwind.warc.gz" in line]
     assert provenance and "Common Crawl" in provenance[0]  # the README row that names its source
     items = list(scan_warc(os.path.join(WEB_DATA, "whirlwind.warc.gz")))
@@ -93,7 +89,6 @@ def test_scan_warc_finds_the_html_page_of_the_common_crawl_capture():
     assert [t.url for t in iana] == ["http://www.iana.org/"]
 
 
-@needs_web_data
 def test_scan_warc_truncated_mid_record_keeps_earlier_records(tmp_path):
     example = open(os.path.join(WEB_DATA, "example.warc.gz"), "rb").read()
     whirlwind = open(os.path.join(WEB_DATA, "whirlwind.warc.gz"), "rb").read()
@@ -109,7 +104,6 @@ def test_scan_warc_truncated_mid_record_keeps_earlier_records(tmp_path):
     assert isinstance(items[-1], Rejected)  # the bad record comes after the good one
 
 
-@needs_web_data
 def test_scan_warc_resumes_after_a_corrupt_record(tmp_path):
     plain = bytearray(open(os.path.join(WEB_DATA, "example-iana.org-chunked.warc"), "rb").read())
     broken = bytearray(plain)
@@ -382,7 +376,6 @@ def _write_warc(path, records):
                                                           http_headers=http))
 
 
-@needs_web_data
 def test_warc_replay_offline_refuses_what_the_archive_lacks(browser):
     archive = WarcArchive(os.path.join(WEB_DATA, "example-iana.org-chunked.warc"))
     context, page = _open(browser, handler := ReplayHandler(archive), offline=True)

@@ -2,7 +2,7 @@
 without an HTTPS upgrade, scheme and slash variants, archived redirects, charsets, the crawl's
 date as the page's clock, and sub-resources from the archive or (subresources=live) the network.
 
-The WARCs are the real captures in ../shared/data/web and one written here with warcio from
+The WARCs are the real captures in tests/data/web and one written here with warcio from
 their real records plus pages that break replay the ways Common Crawl records do. Live fetches
 go only to a loopback server started here.
 """
@@ -15,17 +15,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.conftest import SHARED_DATA
+from tests.conftest import TEST_DATA
 from transforms.web.capture import CapturePage, CaptureSettings
 from transforms.web.charset import html_charset, meta_charset
 from transforms.web.render import CHROMIUM, RenderError
 from transforms.web.targets import scan_warc
 from transforms.web.warc_archive import WarcArchive
 
-WEB_DATA = os.path.join(SHARED_DATA, "web")
+WEB_DATA = os.path.join(TEST_DATA, "web")
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Chromium at {CHROMIUM}")
-needs_web_data = pytest.mark.skipif(not os.path.isdir(WEB_DATA),
-                                    reason="../shared/data/web is absent (it ships beside CI checkouts only)")
 CRAWLED = "2020-03-27T09:15:42Z"
 CHINESE = "欢迎来到上海港口步行指南：外滩、豫园与黄浦江边的散步路线。" * 3
 
@@ -71,7 +69,6 @@ def _write_warc(path, records):
                                                           warc_headers_dict={"WARC-Date": date}))
 
 
-@needs_web_data
 @pytest.mark.parametrize("name,url,title", [
     ("example.warc.gz", "http://example.com/", "Example Domain"),
     ("example-iana.org-chunked.warc", "http://www.iana.org/", "Internet Assigned Numbers Authority"),
@@ -85,11 +82,10 @@ def test_http_archives_replay_without_an_https_upgrade(stage, name, url, title):
 
 @pytest.fixture(scope="module")
 def crawl(tmp_path_factory):
-    """One WARC: the real records of the three shared captures, plus pages that break replay."""
+    """One WARC: the real records of the three real captures, plus pages that break replay."""
     records = []
-    if os.path.isdir(WEB_DATA):
-        for name in ("example.warc.gz", "example-iana.org-chunked.warc", "whirlwind.warc.gz"):
-            records += _real_records(os.path.join(WEB_DATA, name))
+    for name in ("example.warc.gz", "example-iana.org-chunked.warc", "whirlwind.warc.gz"):
+        records += _real_records(os.path.join(WEB_DATA, name))
     html = [("Content-Type", "text/html")]
     gbk_page = (f'<html><head><title>上海步行</title><script>/*{"x" * 2000}*/</script>'
                 f'<meta charset="gbk"><link rel=stylesheet href="/walks.css"></head>'
@@ -124,11 +120,11 @@ def test_multi_record_archive_variants_redirects_and_charset(stage, crawl):
         assert archive.get(asked).url == "http://harbour.example/walks/", asked
     resolved = archive.resolve("https://harbour.example/")  # an archived redirect, asked for as https
     assert resolved.url == "http://harbour.example/walks/" and resolved.redirects == ("http://harbour.example/",)
-    if os.path.isdir(WEB_DATA):  # the real records replay from the combined archive too
-        titles = {url: _render(stage, t)["title"] for url, t in targets.items() if "harbour" not in url}
-        assert titles == {"http://example.com/": "Example Domain",
-                          "http://www.iana.org/": "Internet Assigned Numbers Authority",
-                          "https://an.wikipedia.org/wiki/Escopete": "Escopete - Biquipedia, a enciclopedia libre"}
+    # the real records replay from the combined archive too
+    titles = {url: _render(stage, t)["title"] for url, t in targets.items() if "harbour" not in url}
+    assert titles == {"http://example.com/": "Example Domain",
+                      "http://www.iana.org/": "Internet Assigned Numbers Authority",
+                      "https://an.wikipedia.org/wiki/Escopete": "Escopete - Biquipedia, a enciclopedia libre"}
 
 
 def test_the_page_sees_the_day_it_was_crawled(stage, crawl):
@@ -206,7 +202,7 @@ def test_subresources_from_the_archive_or_live_under_the_policy(tmp_path):
 
 
 def test_an_archive_of_only_redirects_is_one_dead_letter_that_says_so(tmp_path):
-    from transforms.io.rejected import Rejected
+    from core.rejected import Rejected
 
     path = tmp_path / "redirects.warc.gz"
     _write_warc(path, [("http://moved.example/", "301 Moved Permanently", [("Location", "https://moved.example/")],

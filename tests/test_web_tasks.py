@@ -10,7 +10,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from schemas.multiui import PAGES, SAMPLES, TASKS
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.llm.requests import Completion, Request
 from transforms.web.tasks import draw, llm_tasks, rule_tasks, templates
 from transforms.web.tasks.elements import TaskRules, format_box

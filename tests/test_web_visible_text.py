@@ -1,4 +1,4 @@
-"""OCR of visible text with real Chromium (issue 12, part 4): what the screenshot shows, not names.
+"""OCR of visible text with real Chromium: what the screenshot shows, not names.
 
 One page served from a loopback server holds each trap: a link whose aria-label differs from its
 text, screen-reader-only text in a heading, an overflow:hidden carousel, text at opacity 0, and a

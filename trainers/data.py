@@ -1,4 +1,4 @@
-"""Parquet shards -> PyTorch, the one way trainers read data (ARCHITECTURE.md, contract 8).
+"""Parquet shards -> PyTorch, the one way trainers read data (docs/architecture.md, contract 8).
 
 `open_table` reads `_manifest.json`, refuses schema versions this code does not
 know, and checks every part file's Parquet schema, so a trainer fails at start-up
@@ -51,8 +51,10 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 import schemas
-from schemas import SchemaError, TableSchema, storage
-from schemas.manifest import MANIFEST, MANIFEST_FORMAT, read_manifest
+from core import storage
+from schemas import SchemaError, TableSchema
+from core.dataset_folder import read_manifest
+from schemas.manifest import MANIFEST, MANIFEST_FORMAT
 from schemas.table import SCHEMA_KEY, VERSION_KEY
 
 POSITION_FORMAT = "shardsmith.position/2"   # /1 (rows per stream) is still read

@@ -1,4 +1,4 @@
-"""The one training loop (ARCHITECTURE.md, contract 8): `fit(recipe, plan, out)`.
+"""The one training loop (docs/architecture.md, contract 8): `fit(recipe, plan, out)`.
 
 A paper supplies a `Recipe`: its model (`build`, `save`), its batches, its loss and its evaluation.
 `fit` does the rest, the same way for every trainer:
@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from schemas.config import ConfigError, ConfigSpec, Key
+from core.config import ConfigError, ConfigSpec, Key
 from trainers import distributed
 from trainers.data import merge_states
 
@@ -89,7 +89,7 @@ class Recipe:
 class Plan:
     """How long and how to train: the loop's settings (trainers pass their config's values)."""
 
-    steps: int
+    max_steps: int
     lr: float
     grad_accum: int = 1
     warmup_steps: int = 0
@@ -191,7 +191,7 @@ def lr_at(step: int, plan: Plan) -> float:
         return base * (step + 1) / warm
     if plan.schedule == "constant":
         return base
-    progress = min(1.0, (step - warm) / max(1, plan.steps - warm))
+    progress = min(1.0, (step - warm) / max(1, plan.max_steps - warm))
     return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -387,9 +387,9 @@ class _Run:
         if not self.ckpt and plan.eval_first:
             self.evaluate()
         batches = self.recipe.batches(self.data, self.metrics)
-        while self.step < plan.steps:
+        while self.step < plan.max_steps:
             tracker = self.train_step(batches)
-            last = self.step == plan.steps
+            last = self.step == plan.max_steps
             if last or (plan.eval_every and self.step % plan.eval_every == 0):
                 self.evaluate()
             if last or (plan.checkpoint_every and self.step % plan.checkpoint_every == 0):

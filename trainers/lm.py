@@ -13,7 +13,8 @@ import os
 import torch
 import torch.nn.functional as F
 
-from schemas.config import ConfigError, Key
+from core.config import ConfigError, Key
+from core.prompts import PROMPT_FORMATS
 from trainers.fit import Loss
 
 IGNORE = -100
@@ -64,9 +65,6 @@ def load_base(path: str, device: torch.device):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model.config.use_cache = False
     return model.to(device)
-
-
-PROMPT_FORMATS = ("auto", "chat", "plain")
 
 
 def prompt_format_key(what: str) -> Key:

@@ -1,6 +1,6 @@
 """MultiUI trainer: supervised fine-tuning of an image-text-to-text model on the multiui shards.
 
-PAPERS.md section 1 (the paper trains a LLaVA-style model on LLaVA conversations about page
+docs/papers/multiui.md (the paper trains a LLaVA-style model on LLaVA conversations about page
 screenshots). Steps:
 
 1. Data: `samples` streamed with ShardDataset (shuffled per epoch, split across processes and
@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from schemas.config import ConfigError, ConfigSpec, Key
+from core.config import ConfigError, ConfigSpec, Key
 from trainers.data import DatasetError, ShardDataset, epochs
 from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, settings, to_device
 from trainers.multiui_data import IGNORE, SAMPLE_COLUMNS, SKIP_REASONS, Collator, PageStore, SampleBatches
@@ -260,7 +260,7 @@ def train(data_dir: str, out_dir: str, config: dict) -> dict:
     cfg = settings(CONFIG, config)
     if cfg["lr"] is None:
         cfg["lr"] = 1e-3 if cfg["model"] == "tiny" else 2e-5
-    plan = Plan.of(cfg, steps=cfg["max_steps"], eval_every=cfg["checkpoint_every"], info={"model": cfg["model"]})
+    plan = Plan.of(cfg, eval_every=cfg["checkpoint_every"], info={"model": cfg["model"]})
     return fit(SFT(data_dir, cfg), plan, out_dir)[1]
 
 

@@ -17,7 +17,7 @@ Three pieces, used by trainers/multiui.py:
   attaches images, and yields collated micro-batches that carry the `_stream`/`_offset` of every
   row they consumed (for Position) and counts of what was skipped and why.
 
-Rows are skipped and counted, never fatal (ARCHITECTURE.md, contract 4): missing_page (the
+Rows are skipped and counted, never fatal (docs/architecture.md, contract 4): missing_page (the
 sample's page_id is not in `pages`), no_screenshot (the page row has a null screenshot), bad_image
 (the PNG does not decode, or an element-OCR sample has no box inside it), bad_conversation (no gpt
 turn, first turn not human, several <image>),
@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
+from core.marks import draw_mark
 from schemas import multiui as schema
 from trainers.data import OFFSET, STREAM, DatasetError, ShardDataset, hash_unit
 from trainers.rowstore import RowStore
@@ -80,16 +81,15 @@ def sample_image(png: bytes, task: str, box_px):
     """The image a sample is about: its page's screenshot, with element OCR's red frame drawn on it.
 
     samples v2 store the frame's box instead of a framed copy of the page (schemas/multiui.py);
-    the geometry is schemas.multiui.mark_rect, the same the pipeline's pictures and `shardsmith
+    the frame is core/marks.py's, the same the pipeline's pictures and `shardsmith
     export` use, so the model sees the pixels v1 stored. Raises ValueError for a marked task
     without a box inside the image (counted as bad_image)."""
-    from PIL import ImageDraw
     image = decode_image(png)
     if task in schema.MARKED_TASKS:
-        rect = schema.mark_rect(box_px, image.size) if box_px is not None and len(box_px) == 4 else None
-        if rect is None:
-            raise ValueError(f"{task} sample without a box inside its {image.size} screenshot")
-        ImageDraw.Draw(image).rectangle(rect, outline=schema.MARK_COLOR, width=schema.MARK_WIDTH)
+        try:
+            draw_mark(image, box_px)
+        except ValueError:
+            raise ValueError(f"{task} sample without a box inside its {image.size} screenshot") from None
     return image
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.config import ConfigSpec, Key
+from core.config import ConfigSpec, Key
 from trainers import rmt
 from trainers.data import DatasetError, read_arrow
 from trainers.fit import settings

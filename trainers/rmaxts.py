@@ -1,6 +1,6 @@
 """RMaxTS prover SFT: LoRA on a frozen causal LM, on the state -> tactic transitions of the search.
 
-PAPERS.md section 4 (DeepSeek-Prover-V1.5; LeanDojo / ReProver for the state -> tactic format).
+docs/papers/rmaxts.md (DeepSeek-Prover-V1.5; LeanDojo / ReProver for the state -> tactic format).
 `shardsmith train rmaxts` (the pipeline's train_setup fills `base_model`). Steps:
 
 1. Examples (`mix` chooses the transition kinds; the loss is on the target tokens only):
@@ -21,7 +21,7 @@ PAPERS.md section 4 (DeepSeek-Prover-V1.5; LeanDojo / ReProver for the state -> 
    them in a fixed order (metrics `examples`: train, held_out and eval counts by kind).
 3. Training (trainers/fit.py, the shared loop): peft LoRA on `target_modules` of the frozen base
    (fp32 on CPU; bf16 base weights and fp32 adapters on CUDA), AdamW at constant `lr`, gradient
-   clipping, `steps` optimizer steps of `grad_accum` micro-batches; the loss is the token mean over
+   clipping, `max_steps` optimizer steps of `grad_accum` micro-batches; the loss is the token mean over
    the whole accumulated step. Batches are drawn from a permutation of the train examples per
    (seed, epoch) (trainers.data.BatchStream), so the data position is just (epoch, cursor), the
    same on any number of processes.
@@ -44,7 +44,7 @@ from collections import Counter
 import pyarrow.compute as pc
 import torch
 
-from schemas.config import ConfigSpec, Key
+from core.config import ConfigSpec, Key
 from trainers import distributed, lm
 from trainers.data import BatchStream, DatasetError, hash_unit, read_arrow
 from trainers.fit import Plan, Recipe, fit, loop_keys, settings
@@ -59,7 +59,7 @@ CONFIG = ConfigSpec((
         "(truncate-and-resume prompt -> tactic), or both", choices=tuple(MIXES), gridable=False),
     Key("whole_proofs", bool, True, "also train on the complete proofs of `attempts` (whole-proof targets)",
         gridable=False),
-    Key("steps", int, 500, "optimizer steps", low=1, gridable=False),
+    Key("max_steps", int, 500, "optimizer steps", low=1, gridable=False),
     Key("batch_size", int, 8, "examples per micro-batch (per process)", low=1, gridable=False),
     Key("lr", float, 2e-4, "learning rate (AdamW, constant)", low=0.0, gridable=False),
     Key("max_length", int, 1024, "tokens per example (prompt cut on the left, target on the right)", low=16,

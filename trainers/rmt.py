@@ -1,7 +1,7 @@
 """Random-matrix theory for ridge classifiers trained on pruned synthetic data.
 
 El Firdoussi et al., "Maximizing the potential of synthetic data: insights from random matrix
-theory" (PAPERS.md section 3). numpy/scipy only: trainers must not import transforms/.
+theory" (docs/papers/pruned-synth.md). numpy/scipy only: trainers must not import transforms/.
 
 Setting. Real rows x = y*mu + z (z ~ N(0, I)), n of them; synthetic rows x = y*mu_hat +
 C_hat^(1/2) zeta, m of them, label flipped w.p. epsilon, kept by the verifier w.p. phi
@@ -21,11 +21,11 @@ the *signed* form, so past eps* = phi/(phi + rho) (lambda < 0) it drops below 1/
 
 On delta (C = I, synthetic only, eta = p/m). This derivation gives
     gamma delta^2 + (alpha + gamma - eta) delta - eta = 0,
-whereas PAPERS.md states gamma delta^2 + (alpha + gamma - eta alpha) delta - eta alpha = 0.
+whereas a variant in circulation states gamma delta^2 + (alpha + gamma - eta alpha) delta - eta alpha = 0.
 Simulation supports the former: the empirical tr(Q)/N matches it (p = m = 200, alpha = 0.3,
-gamma = 1: 0.861 theory vs 0.855 empirical, while the PAPERS.md root is 0.242; see
-tests/test_pruned_synth_math.py), and test accuracy matches the theory built on it. The two agree
-only when alpha = 1 (eta alpha = eta); PAPERS.md's version looks like delta rescaled by the kept
+gamma = 1: 0.861 theory vs 0.855 empirical, while that variant's root is 0.242; see
+tests/test_pruned_synth_math.py; docs/papers/pruned-synth.md), and test accuracy matches the theory built on it. The two agree
+only when alpha = 1 (eta alpha = eta); the variant looks like delta rescaled by the kept
 share. Its E[g] formula agrees with this derivation.
 """
 

@@ -1,15 +1,15 @@
 """Self-MoE trainer: one LoRA expert per domain, then a MiXSE router over the frozen experts.
 
-PAPERS.md section 2. Steps:
+docs/papers/selfmoe.md. Steps:
 
 1. Kept rows of `examples`, per domain a held-out eval split chosen by a stable hash of the row id
    (the same rows whatever the seed; at least one eval and one train row per domain). SFT format
    as the data were generated (the rows' prompt_format): the tokenizer's chat template (user:
    instruction [+ blank line + input]; assistant: response), the loss on the assistant turn only
    (response and its end-of-turn tokens); or, for a base model without a chat template, the
-   Alpaca-style text prompt of schemas/selfmoe.plain_prompt, the loss on the response and EOS.
+   Alpaca-style text prompt of core/prompts.plain_prompt, the loss on the response and EOS.
    Labels -100 on the prompt and padding. Right padding: loss only, no generation here.
-2. Per domain a LoRA adapter (peft) on the frozen base, `steps` optimizer steps of `grad_accum`
+2. Per domain a LoRA adapter (peft) on the frozen base, `max_steps` optimizer steps of `grad_accum`
    micro-batches, the loss a token mean over the whole accumulated step (trainers/fit.py, the
    shared loop: its checkpoints under `out/experts/<domain>/checkpoints/`, so a rerun in the same
    out folder skips the experts already trained). Saved to `out/experts/<domain>/` (peft's
@@ -43,7 +43,8 @@ import torch
 from torch import nn
 
 from schemas import selfmoe as schema
-from schemas.config import ConfigError, ConfigSpec, Key, names
+from core.config import ConfigError, ConfigSpec, Key, names
+from core.prompts import plain_prompt
 from trainers import distributed, lm
 from trainers.data import BatchStream, DatasetError, hash_unit, read_arrow
 from trainers.fit import Plan, Recipe, fit, loop_keys, pick_device, settings
@@ -53,7 +54,7 @@ CONFIG = ConfigSpec((
     *lm.lora_keys(r=8, alpha=16.0, what="the experts adapt"),
     Key("domains", str, None, "comma-separated domains to train (default: every domain in the data)",
         optional=True, gridable=False),
-    Key("steps", int, 200, "optimizer steps per expert", low=1, gridable=False),
+    Key("max_steps", int, 200, "optimizer steps per expert", low=1, gridable=False),
     Key("router_steps", int, 200, "optimizer steps of the router (gates only)", low=0, gridable=False),
     Key("lr", float, 2e-4, "learning rate of the LoRA experts (AdamW)", low=0.0, gridable=False),
     Key("router_lr", float, 1e-3, "learning rate of the router gates (AdamW)", low=0.0, gridable=False),
@@ -124,10 +125,10 @@ def load_examples(data_dir: str, domains: list[str] | None = None) -> dict[str, 
 def encode(tokenizer, row: dict, max_length: int, prompt_format: str = "chat") -> tuple[list[int], list[int]] | None:
     """(input_ids, labels) of one example in chat format (labels on the assistant turn only) or,
     for prompt_format plain, as the Alpaca-style text prompt the pipeline asked a base model with
-    (schemas/selfmoe.plain_prompt, no demonstrations; labels on the response and EOS); None when
+    (core/prompts.plain_prompt, no demonstrations; labels on the response and EOS); None when
     truncation to max_length leaves no response token."""
     if prompt_format == "plain":
-        return lm.encode_plain(tokenizer, schema.plain_prompt(row["instruction"], row.get("input") or ""),
+        return lm.encode_plain(tokenizer, plain_prompt(row["instruction"], row.get("input") or ""),
                                row["response"], max_length)
     user = row["instruction"] + (f"\n\n{row['input']}" if row.get("input") else "")
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": user}],
@@ -440,7 +441,7 @@ def train(data_dir: str, out_dir: str, config: dict) -> dict:
     probe = collate([splits[d][0][j] for j in range(max(1, bs // len(domains))) for d in domains
                      if j < len(splits[d][0])], pad)
     recipe = Router(cfg, experts, top_k, union, probe, pad, seed * 31 + 1009)
-    model, metrics["router"] = _phase(recipe, os.path.join(out_dir, "router"), steps=cfg["router_steps"],
+    model, metrics["router"] = _phase(recipe, os.path.join(out_dir, "router"), max_steps=cfg["router_steps"],
                                       lr=cfg["router_lr"], seed=seed * 7919 + 104729)
     if main:
         finish_router(model, recipe, metrics, evals, out_dir, splits)

@@ -1,4 +1,4 @@
-"""The dataset card (`README.md`) beside `_manifest.json` (ARCHITECTURE.md, contract 11).
+"""The dataset card (`README.md`) beside `_manifest.json` (docs/architecture.md, contract 11).
 
 A Hugging Face dataset card: YAML front matter whose `configs:` give one config per table with
 that table's part files listed exactly, so `datasets.load_dataset(DATASET_DIR, TABLE)` reads that

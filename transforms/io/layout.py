@@ -1,4 +1,4 @@
-"""The output layout every dataset shares (ARCHITECTURE.md, contracts 3 and 5).
+"""The output layout every dataset shares (docs/architecture.md, contracts 3 and 5).
 
 OUT/<dataset>/
   _manifest.json                       written last: lists the files that are the dataset
@@ -21,7 +21,8 @@ from __future__ import annotations
 import datetime
 import uuid
 
-from schemas.manifest import MANIFEST, MANIFEST_FORMAT, read_manifest  # noqa: F401 (the layout's API)
+from core.dataset_folder import read_manifest  # noqa: F401 (the layout's API)
+from schemas.manifest import MANIFEST, MANIFEST_FORMAT  # noqa: F401 (the layout's API)
 
 RUN_RECORD = "_run.json"
 SPILL_DIR = "_spill"  # batches spilled by workers before the part writers read them; removed at commit

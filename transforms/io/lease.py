@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Optional
 
-from schemas import storage
+from core import storage
 from transforms.io import layout
 
 LEASE = "_lease.json"

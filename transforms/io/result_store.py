@@ -1,11 +1,11 @@
-"""The result store: expensive work done once (ARCHITECTURE.md, contract 10).
+"""The result store: expensive work done once (docs/architecture.md, contract 10).
 
 One content-addressed store serves every kind of stored result: a stage's outputs for one input
 (renders, backbone features, Lean checks) and the LLM response cache. Each lives in a namespace, a
 folder under the store's root (`stages/<dataset>.<stage>/`, `responses/`), one file per key under
 two levels of hex sub-folders (ab/cd/abcd....bin) so no folder grows past a few thousand files.
 The root is a local folder or a store prefix (s3://bucket/prefix, gs://bucket/prefix), so workers
-that share no disk share it; both go through schemas/storage.py.
+that share no disk share it; both go through core/storage.py.
 
 Why it is safe:
 - the key is a hash of everything that shapes the result (stage, stage version, the config keys
@@ -14,7 +14,7 @@ Why it is safe:
   (stores), so a kill mid-write leaves no torn entry; an entry that still does not decode (garbage,
   truncated, another format) is a miss and is overwritten by the next put;
 - concurrent writers of one key write the same content, so their race is harmless;
-- entries never hold pickles (transforms/io/codec.py): a store shared across machines cannot run code.
+- entries never hold pickles (core/codec.py): a store shared across machines cannot run code.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from schemas import storage
-from transforms.io import codec
+from core import storage
+from core import codec
 from transforms.io.ids import canonical_json
 
 # $SHARDSMITH_CACHE moves the default (as HF_HOME does for Hugging Face): a scratch disk, or a test's folder

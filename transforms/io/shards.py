@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import schemas
-from schemas import SchemaError, TableSchema, storage
+from core import storage
+from schemas import SchemaError, TableSchema
 from transforms.io import layout
 from transforms.io.stage import Ledger, StageStats
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from transforms.io.ids import stable_id
 from transforms.io.meter import StageMeter
-from transforms.io.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
+from core.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
 from transforms.io.result_store import ResultStore, Resume, stage_store
 from transforms.io.transient import BACKOFF, Backoff, Transient, call_with_retries, is_transient
 

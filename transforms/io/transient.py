@@ -49,7 +49,7 @@ TRANSIENT_CLASS_NAMES = frozenset({
 #   "... AWS Error NETWORK_CONNECTION during HeadObject operation: curlCode: 7, Could not connect ..."
 #   "... AWS Error UNKNOWN (HTTP status 503) during HeadObject operation ..."
 #   "... AWS Error SLOW_DOWN during ListObjectsV2 operation ..."   (GCS: UNAVAILABLE, DEADLINE_EXCEEDED)
-# and schemas/storage.py words them "cannot reach the store at ...". A missing key is a
+# and core/storage.py words them "cannot reach the store at ...". A missing key is a
 # FileNotFoundError and a refused credential says ACCESS_DENIED: neither matches.
 TRANSIENT_MESSAGE = re.compile(
     r"AWS Error (?:NETWORK_CONNECTION|SLOW_DOWN|SERVICE_UNAVAILABLE|THROTTLING|REQUEST_TIMEOUT|INTERNAL_FAILURE)"

@@ -1,1 +1,1 @@
-"""Lean 4: problems, the REPL, tactic states and the RMaxTS search (PAPERS.md section 4)."""
+"""Lean 4: problems, the REPL, tactic states and the RMaxTS search (docs/papers/rmaxts.md)."""

@@ -16,6 +16,7 @@ import shutil
 OS_SANDBOXES = ("bwrap", "none")
 # environment variables a sandboxed REPL keeps (besides PATH, LANG, LC_ALL and the pool's `env`)
 PASS_ENV_PREFIXES = ("LEAN_", "LAKE_", "ELAN_")
+HOST_TMP = "/tmp"                      # what `--tmpfs /tmp` hides
 
 BWRAP_MISSING = (
     "os_sandbox='bwrap' needs bubblewrap, which is not installed: run `apt-get install "
@@ -35,19 +36,52 @@ def require_os_sandbox(os_sandbox: str) -> None:
         raise OsSandboxUnavailable(BWRAP_MISSING)
 
 
-def bwrap_command(command: list[str], cwd: str, scratch: str) -> list[str]:
+def tmp_entries(command: list[str], cwd: str, env: dict[str, str] | None = None) -> list[str]:
+    """The entries of the host's /tmp (its children; /tmp itself only when the working folder is
+    /tmp) that hold what the REPL needs: the working folder (the Lean project), the program and
+    every argument naming an existing file or folder (a script, the venv of a python under /tmp,
+    as a symlink and as its target), and the folders in PATH and in LEAN_*, LAKE_*, ELAN_*
+    variables (ELAN_HOME, LEAN_PATH). A whole entry is taken, so the REPL sees the folder that
+    holds its project as it would outside /tmp (its siblings too, read-only); other entries stay
+    hidden."""
+    env = os.environ if env is None else env
+    needed = [cwd]
+    for i, arg in enumerate(command):
+        path = arg if os.path.isabs(arg) else os.path.join(cwd, arg)
+        if i == 0 and os.sep not in arg:              # a program looked up on the child's PATH
+            path = shutil.which(arg, path=env.get("PATH")) or path
+        if os.path.exists(path):
+            needed.append(path)
+    for key, value in env.items():
+        if key == "PATH" or key.startswith(PASS_ENV_PREFIXES):
+            needed += [p for p in value.split(os.pathsep) if os.path.isabs(p) and os.path.exists(p)]
+    entries = set()
+    for n, path in enumerate(needed):
+        for p in {os.path.abspath(path), os.path.realpath(path)}:
+            if p == HOST_TMP and n == 0:              # the REPL works in /tmp itself: all of it
+                return [HOST_TMP]
+            if p.startswith(HOST_TMP + os.sep):
+                entries.add(os.path.join(HOST_TMP, p[len(HOST_TMP) + 1:].split(os.sep, 1)[0]))
+    return sorted(entries)
+
+
+def bwrap_command(command: list[str], cwd: str, scratch: str, env: dict[str, str] | None = None) -> list[str]:
     """`command` wrapped in bubblewrap: everything read-only but `scratch`, no network.
 
     Why each flag: `--ro-bind / /` keeps the toolchain, Mathlib and the REPL readable;
-    `--tmpfs /tmp` hides the host's /tmp (other jobs' files) and gives a private one;
+    `--tmpfs /tmp` hides the host's /tmp (other jobs' files) and gives a private one; then the
+    entries of the host's /tmp the REPL needs (`tmp_entries`: a project, script or venv that lives
+    under /tmp; `env` is the child's environment, for PATH and ELAN_HOME) are bound back
+    read-only, before the scratch folder, so scratch stays writable even inside one of them;
     `--dev`/`--proc` give a minimal /dev and a /proc of the new PID namespace; `--unshare-net`
     leaves only a loopback of its own; `--unshare-pid` plus `--die-with-parent` make killing
     bwrap kill everything inside; `--new-session` stops TIOCSTI injection into a terminal;
     `--cap-drop ALL` matters when the pool runs as root (bwrap keeps root's capabilities
     otherwise, and CAP_SYS_ADMIN could remount / writable). bubblewrap always sets
     no_new_privs, so nothing inside can gain privileges through a setuid program."""
+    tmp_binds = [arg for entry in tmp_entries(command, cwd, env) for arg in ("--ro-bind", entry, entry)]
     return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--bind", scratch, scratch,
+            "--tmpfs", HOST_TMP, *tmp_binds, "--bind", scratch, scratch,
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--chdir", cwd, "--", *command]

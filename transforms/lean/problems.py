@@ -1,6 +1,6 @@
 """Lean 4 problems and LeanDojo traces from the files they are published in (plain Python, no Beam).
 
-Three inputs (PAPERS.md section 4), each a local path or a store URL (s3://, gs://):
+Three inputs (docs/papers/rmaxts.md), each a local path or a store URL (s3://, gs://):
 
 - DeepSeek-style JSON Lines (miniF2F, ProofNet): one object per line with
   ``name, split, informal_prefix, formal_statement, goal, header``.
@@ -10,7 +10,7 @@ Three inputs (PAPERS.md section 4), each a local path or a store URL (s3://, gs:
   ``state_before -> tactic -> state_after`` transition row of the ``rmaxts/transitions`` table.
 
 A bad row or theorem is yielded as a :class:`Rejected` (its reason names the file and line),
-never raised, so one broken input does not stop the rest (ARCHITECTURE.md, contract 4).
+never raised, so one broken input does not stop the rest (docs/architecture.md, contract 4).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from schemas import storage
-from transforms.io.rejected import Rejected
+from core import storage
+from core.rejected import Rejected
 
 EXCERPT_CHARS = 300
 REQUIRED_FIELDS = ("name", "formal_statement", "header")

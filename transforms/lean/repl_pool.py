@@ -31,14 +31,16 @@ What each layer covers, and what it does not:
    `sorryAx`, `native_decide`, `+native`) and refused with `sandbox=False`. The axioms found are
    kept on `Verdict.axioms`.
 4. OS sandbox (`os_sandbox.py`; `os_sandbox="bwrap"`, the default): each REPL runs under bubblewrap with the
-   whole file system read-only, a private /tmp, /dev and /proc, one writable scratch folder per
-   process (its HOME and TMPDIR; made and removed by the pool), no network, its own PID, IPC and
-   UTS namespaces, a new session (no terminal injection), every capability dropped, no new
-   privileges, a minimal environment, and death with the pool's spawner thread. It does not
-   limit CPU time (the per-check wall timeout does) nor hide readable files (the code can read
-   what the user can, but cannot send it anywhere). The Lean project is read-only inside: build
-   it beforehand (`lake build repl`). Missing bubblewrap is an error that says what to do,
-   never a silent fallback; `os_sandbox="none"` runs the REPL as a plain child process.
+   whole file system read-only, a private /tmp (where the project, the REPL command's files or its
+   toolchain live under the host's /tmp, the entries holding them are bound back read-only), /dev
+   and /proc, one writable scratch folder per process (its HOME and TMPDIR; made and removed by the
+   pool), no network, its own PID, IPC and UTS namespaces, a new session (no terminal injection),
+   every capability dropped, no new privileges, a minimal environment, and death with the pool's
+   spawner thread. It does not limit CPU time (the per-check wall timeout does) nor hide readable
+   files (the code can read what the user can, but cannot send it anywhere). The Lean project is
+   read-only inside: build it beforehand (`lake build repl`). Missing bubblewrap is an error that
+   says what to do, never a silent fallback; `os_sandbox="none"` runs the REPL as a plain child
+   process.
 5. Limits (here): RLIMIT_AS (`memory_mb`, set in the child before it execs and inherited by
    everything it starts) and the per-check wall timeout; a process that dies or hangs is killed
    (its whole process group, i.e. lake, the repl and bwrap's namespace) and the check comes back

@@ -52,8 +52,8 @@ class ReplProcess:
         argv = self.command
         if os_sandbox == "bwrap":
             self.scratch = tempfile.mkdtemp(prefix="shardsmith-repl-")
-            argv = bwrap_command(self.command, os.path.abspath(cwd or os.getcwd()), self.scratch)
             full_env = sandbox_env(self.scratch, env)
+            argv = bwrap_command(self.command, os.path.abspath(cwd or os.getcwd()), self.scratch, full_env)
         else:
             full_env = dict(os.environ)
             full_env.update(env or {})

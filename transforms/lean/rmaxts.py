@@ -1,4 +1,4 @@
-"""RMaxTS: the Monte-Carlo tree search of DeepSeek-Prover-V1.5 over tactic states (PAPERS.md section 4).
+"""RMaxTS: the Monte-Carlo tree search of DeepSeek-Prover-V1.5 over tactic states (docs/papers/rmaxts.md).
 
 Expanding a node means sampling a whole-proof continuation of one of its prefixes, checking it with
 Lean and adding the states it reaches; the intrinsic reward is 1 when that added any node, else 0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 import apache_beam as beam
 
 from transforms.io.ids import stable_id
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.io.stage import Ledger, payloads
 from transforms.lean.prove import SearchProblem, SearchSettings
 from transforms.llm.backend import Backend

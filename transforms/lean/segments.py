@@ -1,6 +1,6 @@
 """Tactic-state segments of a Lean proof, truncate-and-resume prompts and state -> tactic transitions.
 
-DeepSeek-Prover-V1.5 (PAPERS.md section 4) cuts a checked proof at its first error or `sorry`
+DeepSeek-Prover-V1.5 (docs/papers/rmaxts.md) cuts a checked proof at its first error or `sorry`
 (errors that only say "unsolved goals" do not count: every unfinished proof has one), then walks
 the proof line by line: a line on which some tactic ends becomes a segment, the code of that line
 (plus any earlier lines no tactic ended on) with the tactic state after that tactic, printed as a

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from schemas import concretizer as schema
-from schemas import storage
+from core import storage
 from transforms.io.ids import stable_id
-from transforms.lidar.occupancy import occupancy_pyramid
+from core.occupancy import occupancy_pyramid
 from transforms.lidar.presets import get_preset, grid_size, max_voxels, voxel_grid
 from transforms.lidar.voxelize import mean_vfe, voxelize
 
@@ -70,7 +70,7 @@ class BackboneFeatures:
         if self._net is not None:
             return
         import torch
-        from transforms.lidar.backbone import VoxelBackBone8x
+        from core.voxel_backbone import VoxelBackBone8x
         torch.set_num_threads(1)       # one worker, one core: Beam runs as many workers as cores
         w, grid = self.settings.weights, voxel_grid(self.preset)
         if w.startswith("seed:"):

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from schemas import storage
+from core import storage
 from transforms.io.ids import stable_id
 from transforms.lidar.presets import get_preset
 from transforms.lidar.readers import POINT_FEATURES, fov_mask, read_kitti_calib, read_kitti_labels, read_points

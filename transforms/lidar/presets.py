@@ -1,4 +1,4 @@
-"""Voxelization presets with OpenPCDet's values (PAPERS.md section 5).
+"""Voxelization presets with OpenPCDet's values (docs/papers/concretizer.md).
 
 Two grids are in play, and both are stored here under different names so nobody has to guess:
 

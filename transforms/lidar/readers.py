@@ -19,7 +19,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from schemas import storage
+from core import storage
 
 # layout -> (float32 values per point in the file, columns kept)
 BIN_LAYOUTS = {"kitti": (4, 4), "waymo": (6, 5), "nuscenes": (5, 4)}

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Sequence
 
+from core.prompts import PROMPT_FORMATS
 from transforms.llm.requests import Request
 
-PROMPT_FORMATS = ("auto", "chat", "plain")  # a config's prompt_format; auto follows the model
 
 
 class Backend:

@@ -74,7 +74,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Optional, Sequence
 
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.llm.backend import Backend
 from transforms.llm.requests import Completion, Request
 

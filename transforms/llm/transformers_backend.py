@@ -35,7 +35,7 @@ import importlib.util
 from typing import Iterator, Optional, Sequence
 
 from transforms.io.ids import canonical_json
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.llm.backend import Backend
 from transforms.llm.models import DEFAULT_MODEL, LocalModel, ResolvedModel
 from transforms.llm.requests import Completion, Request, Sampling

@@ -14,8 +14,8 @@ from typing import Iterator
 import numpy as np
 import pyarrow.parquet as pq
 
-from schemas import storage
-from transforms.io.rejected import Rejected
+from core import storage
+from core.rejected import Rejected
 
 
 class FeaturesError(ValueError):

@@ -1,4 +1,4 @@
-"""Row generation for the `pruned-synth` dataset (El Firdoussi et al., PAPERS.md section 3).
+"""Row generation for the `pruned-synth` dataset (El Firdoussi et al., docs/papers/pruned-synth.md).
 
 Plain numpy, no Beam: the Beam wrappers call these per chunk.
 

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Iterator
 from importlib import resources
 from typing import Any, Union
 
-from schemas import storage
+from core import storage
 from transforms.io.ids import stable_id
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 
 DOMAINS = ("knowledge", "reasoning", "math", "coding")
 ID_NAMESPACE = "selfmoe-seed"

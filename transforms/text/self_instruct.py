@@ -1,4 +1,4 @@
-"""Self-Instruct prompts, parsing and filters for self-specialization (Self-MoE, PAPERS.md section 2).
+"""Self-Instruct prompts, parsing and filters for self-specialization (Self-MoE, docs/papers/selfmoe.md).
 
 The base model is shown k seeds of one domain as numbered tasks and asked to
 continue the list; its continuation is parsed back into (instruction, input)
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from schemas.selfmoe import plain_prompt
+from core.prompts import plain_prompt
 
 DOMAIN_DESCRIPTIONS = {
     "knowledge": "questions that test factual knowledge of science, history, geography, society and culture",
@@ -82,8 +82,8 @@ def response_prompt(domain: str, demonstrations: Sequence[dict], instruction: st
                     prompt_format: str = "chat"):
     """The prompt that asks for a response: chat messages (response_messages) for a model with a
     chat template, or for a base model (prompt_format="plain") the Alpaca-style text of
-    schemas/selfmoe.plain_prompt with the demonstrations as solved blocks; send it with
-    schemas/selfmoe.PLAIN_STOP as stop strings so the model stops after its answer."""
+    core/prompts.plain_prompt with the demonstrations as solved blocks; send it with
+    core/prompts.PLAIN_STOP as stop strings so the model stops after its answer."""
     if prompt_format == "plain":
         return plain_prompt(instruction, input_text, demonstrations)
     if prompt_format != "chat":

@@ -12,7 +12,7 @@ import random
 
 from schemas import selfmoe as schema
 from transforms.io.ids import stable_id
-from transforms.io.rejected import Skipped
+from core.rejected import Skipped
 from transforms.llm.requests import Completion, Request, Sampling
 from transforms.text.rouge_dedup import RougeDedup
 from transforms.text.self_instruct import (brainstorm_prompt, instruction_problem, normalised_instructions,

@@ -1,6 +1,6 @@
 """The render stage of multiui: one (page target, platform) in, one `pages` row out.
 
-A `CapturePage` holds what a worker keeps for its lifetime (ARCHITECTURE contract 6): one
+A `CapturePage` holds what a worker keeps for its lifetime (docs/architecture.md, contract 6): one
 Chromium (`Renderer`), the loopback server of an HTML folder, and the opened WARC archives.
 Every page gets its own fetch policy (and so its own policy proxy, DNS answers and byte budget)
 and, when replayed, its own route handler. Pages of an HTML folder are rendered from the worker's own loopback server
@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from schemas import storage
+from core import storage
 from transforms.io.ids import stable_id
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.replay import ReplayHandler

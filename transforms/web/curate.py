@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from transforms.io.rejected import Skipped
+from core.rejected import Skipped
 from transforms.llm.ask import asking, unasked
 from transforms.llm.requests import Completion, Sampling
 from transforms.web import curation

@@ -20,7 +20,7 @@ CANDIDATES = ("en", "zh", "es", "de", "fr", "ja", "ru", "pt", "it", "ko", "ar", 
               "ms", "fa", "uk", "sv", "nb", "da", "fi", "cs", "sk", "hu", "ro", "el", "he", "hi", "bn", "th",
               "ca", "bg", "hr", "sr", "lt", "lv", "et", "sl", "tl", "ur")
 # Detection reads at most this many characters of the page's text: a few sentences settle the
-# language, and lingua's cost grows with the text (see the report of issue 12 for the measured cost).
+# language, and lingua's cost grows with the text (docs/papers/multiui.md gives the measured cost).
 MAX_CHARS = 2000
 ANY = "any"
 

@@ -19,7 +19,7 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
-from schemas import storage
+from core import storage
 from transforms.web.targets import LOCAL_BASE
 
 

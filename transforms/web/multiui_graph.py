@@ -20,7 +20,7 @@ from typing import Mapping, Optional
 import apache_beam as beam
 
 from schemas import multiui as schema
-from transforms.io.rejected import Skipped
+from core.rejected import Skipped
 from transforms.io.result_store import Resume
 from transforms.io.stage import Ledger
 from transforms.llm.ask import Ask, asking

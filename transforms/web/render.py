@@ -1,6 +1,6 @@
 """Render a web page in headless Chromium: screenshot, HTML, enhanced accessibility tree, actions.
 
-`Renderer` holds one Chromium per worker (ARCHITECTURE contract 6): started lazily or in a
+`Renderer` holds one Chromium per worker (docs/architecture.md, contract 6): started lazily or in a
 DoFn's setup, restarted when it crashed or after `restart_after_pages` pages (renderer memory
 leaks), closed in teardown; it pickles without the browser. `render_page` gives each page a
 fresh browser context, so cookies, storage and routes never leak between pages.
@@ -73,7 +73,7 @@ _BASE_ARGS = ("--headless", "--hide-scrollbars", "--mute-audio", "--force-color-
 
 PLATFORMS = ("desktop", "mobile")
 DESKTOP_WIDTH = 1280
-DESKTOP_RATIO = (0.5, 1.5)   # H/W, PAPERS.md section 1
+DESKTOP_RATIO = (0.5, 1.5)   # H/W, docs/papers/multiui.md
 MOBILE_DEVICE = "iPhone 12 Pro"
 MOBILE_RATIO = (1.5, 2.5)
 HTML_TYPES = ("text/html", "application/xhtml+xml")

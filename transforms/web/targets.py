@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from schemas import storage
-from transforms.io.rejected import Rejected
+from core import storage
+from core.rejected import Rejected
 from transforms.web import urls
 from transforms.web.warc_archive import normalize_url
 

@@ -10,7 +10,7 @@ import io
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from schemas import storage
+from core import storage
 
 MAX_REDIRECTS = 10
 READ_BUFFER = 1 << 18  # bytes per read of a record: most pages' records fit in one

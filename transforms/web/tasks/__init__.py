@@ -1,4 +1,4 @@
-"""The nine MultiUI task generators (PAPERS.md section 1) as plain functions: no Beam, no browser.
+"""The nine MultiUI task generators (docs/papers/multiui.md) as plain functions: no Beam, no browser.
 
 Input: a `pages` row as a dict (schemas/multiui.py). Output: `samples` rows, through a
 TaskOutput that also counts what was skipped and why and holds bad input as Rejected.

@@ -12,16 +12,11 @@ from typing import Optional, Sequence
 
 from PIL import Image, ImageDraw, ImageFont
 
+from core.marks import MARK_COLOR, MARK_WIDTH, draw_mark, mark_rect
 from schemas import multiui as schema
 
 FONT_DIR = "/usr/share/fonts/truetype/dejavu"
 IMAGE_TOKEN = "<image>\n"
-
-
-def outline_rect(box_px: Sequence[float], width: int, size: tuple[int, int]) -> Optional[tuple[int, int, int, int]]:
-    """The frame element OCR asks about (schemas.multiui.mark_rect: one definition for the
-    pipeline, the trainer and `shardsmith export`, so their pixels agree)."""
-    return schema.mark_rect(box_px, size, width)
 
 
 def open_rgb(png_bytes: bytes) -> Image.Image:
@@ -30,24 +25,9 @@ def open_rgb(png_bytes: bytes) -> Image.Image:
         return opened.convert("RGB")
 
 
-def draw_box(png_bytes: bytes, box_px: Sequence[float], color: tuple = (255, 0, 0), width: int = 3) -> bytes:
+def draw_box(png_bytes: bytes, box_px: Sequence[float], color: tuple = MARK_COLOR, width: int = MARK_WIDTH) -> bytes:
     """A copy of the PNG with a `width`-px rectangle of `color` around box_px ([l, t, r, b] pixels)."""
-    return draw_box_on(open_rgb(png_bytes), box_px, color, width)
-
-
-def draw_box_on(image: Image.Image, box_px: Sequence[float], color: tuple = (255, 0, 0), width: int = 3) -> bytes:
-    """draw_box on an already decoded image (left unchanged): decode a screenshot once, frame many targets."""
-    return to_png(mark_image(image.copy(), box_px, color, width))
-
-
-def mark_image(image: Image.Image, box_px: Sequence[float], color: tuple = schema.MARK_COLOR,
-               width: int = schema.MARK_WIDTH) -> Image.Image:
-    """Frame box_px on `image` in place (raises ValueError for a box outside it) and return it."""
-    rect = outline_rect(box_px, width, image.size)
-    if rect is None:
-        raise ValueError(f"box {list(box_px)} lies outside the {image.size[0]}x{image.size[1]} image")
-    ImageDraw.Draw(image).rectangle(rect, outline=tuple(color), width=width)
-    return image
+    return to_png(draw_mark(open_rgb(png_bytes), box_px, color, width))
 
 
 def sample_image(screenshot_png: bytes, sample: dict) -> Image.Image:
@@ -56,7 +36,7 @@ def sample_image(screenshot_png: bytes, sample: dict) -> Image.Image:
     if sample.get("task") in schema.MARKED_TASKS:
         if sample.get("box_px") is None:
             raise ValueError(f"sample {sample.get('id')}: {sample.get('task')} without box_px")
-        mark_image(image, sample["box_px"])
+        draw_mark(image, sample["box_px"])
     return image
 
 
@@ -117,9 +97,9 @@ def render_sample_card(png: bytes, box_norm: Optional[Sequence[float]], question
         if box:
             box = [box[0], box[1] - top, box[2], box[3] - top]
     if box:
-        rect = outline_rect(box, 3, shot.size)
+        rect = mark_rect(box, shot.size)
         if rect:
-            ImageDraw.Draw(shot).rectangle(rect, outline=(255, 0, 0), width=3)
+            ImageDraw.Draw(shot).rectangle(rect, outline=MARK_COLOR, width=MARK_WIDTH)
 
     font, margin = load_font(font_size), 12
     question = question[len(IMAGE_TOKEN):] if question.startswith(IMAGE_TOKEN) else question
@@ -135,4 +115,4 @@ def render_sample_card(png: bytes, box_norm: Optional[Sequence[float]], question
     return to_png(card)
 
 
-__all__ = ["draw_box", "draw_box_on", "mark_image", "sample_image", "open_rgb", "outline_rect", "render_sample_card", "load_font", "to_png"]
+__all__ = ["draw_box", "sample_image", "open_rgb", "render_sample_card", "load_font", "to_png"]

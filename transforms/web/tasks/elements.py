@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from schemas import multiui as schema
 from transforms.io.ids import stable_id
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 
 IMAGE_TOKEN = "<image>\n"
 RULE = "rule"

@@ -36,7 +36,7 @@ from typing import Any, Mapping, Optional, Union
 from PIL import Image
 
 from transforms.io.ids import stable_id
-from transforms.io.rejected import Rejected
+from core.rejected import Rejected
 from transforms.llm.requests import MAX_SEED, Completion, Request, Sampling
 from transforms.text.self_instruct import REFUSALS
 from transforms.web.tasks import templates

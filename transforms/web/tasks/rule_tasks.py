@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
-from schemas.multiui import mark_rect
+from core.marks import mark_rect
 from transforms.web.tasks import templates
 from transforms.web.tasks.elements import (GROUNDING_ROLES, TEXT_ROLES, PageIndex, TaskOutput, TaskRules,
                                            box_problem, clean_text, describe, format_box, heading_level, is_heading,
@@ -102,7 +102,7 @@ def element_ocr(page: Mapping, rules: TaskRules = TaskRules(), index: Optional[P
     (PageIndex.visible_text), not its accessible name.
 
     The sample stores the box (`box_px`), not a framed copy of the screenshot: readers draw the
-    frame at load time (schemas.multiui.mark_rect), so the samples table stays small and making
+    frame at load time (core/marks.py), so the samples table stays small and making
     the sample costs no image decode or encode."""
     out, index = _start(page, "element_ocr", index)
     if index is None:
