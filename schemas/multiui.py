@@ -112,8 +112,10 @@ SAMPLES = TableSchema(
               "Target box [l, t, r, b] (4 values) in the page screenshot's pixels, rounded; set by the rule tasks, "
               "null for page-level and LLM-written samples. "
               "For the tasks in MARKED_TASKS (element OCR) the sample's image is the page screenshot with "
-              "this box framed in red, drawn by the reader (core/marks.py: a 3 px red "
-              "frame just outside the box). v2; v1 stored that image as a PNG in `image`.",
+              # the text is part of the schema's fingerprint, so it stays as v2 wrote it: the frame
+              # is now drawn by core/marks.py (mark_rect, MARK_WIDTH, MARK_COLOR)
+              "this box framed in red, drawn by the reader (schemas.multiui.mark_rect: a MARK_WIDTH px "
+              "MARK_COLOR frame just outside the box). v2; v1 stored that image as a PNG in `image`.",
               nullable=True),
     ),
 )

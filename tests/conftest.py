@@ -1,4 +1,10 @@
-"""Shared fixtures: run a dataset in-process and read the result back."""
+"""Shared fixtures: run a dataset in-process and read the result back; the test tiers.
+
+Tiers. A test that drives Chromium, loads or trains a model, runs a pipeline end to end, starts a
+cluster or an object-store server, or runs a benchmark carries a marker that says so (declared in
+pyproject.toml); `make check` runs the tests that carry none. Tests that use the fixtures below
+that start such things are marked by the fixture (FIXTURE_MARKS), so a new test cannot forget.
+"""
 from __future__ import annotations
 
 import json
@@ -145,3 +151,34 @@ def pytest_runtest_logreport(report):
     if path:
         with open(path, "a") as fh:
             fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
+
+
+# a test that uses one of these fixtures is heavy for the fixture's reason
+FIXTURE_MARKS = {"converted_model_cache": "model", "run_dataset": "pipeline", "s3_store": "store",
+                 "gcs_store": "store"}
+HEAVY_MARKS = ("browser", "model", "pipeline", "cluster", "store", "bench", "slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test for the heavy fixtures it uses: FIXTURE_MARKS here, and a test module's own
+    FIXTURE_MARKS for its module fixtures (e.g. {"trained": "model"})."""
+    for item in items:
+        marks = {**FIXTURE_MARKS, **getattr(getattr(item, "module", None), "FIXTURE_MARKS", {})}
+        for fixture in set(getattr(item, "fixturenames", ())) & set(marks):
+            for mark in marks[fixture].split(","):
+                item.add_marker(mark)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """In the fast tier, name the tests that took long without a heavy marker (a hint, never a failure:
+    no test asserts on time)."""
+    if "not (" not in (config.getoption("markexpr") or ""):
+        return
+    slow = sorted(((r.duration, r.nodeid) for key in ("passed", "failed")
+                   for r in terminalreporter.stats.get(key, []) if r.when == "call" and r.duration > 5.0),
+                  reverse=True)
+    if slow:
+        terminalreporter.write_line(f"fast tier: {len(slow)} unmarked tests took over 5 s; mark them "
+                                    f"({', '.join(HEAVY_MARKS)}):")
+        for duration, nodeid in slow:
+            terminalreporter.write_line(f"  {duration:6.1f} s  {nodeid}")

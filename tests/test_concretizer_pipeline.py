@@ -17,6 +17,8 @@ from pipelines.run import run  # noqa: E402
 from pipelines.validate import validate  # noqa: E402
 from tests.conftest import read_rows  # noqa: E402
 
+pytestmark = pytest.mark.pipeline
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 KITTI = os.path.join(HERE, "..", "pipelines", "samples", "kitti", "training")
 LAYER_SHAPES = {"conv1": ([1, 1, 1], [41, 1600, 1408], 16), "conv2": ([2, 2, 2], [21, 800, 704], 32),

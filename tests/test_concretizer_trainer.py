@@ -30,6 +30,9 @@ from trainers.concretizer import evaluation as tc_eval, frames as tc_frames, inv
 from trainers.concretizer.model import expand_coords, offsets, pack, unpack, upsample_sites  # noqa: E402
 from trainers.data import DatasetError  # noqa: E402
 
+# the tests that use these fixtures train or load a model; the rest are unit tests
+FIXTURE_MARKS = {"trained": "model"}
+
 VOXEL = [0.05, 0.05, 0.1]
 RANGE = [0.0, -1.6, -0.8, 3.2, 1.6, 0.9]
 GRID = (17, 64, 64)                     # z, y, x

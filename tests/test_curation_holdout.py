@@ -69,6 +69,10 @@ def _html_row(lab):
             "nodes": []}
 
 
+# the tests that use `rendered` drive Chromium; the HTML fallback tests do not
+FIXTURE_MARKS = {"rendered": "browser"}
+
+
 @pytest.fixture(scope="module", params=SETS)
 def rendered(request):
     """(label, row or the RenderError's message) per page of one set, rendered once for the module."""

@@ -21,7 +21,7 @@ from tests.dask_cluster import DaskCluster
 from transforms.io import layout
 
 pytest.importorskip("distributed")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 PRUNED_SYNTH = ["p=8", "n=50", "n_hat=30", "m=400", "n_test=100", "epsilon=[0.1,0.4]"]
 CONCRETIZER = ["simulated=2", "layers=conv2,conv4"]   # the bundled KITTI frame and 2 simulated ones

@@ -17,6 +17,8 @@ from pipelines.run import run
 from transforms.io.stage import DUPLICATE
 from transforms.web.targets import PageTarget, duplicate_key, keep_order
 
+pytestmark = pytest.mark.pipeline
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 KITTI_SCAN = os.path.join(HERE, "..", "pipelines", "samples", "kitti", "training", "velodyne", "000000.bin")
 LEAN_SAMPLE = os.path.join(HERE, "..", "pipelines", "samples", "lean", "minif2f_sample.jsonl")

@@ -47,7 +47,7 @@ from transforms.web import render as R
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.render import Renderer, RenderError
 
-pytestmark = pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")]
 
 SITE = "127.0.0.2"
 CANARY = "127.0.0.3"

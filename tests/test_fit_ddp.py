@@ -18,6 +18,9 @@ from trainers import distributed
 from trainers.data import ShardDataset, collate_rows, epochs
 from trainers.fit import Loss, Plan, Recipe, fit
 
+# the tests that use these fixtures train or load a model; the rest are unit tests
+FIXTURE_MARKS = {"runs": "model"}
+
 LAYOUT = [[8, 8], [8, 8]]           # 32 rows in four row groups
 STEPS, LR = 8, 0.05                 # mini-batch runs: two epochs
 MINI_TOLERANCE = 0.05               # relative: same rows per epoch, grouped into other steps

@@ -9,6 +9,8 @@ import pytest
 
 from transforms.llm import models
 
+pytestmark = pytest.mark.model
+
 
 def test_unknown_model_names_the_choices(tmp_path):
     with pytest.raises(ValueError, match="smollm2-135m-instruct"):

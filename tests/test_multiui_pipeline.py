@@ -16,6 +16,8 @@ from pipelines.validate import validate
 from schemas import multiui as schema
 from tests.conftest import read_rows
 
+pytestmark = [pytest.mark.pipeline, pytest.mark.browser]
+
 pytest.importorskip("playwright")
 if not os.path.exists("/usr/bin/chromium"):
     pytest.skip("needs Debian's chromium: apt-get install chromium", allow_module_level=True)

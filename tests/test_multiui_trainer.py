@@ -30,6 +30,9 @@ from trainers import multiui  # noqa: E402
 from trainers.data import ShardDataset  # noqa: E402
 from trainers.multiui_data import IGNORE, SAMPLE_COLUMNS, Collator, PageStore, SampleBatches, is_eval  # noqa: E402
 
+# the tests that use these fixtures train or load a model; the rest are unit tests
+FIXTURE_MARKS = {"tiny": "model", "trained": "model", "tokenizer_path": "model"}
+
 MISSING_PAGE = "page-that-was-never-rendered"
 PAGES = [("page-a", "desktop", (96, 64), (200, 40, 40)), ("page-b", "desktop", (80, 80), (40, 160, 40)),
          ("page-c", "mobile", (48, 96), (40, 40, 200))]

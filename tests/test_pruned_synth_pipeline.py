@@ -15,6 +15,8 @@ from trainers import pruned_synth as trainer
 from trainers import rmt
 from transforms.io.shards import num_parts, payload_bytes
 
+pytestmark = pytest.mark.pipeline
+
 SMALL = ["p=40", "n=100", "n_hat=60", "m=1500", "n_test=600"]
 PART_MB = 0.105  # 2,200 rows of p=40 are about 479 KB of payload: five parts of at most 110 KB
 

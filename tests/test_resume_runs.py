@@ -19,6 +19,8 @@ import pytest
 
 from tests.conftest import parquet_digests
 
+pytestmark = pytest.mark.pipeline
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

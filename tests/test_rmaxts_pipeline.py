@@ -17,6 +17,8 @@ from pipelines.run import run
 from pipelines.validate import validate
 from tests.conftest import read_rows
 
+pytestmark = pytest.mark.pipeline
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = f"{sys.executable} {os.path.join(HERE, 'lean_standin.py')}"
 SAMPLE = os.path.join(HERE, "..", "pipelines", "samples", "lean", "minif2f_sample.jsonl")

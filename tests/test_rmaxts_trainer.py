@@ -27,6 +27,9 @@ from trainers import rmaxts  # noqa: E402
 from core.config import ConfigError  # noqa: E402
 from trainers.data import hash_unit  # noqa: E402
 
+# the tests that use these fixtures train or load a model; the rest are unit tests
+FIXTURE_MARKS = {"base_model": "model"}
+
 HEADER = ("import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\n"
           "open BigOperators Real Nat Topology Rat\n\n")
 # (name, statement, [(tactic, state_before, state_after)])

@@ -10,6 +10,8 @@ from pipelines.validate import validate
 from tests.conftest import parquet_digests as _digests
 from tests.conftest import without_generation
 
+pytestmark = [pytest.mark.cluster, pytest.mark.pipeline]
+
 RUNNERS = [
     ("local", []),
     ("multiprocess", ["--direct_num_workers=2"]),

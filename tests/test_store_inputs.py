@@ -19,6 +19,8 @@ from pipelines.dataset import input_fingerprint
 from core import storage
 from core.rejected import Rejected
 
+pytestmark = [pytest.mark.store, pytest.mark.pipeline]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 KITTI = os.path.join(HERE, "..", "pipelines", "samples", "kitti", "training")
 WEB_DATA = os.path.join(HERE, "data", "web")

@@ -15,6 +15,8 @@ from pipelines.validate import validate
 from core import storage
 from transforms.io import layout
 
+pytestmark = pytest.mark.store
+
 SMALL = ["p=8", "n=50", "n_hat=30", "m=400", "n_test=100"]
 PART_MB = 0.02  # a few parts per table
 CLI = [sys.executable, "-m", "pipelines.cli"]

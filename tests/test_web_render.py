@@ -20,7 +20,7 @@ from transforms.io.transient import is_transient
 from transforms.web.fetch_policy import Admission, FetchPolicy
 from transforms.web.render import BrowserCrashed, Renderer, RenderError, viewport_for
 
-pytestmark = pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")]
 
 TIMEOUT_MS = 3000
 # on load the page records each element's getBoundingClientRect() in <html data-rects>, so the

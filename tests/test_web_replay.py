@@ -23,7 +23,7 @@ from transforms.web.targets import scan_warc
 from transforms.web.warc_archive import WarcArchive
 
 WEB_DATA = os.path.join(TEST_DATA, "web")
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Chromium at {CHROMIUM}")
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Chromium at {CHROMIUM}")]
 CRAWLED = "2020-03-27T09:15:42Z"
 CHINESE = "欢迎来到上海港口步行指南：外滩、豫园与黄浦江边的散步路线。" * 3
 

@@ -21,6 +21,8 @@ from transforms.web.render import Renderer  # noqa: E402
 from transforms.web.tasks import rule_tasks  # noqa: E402
 from transforms.web.tasks.elements import PageIndex, TaskRules  # noqa: E402
 
+pytestmark = pytest.mark.browser
+
 PAGE = """<!doctype html><html><head><title>Traps</title><style>
 body { margin: 0; font: 18px sans-serif; }
 .sr-only { position: absolute; width: 1px; height: 1px; padding: 0; margin: -1px; overflow: hidden;
