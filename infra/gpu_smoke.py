@@ -58,7 +58,8 @@ TRAINERS = {
     "concretizer_backbone": lambda tiny: {"max_steps": 20, "batch_size": 4, "checkpoint_every": 10, "bf16": False},
 }
 DATA = {"concretizer_backbone": "concretizer"}      # trainers that read another trainer's dataset
-MODULES = {"concretizer": "concretizer.inversion", "concretizer_backbone": "concretizer.pretraining"}
+MODULES = {"concretizer": "concretizer.inversion", "concretizer_backbone": "concretizer.pretraining",
+           "selfmoe": "selfmoe.training"}
 
 
 def train_one(name: str, data: str, out: str, config: dict) -> dict:

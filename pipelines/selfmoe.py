@@ -118,5 +118,5 @@ DATASET = Dataset(
     name=schema.DATASET,
     summary="Self-MoE self-specialization data per domain (brainstorm, ROUGE-L dedup, responses, filters)",
     config=CONFIG, tables=tables, build=build, inputs=inputs,
-    trainer="trainers.selfmoe:train", train_setup=base_model_setup,
+    trainer="trainers.selfmoe.training:train", train_setup=base_model_setup,
 )

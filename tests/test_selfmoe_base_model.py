@@ -90,11 +90,11 @@ def test_base_model_pipeline_then_one_expert_step(tmp_path, base_model):
     # measured: the answer stops at the "### Instruction" stop string in 13 tokens, well under 48
     assert any(r["kept"] for r in answered), [(r["reject_reason"], r["response"]) for r in generated]
 
-    from trainers import selfmoe
+    from trainers.selfmoe import examples, training
     cfg = dict(base_model=base_model, max_steps=1, router_steps=0, max_length=64, batch_size=2, device="cpu", seed=0)
     with pytest.raises(ConfigError, match="generated with plain prompts"):
-        selfmoe.train(data, str(tmp_path / "wrong"), dict(cfg, prompt_format="chat"))
-    metrics = selfmoe.train(data, str(tmp_path / "train"), cfg)
+        training.train(data, str(tmp_path / "wrong"), dict(cfg, prompt_format="chat"))
+    metrics = training.train(data, str(tmp_path / "train"), cfg)
     assert metrics["config"]["prompt_format"] == "plain"
     expert = metrics["experts"]["math"]
     assert len(expert["train_loss"]) == 1 and math.isfinite(expert["train_loss"][0])
@@ -104,7 +104,7 @@ def test_base_model_pipeline_then_one_expert_step(tmp_path, base_model):
     from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     row = {"instruction": "Add 2 and 3.", "input": "", "response": " 5 \n"}
-    ids, labels = selfmoe.encode(tokenizer, row, 512, "plain")
+    ids, labels = examples.encode(tokenizer, row, 512, "plain")
     n_prompt = sum(label == -100 for label in labels)
     assert tokenizer.decode(ids[:n_prompt]) == prompts.plain_prompt("Add 2 and 3.")
     assert labels[n_prompt:] == ids[n_prompt:] and ids[-1] == tokenizer.eos_token_id

