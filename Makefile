@@ -28,10 +28,10 @@ demo: setup
 	@echo "plot: $(OUT)/pruned-synth-train/accuracy.png"
 
 test: setup
-	$(BIN)/python -m pytest -q -n $(WORKERS) --durations=15 tests
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --durations=15 tests
 
 check: setup
-	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not ($(HEAVY))" --durations=5 tests
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not ($(HEAVY))" --durations=5 tests
 
 # make vllm: the separate venv with vLLM's CPU build that backend=vllm starts its server from.
 vllm:

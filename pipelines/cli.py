@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _list(args, beam_args) -> int:
     from pipelines.registry import datasets
-    for name, ds in sorted(datasets().items()):
+    for name, ds in datasets().items():
         print(f"{name:14s} {ds.summary}")
     return 0
 

@@ -14,9 +14,13 @@ from transforms.io.shards import num_parts, payload_bytes
 PART_MB = "0.08"  # 450 rows of p=100, about 206 KB of payload: three parts
 
 
-@pytest.fixture
-def small_dataset(tmp_path):
-    out = tmp_path / "out"
+# the tests that use `small_dataset` run a pipeline first (once for the module)
+FIXTURE_MARKS = {"small_dataset": "pipeline"}
+
+
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "out"
     assert main(["run", "pruned-synth", "--out", str(out), "--set", "m=300", "--set", "n=50",
                  "--set", "n_hat=50", "--set", "n_test=100", "--part-mb", PART_MB]) == 0
     return out / "pruned-synth"
@@ -73,7 +77,8 @@ def test_rerun_without_overwrite_is_refused(capsys, small_dataset):
 
 def test_list_run_validate_inspect_train(capsys, small_dataset, tmp_path):
     assert main(["list"]) == 0
-    assert capsys.readouterr().out.startswith("pruned-synth")
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == ["pruned-synth", "selfmoe", "multiui", "rmaxts", "concretizer"]
     assert main(["validate", str(small_dataset)]) == 0
     assert "valid" in capsys.readouterr().out
     files = table_files(small_dataset, "rows")  # --part-mb sets the part count from the volume
@@ -89,6 +94,7 @@ def test_list_run_validate_inspect_train(capsys, small_dataset, tmp_path):
     assert (tmp_path / "t" / "accuracy.png").stat().st_size > 1000
 
 
+@pytest.mark.pipeline
 def test_installed_entry_point_runs_without_traceback(tmp_path):
     exe = os.path.join(os.path.dirname(sys.executable), "shardsmith")
     if not os.path.exists(exe):

@@ -75,7 +75,8 @@ def test_frames_voxels_features_and_occupancy(bundled):
 def test_a_short_training_run_from_the_shards(bundled, tmp_path):
     from trainers.concretizer import inversion
     path, _ = bundled
-    metrics = inversion.train(path, str(tmp_path), {"layer": "conv3", "max_steps": 4, "eval_fraction": 0.34})
+    metrics = inversion.train(path, str(tmp_path), {"layer": "conv3", "max_steps": 4, "eval_fraction": 0.34,
+                                                   "chamfer_points": 2000, "tune_threshold": False})
     layer = metrics["per_layer"]["conv3"]
     losses = layer["train"]["loss"]
     assert len(losses) == 4 and all(np.isfinite(losses))
