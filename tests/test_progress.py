@@ -106,6 +106,7 @@ def _watch(board, stop, seen):
         time.sleep(0.01)
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("runner,beam_args", [
     ("local", []), ("multiprocess", ["--direct_num_workers=2"]), ("portable", [])])
 def test_stage_counts_reach_the_display_while_running(tmp_path, runner, beam_args):
@@ -151,6 +152,7 @@ def test_run_shows_progress_on_a_terminal(run_dataset, monkeypatch):
         assert re.search(rf"\n\s*{name}\s+{s['inputs']}\s+{s['outputs']}\s+{s['dead']}\s", final), name
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("stderr,flags", [(FakeTerminal, ["--quiet"]), (io.StringIO, [])], ids=["quiet", "not-a-tty"])
 def test_quiet_or_no_terminal_means_no_display(tmp_path, monkeypatch, stderr, flags):
     boards = []

@@ -102,6 +102,7 @@ def test_threshold_ties_exact_float():
     assert n_cases > 10
 
 
+@pytest.mark.slow
 def test_decisions_identical_to_rouge_score_loop():
     texts = make_instructions(1000, seed=3) + ODD + UNICODE
     got = rouge_dedup(texts)
