@@ -182,3 +182,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                                     f"({', '.join(HEAVY_MARKS)}):")
         for duration, nodeid in slow:
             terminalreporter.write_line(f"  {duration:6.1f} s  {nodeid}")
+

@@ -92,7 +92,8 @@ def test_pruned_synth_cross_key_checks(sets, message):
 def test_one_thing_has_one_name_in_every_trainer(trainer, old, new):
     """max_steps, batch_size and lr are spelled one way; the names people reach for are refused with the fix."""
     import importlib
-    spec = importlib.import_module(f"trainers.{trainer}").CONFIG
+    module = {"selfmoe": "selfmoe.training"}.get(trainer, trainer)
+    spec = importlib.import_module(f"trainers.{module}").CONFIG
     assert spec.key(new).name == new
     with pytest.raises(ConfigError, match=f"unknown key '{old}' \\(did you mean '{new}'\\?"):
         spec.resolve(None, [f"{old}=2"])

@@ -91,6 +91,10 @@ STANDIN = textwrap.dedent('''
 ''')
 
 
+# the tests that use `standin` start a (stand-in) vLLM server process
+FIXTURE_MARKS = {"standin": "cluster"}
+
+
 @pytest.fixture
 def standin(tmp_path, monkeypatch):
     """env for a VllmServer whose `python -m vllm...` finds the stand-in; pid file of server + helper."""

@@ -113,6 +113,7 @@ def test_decisions_identical_to_rouge_score_loop():
     assert near > 100, near  # many pairs around the threshold
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threshold", [0.3, 0.5, 0.7, 0.85, 1.0, 1.5])
 def test_decisions_identical_to_brute_force_many(threshold):
     n = 3000 if threshold == 0.7 else 800
@@ -124,6 +125,7 @@ def test_decisions_identical_to_brute_force_many(threshold):
         assert strict != rouge_dedup(texts, threshold)
 
 
+@pytest.mark.slow
 def test_seed_pool():
     seeds = ["Write a short poem about the ocean.", "Explain photosynthesis to a child."]
     dd = RougeDedup(0.7, seed_texts=seeds)

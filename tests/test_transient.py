@@ -159,6 +159,7 @@ def test_bad_input_and_permanent_errors_are_not_transient(tmp_path):
     assert not is_transient(OSError("AWS Error ACCESS_DENIED during HeadObject operation: No response body."))
 
 
+@pytest.mark.store
 def test_a_stopped_s3_server_gives_transient_pyarrow_errors(tmp_path):
     pytest.importorskip("moto")
     from tests import stores

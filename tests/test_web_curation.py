@@ -139,6 +139,7 @@ def test_labelled_set_with_languages_en_drops_the_other_languages():
     assert reasons["good-en-news"] is None
 
 
+@pytest.mark.model
 def test_language_identification_on_the_labelled_set_and_its_cost():
     rows, labels = _labelled()
     texts = [(curation.page_text(r), labels[r["id"]]["language"]) for r in rows if r.get("nodes") or r.get("html")]
