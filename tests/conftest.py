@@ -157,16 +157,35 @@ def pytest_runtest_logreport(report):
 FIXTURE_MARKS = {"converted_model_cache": "model", "run_dataset": "pipeline", "s3_store": "store",
                  "gcs_store": "store"}
 HEAVY_MARKS = ("browser", "model", "pipeline", "cluster", "store", "bench", "slow")
+HEAVY_GUESS_S = 10.0   # seconds a heavy test is guessed to take until tests/durations.json has its file
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark each test for the heavy fixtures it uses: FIXTURE_MARKS here, and a test module's own
-    FIXTURE_MARKS for its module fixtures (e.g. {"trained": "model"})."""
+    """Mark each test for the heavy fixtures it uses (FIXTURE_MARKS here, and a test module's own
+    FIXTURE_MARKS for its module fixtures, e.g. {"trained": "model"}); then put the files with the
+    most heavy tests first. Parallel workers (pytest-xdist, one file per worker at a time) then start
+    the long files at once and fill in with short ones, instead of meeting a long file at the end."""
     for item in items:
         marks = {**FIXTURE_MARKS, **getattr(getattr(item, "module", None), "FIXTURE_MARKS", {})}
         for fixture in set(getattr(item, "fixturenames", ())) & set(marks):
             for mark in marks[fixture].split(","):
                 item.add_marker(mark)
+    cost = _file_costs(items)
+    items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])   # stable: a file's order is kept
+
+
+def _file_costs(items) -> dict[str, float]:
+    """Seconds per test file: as measured on a full run (tests/durations.json, refreshed by hand
+    from SHARDSMITH_TEST_TIMES; a stale figure only changes the order), else guessed from the marks."""
+    path = os.path.join(os.path.dirname(__file__), "durations.json")
+    with open(path) as fh:
+        measured = json.load(fh)
+    cost: dict[str, float] = {}
+    for item in items:
+        name = item.nodeid.split("::")[0]
+        heavy = any(item.get_closest_marker(mark) for mark in HEAVY_MARKS)
+        cost[name] = cost.get(name, 0.0) + (HEAVY_GUESS_S if heavy else 0.1)
+    return {name: measured.get(os.path.basename(name), guess) for name, guess in cost.items()}
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
