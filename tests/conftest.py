@@ -15,6 +15,11 @@ import pytest
 
 # one result store per test session, never the user's ~/.cache/shardsmith (set before pipelines import it)
 os.environ["SHARDSMITH_CACHE"] = tempfile.mkdtemp(prefix="shardsmith-test-store-")
+# in a parallel run (pytest-xdist) each worker, and every process it starts, computes on one thread:
+# the workers already fill the cores, and OpenMP threads that outnumber them spin instead of working
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 
 from pipelines import registry, run  # noqa: E402
 
