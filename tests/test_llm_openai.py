@@ -263,11 +263,10 @@ def test_garbage_is_rejected_without_retries(server):
 def test_timeout_is_retried(server):
     server.script["slow"] = [("sleep", 2.0)]
     sleeps = SleepRecorder()
-    start = time.monotonic()
     [c] = backend(server.url, sleep=sleeps, timeout_s=0.3).generate([Request("a", "slow")])
     assert isinstance(c, Completion) and c.text == "SLOW"
+    # a second hit: the client gave up on the first (the server slept 2 s) and tried again
     assert server.hits["slow"] == 2 and len(sleeps.calls) == 1
-    assert time.monotonic() - start < 1.5  # not the 2 s the server slept
 
 
 def test_authorization_only_when_env_var_set(server, monkeypatch):
@@ -289,19 +288,16 @@ def test_closed_port_rejects_quickly():
     sock.close()
     url = f"http://127.0.0.1:{port}/v1"
     sleeps = SleepRecorder()
-    start = time.monotonic()
     out = backend(url, sleep=sleeps, max_retries=3, concurrency=1).generate(
         [Request(f"r{i}", f"p{i}") for i in range(5)])
-    assert time.monotonic() - start < 5
     assert all(isinstance(r, Rejected) and r.error_type == "EndpointUnavailable" for r in out)
     assert f"{url}/completions" in out[0].reason and "server is running" in out[0].reason
     assert "gave up after 4 attempts" in out[0].reason
     assert "gave up after 1 attempt:" in out[4].reason  # the endpoint is known down: no second back-off
     assert len(sleeps.calls) == 3
-    # with the real sleep and a tiny back-off it does not hang either
-    start = time.monotonic()
+    # with the real sleep and a tiny back-off it gives up too (a hang would meet the test's time limit)
     [r] = OpenAIBackend(url, "m", max_retries=2, backoff_s=0.01, timeout_s=2).generate([Request("a", "p")])
-    assert isinstance(r, Rejected) and time.monotonic() - start < 5
+    assert isinstance(r, Rejected) and "gave up after 3 attempts" in r.reason
 
 
 def test_pickles_and_works_through_the_cache(server, tmp_path):
