@@ -119,3 +119,12 @@ def test_each_dataset_graph_follows_the_naming_rule(name):
         f"pipelines/{snake}.py makes the graph's settings in one function, settings(resolved)"
     graphs = [p.relative_to(ROOT) for p in _files("transforms") if p.name == f"{snake}_graph.py"]
     assert len(graphs) == 1, f"one graph module per dataset, found {graphs}"
+
+
+@pytest.mark.parametrize("name", sorted(datasets()))
+def test_every_registered_trainer_resolves(name):
+    """`shardsmith train` finds each trainer by "module:function": a moved module fails here, not on a user."""
+    dataset = datasets()[name]
+    for ref in [dataset.trainer, *dataset.trainers.values()]:
+        module, _, function = ref.partition(":")
+        assert module.startswith("trainers.") and callable(getattr(importlib.import_module(module), function, None)), ref
