@@ -12,7 +12,6 @@ STAMP := $(VENV)/.shardsmith-$(subst $(comma),-,$(EXTRAS))
 # test processes: measured on 2 cores, 2 workers took 19.7 min and 3 took 21.0 (more CPU lost to
 # contention); make test WORKERS=N on a bigger machine
 WORKERS ?= 2
-HEAVY := browser or model or pipeline or cluster or store or bench or slow
 
 .PHONY: setup demo test check bench clean vllm
 
@@ -32,7 +31,7 @@ test: setup
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 check: setup
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not ($(HEAVY))" --durations=5 tests
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder --fast --durations=5 tests
 
 # make vllm: the separate venv with vLLM's CPU build that backend=vllm starts its server from.
 vllm:

@@ -161,25 +161,41 @@ def pytest_runtest_logreport(report):
 # a test that uses one of these fixtures is heavy for the fixture's reason
 FIXTURE_MARKS = {"converted_model_cache": "model", "run_dataset": "pipeline", "s3_store": "store",
                  "gcs_store": "store"}
-HEAVY_MARKS = ("browser", "model", "pipeline", "cluster", "store", "bench", "slow")
 HEAVY_GUESS_S = 10.0   # seconds a heavy test is guessed to take until tests/durations.json has its file
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true",
+                     help="the fast tier: leave out every test with a heavy marker (those pyproject.toml declares)")
+
+
+def heavy_marks(config) -> tuple[str, ...]:
+    """Every marker pyproject.toml declares says why a test is heavy: the one list of them."""
+    return tuple(line.split(":")[0].strip() for line in config.getini("markers"))
 
 
 def pytest_collection_modifyitems(config, items):
     """Mark each test for the heavy fixtures it uses (FIXTURE_MARKS here, and a test module's own
-    FIXTURE_MARKS for its module fixtures, e.g. {"trained": "model"}); then put the files with the
-    most heavy tests first. Parallel workers (pytest-xdist, one file per worker at a time) then start
-    the long files at once and fill in with short ones, instead of meeting a long file at the end."""
+    FIXTURE_MARKS for its module fixtures, e.g. {"trained": "model"}); with --fast, leave out every
+    marked test; then put the longest files first. Parallel workers (pytest-xdist, one file per
+    worker at a time) then start the long files at once and fill in with short ones, instead of
+    meeting a long file at the end."""
+    heavy = heavy_marks(config)
     for item in items:
         marks = {**FIXTURE_MARKS, **getattr(getattr(item, "module", None), "FIXTURE_MARKS", {})}
         for fixture in set(getattr(item, "fixturenames", ())) & set(marks):
             for mark in marks[fixture].split(","):
                 item.add_marker(mark)
-    cost = _file_costs(items)
+    if config.getoption("fast"):
+        left_out = [item for item in items if any(item.get_closest_marker(m) for m in heavy)]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not any(item.get_closest_marker(m) for m in heavy)]
+    cost = _file_costs(items, heavy)
     items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])   # stable: a file's order is kept
 
 
-def _file_costs(items) -> dict[str, float]:
+def _file_costs(items, heavy: tuple[str, ...]) -> dict[str, float]:
     """Seconds per test file: as measured on a full run (tests/durations.json, refreshed by hand
     from SHARDSMITH_TEST_TIMES; a stale figure only changes the order), else guessed from the marks."""
     path = os.path.join(os.path.dirname(__file__), "durations.json")
@@ -188,22 +204,22 @@ def _file_costs(items) -> dict[str, float]:
     cost: dict[str, float] = {}
     for item in items:
         name = item.nodeid.split("::")[0]
-        heavy = any(item.get_closest_marker(mark) for mark in HEAVY_MARKS)
-        cost[name] = cost.get(name, 0.0) + (HEAVY_GUESS_S if heavy else 0.1)
+        marked = any(item.get_closest_marker(mark) for mark in heavy)
+        cost[name] = cost.get(name, 0.0) + (HEAVY_GUESS_S if marked else 0.1)
     return {name: measured.get(os.path.basename(name), guess) for name, guess in cost.items()}
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """In the fast tier, name the tests that took long without a heavy marker (a hint, never a failure:
     no test asserts on time)."""
-    if "not (" not in (config.getoption("markexpr") or ""):
+    if not config.getoption("fast"):
         return
     slow = sorted(((r.duration, r.nodeid) for key in ("passed", "failed")
                    for r in terminalreporter.stats.get(key, []) if r.when == "call" and r.duration > 5.0),
                   reverse=True)
     if slow:
         terminalreporter.write_line(f"fast tier: {len(slow)} unmarked tests took over 5 s; mark them "
-                                    f"({', '.join(HEAVY_MARKS)}):")
+                                    f"({', '.join(heavy_marks(config))}):")
         for duration, nodeid in slow:
             terminalreporter.write_line(f"  {duration:6.1f} s  {nodeid}")
 
