@@ -125,6 +125,18 @@ def parquet_digests(path, other_runs: bool = False) -> dict[str, str]:
             for p in listed}
 
 
+def written_files(folder, suffix: str = "") -> dict[str, tuple[int, int]]:
+    """Every file under `folder` ending in `suffix` -> (inode, mtime): an entry computed again is
+    written again, so equal dicts before and after a run mean the run stored nothing new."""
+    out = {}
+    for root, _, files in os.walk(str(folder)):
+        for name in files:
+            if name.endswith(suffix):
+                st = os.stat(os.path.join(root, name))
+                out[os.path.relpath(os.path.join(root, name), str(folder))] = (st.st_ino, st.st_mtime_ns)
+    return out
+
+
 @pytest.fixture(scope="session")
 def converted_model_cache(tmp_path_factory):
     """One model cache for the whole session: the bundled SmolLM2 is converted once (about 17 s),

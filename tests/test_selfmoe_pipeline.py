@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 
 import pytest
 
 from pipelines import registry, run
 from core.config import ConfigError
-from tests.conftest import parquet_digests, read_rows
+from tests.conftest import parquet_digests, read_rows, written_files
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.model]
 
@@ -27,16 +26,6 @@ END_TO_END = [s for s in TINY if not s.startswith("response_tokens=")] + ["respo
 
 def _rows(path, table="examples"):
     return read_rows(path, table)
-
-
-def _entries(folder) -> dict[str, tuple[int, int]]:
-    """Every file under `folder` -> (inode, mtime): a completion generated again is written again."""
-    out = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            st = os.stat(os.path.join(root, name))
-            out[os.path.relpath(os.path.join(root, name), folder)] = (st.st_ino, st.st_mtime_ns)
-    return out
 
 
 def test_selfmoe_end_to_end_and_rerun_from_cache(tmp_path, converted_model_cache):
@@ -63,10 +52,10 @@ def test_selfmoe_end_to_end_and_rerun_from_cache(tmp_path, converted_model_cache
             [(r["domain"], r["reject_reason"]) for r in generated]
     assert {"brainstorm", "respond", "dedup", "filter", "cap", "seeds"} <= set(first["stages"])
 
-    stored = _entries(cache)
+    stored = written_files(cache, ".json")
     run.run(dataset, out=str(tmp_path / "b"), sets=END_TO_END + [f"cache={cache}"])
     assert parquet_digests(str(tmp_path / "b" / "selfmoe")) == parquet_digests(str(path))  # same rows, from the cache
-    assert stored and _entries(cache) == stored        # no completion generated (and written) again
+    assert stored and written_files(cache, ".json") == stored        # no completion generated (and written) again
 
 
 def test_malformed_seed_lines_are_dead_letters(tmp_path, converted_model_cache):

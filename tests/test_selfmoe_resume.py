@@ -2,7 +2,6 @@
 the shards equal those of a run that was never interrupted."""
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import subprocess
@@ -12,7 +11,7 @@ import time
 import pytest
 
 from pipelines.validate import validate
-from tests.conftest import parquet_digests, read_rows
+from tests.conftest import parquet_digests, read_rows, written_files
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.model]
 
@@ -33,15 +32,6 @@ def _command(cache, out):
     return args
 
 
-def _entries(cache) -> dict[str, tuple[int, int]]:
-    """Cache entry -> (inode, mtime): a completion generated again would be written again."""
-    out = {}
-    for path in glob.glob(os.path.join(str(cache), "**", "*.json"), recursive=True):
-        st = os.stat(path)
-        out[os.path.relpath(path, cache)] = (st.st_ino, st.st_mtime_ns)
-    return out
-
-
 def _digest(folder, other_runs=False):
     return parquet_digests(folder, other_runs=other_runs)
 
@@ -59,18 +49,18 @@ def test_killed_selfmoe_run_resumes_without_regenerating(tmp_path, converted_mod
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     root = os.path.dirname(os.path.dirname(__file__))
     _run(tmp_path / "clean-cache", tmp_path / "clean", env)
-    total = len(_entries(tmp_path / "clean-cache"))
+    total = len(written_files(tmp_path / "clean-cache", ".json"))
     assert total >= 3, "too few completions to interrupt the run between them"
 
     cache = tmp_path / "cache"
     job = subprocess.Popen(_command(cache, tmp_path / "killed"), env=env, cwd=root, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while len(_entries(cache)) < 2 and time.time() < deadline and job.poll() is None:
+    while len(written_files(cache, ".json")) < 2 and time.time() < deadline and job.poll() is None:
         time.sleep(0.05)
     os.killpg(job.pid, signal.SIGKILL)
     job.wait()
-    before = _entries(cache)
+    before = written_files(cache, ".json")
     assert 2 <= len(before) < total, f"the kill came too late to test anything ({len(before)} of {total})"
     # a killed run publishes nothing: at most its own generation folder, which no manifest lists
     killed = tmp_path / "killed" / "selfmoe"
@@ -78,7 +68,7 @@ def test_killed_selfmoe_run_resumes_without_regenerating(tmp_path, converted_mod
         "a killed run must publish nothing"
 
     _run(cache, tmp_path / "killed", env)
-    after = _entries(cache)
+    after = written_files(cache, ".json")
     assert {k: after[k] for k in before} == before       # no finished completion written again
     assert len(after) == total                           # each missing one generated once
     resumed, clean = _rows(tmp_path / "killed" / "selfmoe"), _rows(tmp_path / "clean" / "selfmoe")
