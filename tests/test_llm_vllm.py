@@ -316,8 +316,7 @@ def test_backend_restarts_a_dead_server(standin, model_folder):
     backend = VllmBackend(str(model_folder), python=sys.executable, env=env, startup_timeout_s=60).load()
     try:
         first = _pids(pids)
-        os.killpg(first[0], 9)
-        assert _gone(first[0])
+        os.killpg(first[0], 9)  # and ask at once: the dead server may still look alive for a moment
         [c] = backend.generate([Request("a", "again")])
         assert isinstance(c, Completion) and c.text == "AGAIN" and _pids(pids) != first
     finally:

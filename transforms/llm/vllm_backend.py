@@ -12,7 +12,8 @@ prompts go to /v1/chat/completions (vLLM applies the model's chat template), pla
 the local model folder, so prompt_format=auto picks plain for it); retries, concurrency and per-request failures are the OpenAI backend's. Backends
 in one process that ask for the same server (same interpreter, model folder and arguments; e.g.
 the brainstorm and respond stages of selfmoe) share one server, counted: the last `close()` stops
-it. A server that died is restarted by the next call. `model_id` is name@revision, the same string
+it. A server that died is restarted: by the next call, and within a call, where requests failed
+because the server was gone, they are sent again once to the restarted server. `model_id` is name@revision, the same string
 TransformersBackend uses for the same weights, so both backends share the response cache (the
 same weights and sampling parameters: an answer from either one is a valid answer to the request).
 """
@@ -25,10 +26,12 @@ from typing import Iterator, Mapping, Optional, Sequence
 from transforms.llm.backend import Backend
 from transforms.llm.models import DEFAULT_MODEL, LocalModel, ResolvedModel
 from transforms.llm.openai_backend import OpenAIBackend
+from core.rejected import Rejected
 from transforms.llm.requests import Request
 from transforms.llm.vllm_server import VllmServer, find_vllm_python
 
 BACKEND_NAME = "vllm"
+DEATH_WAIT_S = 5.0  # how long a server that refuses connections gets to show that it has exited
 API_KEY_ENV = "SHARDSMITH_VLLM_API_KEY"  # not OPENAI_API_KEY: a hosted key must never go to the local server
 
 
@@ -158,4 +161,11 @@ class VllmBackend(LocalModel, Backend):
     def iter_batches(self, requests: Sequence[Request]) -> Iterator[list[tuple[int, object]]]:
         """[(index, Completion | Rejected), ...] per sub-batch of batch_size, in input order."""
         self.load()
-        yield from self._client.iter_batches(requests)
+        for batch in self._client.iter_batches(requests):
+            lost = [k for k, (_, out) in enumerate(batch) if isinstance(out, Rejected) and out.transient]
+            if lost and not self._server.healthy() and self._server.exited(DEATH_WAIT_S):
+                self.load()  # restarts the dead server, possibly on another port
+                again = self._client.generate([requests[batch[k][0]] for k in lost])
+                for k, out in zip(lost, again):
+                    batch[k] = (batch[k][0], out)
+            yield batch

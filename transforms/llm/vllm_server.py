@@ -158,6 +158,21 @@ class VllmServer:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def healthy(self) -> bool:
+        """True if the server answers /health now."""
+        return self.port is not None and self._healthy(f"http://{HOST}:{self.port}/health")
+
+    def exited(self, within_s: float) -> bool:
+        """True if the server process has ended or ends within `within_s` seconds. Why wait: a
+        killed server refuses connections a moment before its exit can be collected."""
+        if self._process is None:
+            return True
+        try:
+            self._process.wait(timeout=within_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     @property
     def pid(self) -> Optional[int]:
         return self._process.pid if self._process is not None else None
