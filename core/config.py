@@ -6,6 +6,7 @@ make here raises ConfigError with one line that names the key and the fix.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import os
@@ -173,6 +174,20 @@ class Resolved:
     values: dict
     swept: list[str]
     grid: list[dict]
+
+
+def settings_from(cls: type, values: dict, **given: Any) -> Any:
+    """An instance of the dataclass `cls`: each field from `given`, else from the config value of
+    the same name, else the field's own default.
+
+    Why: a key reaches the graph by its name, so a new key is its Key and the field that reads it,
+    with no line in between to forget; `given` is for what is computed (a backend, seconds turned
+    into milliseconds). tests/test_config_keys.py checks that a field and its key agree on the default."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(given) - fields)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(unknown)}")
+    return cls(**{name: values[name] for name in fields - set(given) if name in values}, **given)
 
 
 def names(text: str | None) -> list[str]:

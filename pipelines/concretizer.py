@@ -4,7 +4,7 @@ from __future__ import annotations
 import glob
 import os
 
-from core.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
+from core.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, settings_from, stored
 from pipelines.dataset import Dataset, input_fingerprint
 from schemas import concretizer as schema
 from core import storage
@@ -73,10 +73,10 @@ def settings(resolved: Resolved):
     from transforms.lidar.extract import FeatureSettings
     from transforms.lidar.readers import POINT_FEATURES
     c = resolved.grid[0]
-    return ConcretizerSettings(
-        jobs=tuple(jobs(c)), preset=c["preset"], mode=c["mode"],
+    return settings_from(
+        ConcretizerSettings, c, jobs=tuple(jobs(c)),
         channels=len(POINT_FEATURES[c["layout"] or ("waymo" if c["preset"] == "waymo" else "kitti")]),
-        features=FeatureSettings(weights=c["weights"], layers=tuple(names(c["layers"])), dtype=c["feature_dtype"]))
+        features=settings_from(FeatureSettings, c, layers=tuple(names(c["layers"])), dtype=c["feature_dtype"]))
 
 
 def build(pipeline, resolved: Resolved, ledger):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from core.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, stored
+from core.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, names, settings_from, stored
 from pipelines.dataset import Dataset, input_fingerprint, responses
 from pipelines.llm_keys import check_llm, llm_keys, make_backend
 from schemas import multiui as schema
@@ -128,24 +128,21 @@ def settings(resolved: Resolved):
         raise ConfigError("one html_dir per run")
 
     def sampling(max_tokens):
-        return Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=max_tokens, seed=c["seed"])
+        return settings_from(Sampling, c, max_tokens=max_tokens)
 
     vision = None
     if c["vision_base_url"]:
         from transforms.llm.openai_backend import OpenAIBackend
         vision = OpenAIBackend(c["vision_base_url"], c["vision_model"], batch_size=c["batch_size"])
-    return MultiuiSettings(
-        sources=tuple(srcs), platforms=tuple(names(c["platforms"])),
-        capture=CaptureSettings(seed=c["seed"], timeout_ms=int(c["timeout_s"] * 1000),
-                                max_screenshot_height=c["max_screenshot_height"], follow_links=c["follow_links"],
-                                max_page_bytes=int(c["max_page_mb"] * 2**20), allow_private=c["allow_private"],
-                                allow_loopback=c["allow_loopback"], subresources=c["subresources"],
-                                chromium=c["chromium"]),
-        tasks=tuple(names(c["tasks"])), rules=TaskRules(max_per_task=c["max_per_task"]),
+    return settings_from(
+        MultiuiSettings, c, sources=tuple(srcs), platforms=tuple(names(c["platforms"])),
+        capture=settings_from(CaptureSettings, c, timeout_ms=int(c["timeout_s"] * 1000),
+                              max_page_bytes=int(c["max_page_mb"] * 2**20)),
+        tasks=tuple(names(c["tasks"])), rules=settings_from(TaskRules, c),
         sampling={"webpage_caption": sampling(c["caption_tokens"]), "webpage_qa": sampling(c["qa_tokens"]),
                   "action_grounding": sampling(c["instruction_tokens"]), "embedded_image": sampling(300)},
-        min_text_chars=c["min_text_chars"], curation=curation_rules(c), llm_pages=llm_page_count(c["llm_pages"]),
-        seed=c["seed"], judge=Sampling(temperature=0.0, max_tokens=4) if c["llm_judge"] else None,
+        curation=curation_rules(c), llm_pages=llm_page_count(c["llm_pages"]),
+        judge=Sampling(temperature=0.0, max_tokens=4) if c["llm_judge"] else None,
         backend=make_backend(c) if c["llm_tasks"] or c["llm_judge"] else None, vision_backend=vision,
         cache_location=responses(c), html_folder=html[0] if html else None)
 

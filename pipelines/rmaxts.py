@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from core.config import ConfigError, ConfigSpec, Key, Resolved, matching_files
+from core.config import ConfigError, ConfigSpec, Key, Resolved, matching_files, settings_from
 from pipelines.dataset import Dataset, input_fingerprint, responses
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import rmaxts as schema
@@ -93,17 +93,12 @@ def settings(resolved: Resolved):
     from transforms.llm.requests import Sampling
     c = resolved.grid[0]
     command, cwd = repl_command(c)
-    return RmaxtsSettings(
-        problem_files=tuple(problem_files(c)), leandojo_files=tuple(matching_files(c["leandojo"], "leandojo")),
-        backend=make_backend(c),
-        pool=ReplPoolConfig(command=tuple(command), cwd=cwd, size=c["pool_size"], timeout_s=c["check_timeout_s"],
-                            memory_mb=c["memory_mb"], recycle_after=c["recycle_after"],
-                            os_sandbox=c["os_sandbox"], transient_retries=c["transient_retries"],
-                            store=c["cache"] or None),
-        sampling=Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["max_tokens"], seed=c["seed"]),
-        search=SearchSettings(budget=c["budget"], batch=c["batch"], seed=c["seed"],
-                              checkpoint_dir=c["checkpoint_dir"]),
-        cache_location=responses(c))
+    return settings_from(
+        RmaxtsSettings, c, problem_files=tuple(problem_files(c)),
+        leandojo_files=tuple(matching_files(c["leandojo"], "leandojo")), backend=make_backend(c),
+        pool=settings_from(ReplPoolConfig, c, command=tuple(command), cwd=cwd, size=c["pool_size"],
+                           timeout_s=c["check_timeout_s"], store=c["cache"] or None),
+        sampling=settings_from(Sampling, c), search=settings_from(SearchSettings, c), cache_location=responses(c))
 
 
 def build(pipeline, resolved: Resolved, ledger):

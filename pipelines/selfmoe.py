@@ -1,7 +1,7 @@
 """selfmoe: self-specialization data per domain (Self-MoE, docs/papers/selfmoe.md)."""
 from __future__ import annotations
 
-from core.config import ConfigError, ConfigSpec, Key, Resolved
+from core.config import ConfigError, ConfigSpec, Key, Resolved, settings_from
 from pipelines.dataset import Dataset, input_fingerprint, responses
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import selfmoe as schema
@@ -88,21 +88,17 @@ def settings(resolved: Resolved):
     from transforms.llm.requests import Sampling
     from transforms.text.selfmoe_graph import SelfmoeSettings
     c = resolved.grid[0]
-    brainstorm = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["brainstorm_tokens"],
-                          stop=("\n\n\n",), seed=c["seed"])
+    brainstorm = settings_from(Sampling, c, max_tokens=c["brainstorm_tokens"], stop=("\n\n\n",))
     backend = make_backend(c)
     try:
         prompt_format = backend.prompt_format(c["prompt_format"])
     except (ValueError, FileNotFoundError, ImportError) as exc:
         raise ConfigError(f"prompt_format: {exc}") from None
     # a base model answering a plain prompt runs on into a next "### Instruction:" block: stop there
-    respond = Sampling(temperature=c["temperature"], top_p=c["top_p"], max_tokens=c["response_tokens"],
-                       stop=PLAIN_STOP if prompt_format == "plain" else (), seed=c["seed"])
-    return SelfmoeSettings(
-        seed_files=tuple(seed_files(c)), backend=backend, per_domain=c["per_domain"], k_shot=c["k_shot"],
-        demos=c["demos"], tasks_per_prompt=c["tasks_per_prompt"], oversample=c["oversample"],
-        threshold=c["threshold"], brainstorm=brainstorm, respond=respond, seed=c["seed"],
-        cache_location=responses(c), embedding_threshold=c["embedding_threshold"], prompt_format=prompt_format)
+    respond = settings_from(Sampling, c, max_tokens=c["response_tokens"],
+                            stop=PLAIN_STOP if prompt_format == "plain" else ())
+    return settings_from(SelfmoeSettings, c, seed_files=tuple(seed_files(c)), backend=backend, brainstorm=brainstorm,
+                         respond=respond, cache_location=responses(c), prompt_format=prompt_format)
 
 
 def build(pipeline, resolved: Resolved, ledger):
