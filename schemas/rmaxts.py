@@ -43,7 +43,7 @@ PROBLEMS = TableSchema(
 ATTEMPTS = TableSchema(
     dataset=DATASET,
     table="attempts",
-    version=1,
+    version=2,  # 2: outcome `target`; a v1 `complete` was judged without checking the problem's declaration
     doc="One sampled proof: the prompt prefix it continued, the code checked and the REPL's verdict.",
     split_field="outcome",
     fields=(
@@ -56,7 +56,8 @@ ATTEMPTS = TableSchema(
         Field("proof_code", pa.string(), "The full code checked: statement + proof (empty when none was found)."),
         Field("outcome", pa.string(), "complete, pass (no error, but sorry or warning), fail (Lean errors), "
               "refused (the sandbox refused the code), axioms (Lean accepted it, but it rests on an axiom other "
-              "than propext, Classical.choice, Quot.sound), no_code (no code block in the output), timeout, "
+              "than propext, Classical.choice, Quot.sound), target (Lean accepted it, but it does not prove the "
+              "problem's declaration: a scope left open, the name missing at the root, or another type), no_code (no code block in the output), timeout, "
               "crashed (the REPL died on it), or protocol_error (the REPL's output broke the protocol: "
               "a forged or extra reply; the process was killed)."),
         Field("passed", pa.bool_(), "No message of severity error."),

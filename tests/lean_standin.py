@@ -15,12 +15,20 @@ Answers:
   "declaration uses `sorry`" for code containing `sorry`; success otherwise (with one tactic per
   indented line when `allTactics`). Every `cmd` makes a new env id, 0, 1, 2, ...
 
-Follow-up commands, whose lines all start with `#print` (what the pool sends after each check):
-- `#print axioms NAME`: an info message `'NAME' depends on axioms: [...]` (Lean 4's format) at that
-  line, for a name declared by an earlier `cmd` of this process (`namespace` honoured): sorryAx
-  when that code used `sorry`/`sorryAx`, Lean.ofReduceBool and Lean.trustCompiler for
-  native_decide, the name of an `axiom` it declared, plus propext, Classical.choice, Quot.sound;
-  `'NAME' does not depend on any axioms` for code with NO_AXIOMS; an error for an unknown name;
+Lean's bookkeeping, modelled per environment (a command run on env N starts from what N holds;
+state is kept between commands, as the REPL keeps the command state):
+- scopes: `namespace X`, `section [X]`, `end [X]`; `end` with nothing open is the error
+  "invalid 'end', insufficient scopes", `end` without the name of an open namespace an error too;
+- declarations (`theorem`, `lemma`, `def`, `axiom`, ...) under their namespaces (`_root_.`
+  honoured), each with its type (`∀ binders, type`, whitespace-normalised) and its axioms:
+  sorryAx when the code used `sorry`/`sorryAx`, Lean.ofReduceBool and Lean.trustCompiler for
+  native_decide, Lean.ofReduceBool / Lean.ofReduceNat when named, the name of an `axiom` it
+  declared, plus propext, Classical.choice, Quot.sound (none for code with NO_AXIOMS);
+  `def N : Prop := P` also records P as the meaning of N;
+- `theorem C : N := @_root_.X` elaborates when X is a root declaration whose type is N's
+  meaning (a "type mismatch" or "unknown identifier" error otherwise), and declares C;
+- `#print axioms NAME`: an info message `'FULL.NAME' depends on axioms: [...]` (Lean 4's format,
+  the full name Lean resolved: the innermost open namespace first), or an error;
 - `#print "text"`: an info message whose data is the text.
 
 Cues in the command text: CRASH (exit 1), HANG (sleep forever), GARBAGE (print non-JSON),
@@ -152,7 +160,7 @@ def render(obj: dict) -> str:
 
 
 STANDARD = ["Classical.choice", "propext", "Quot.sound"]
-DECL = re.compile(r"\b(?:theorem|lemma|def|abbrev|instance|axiom|opaque|structure|inductive|class)"
+DECL = re.compile(r"\b(theorem|lemma|def|abbrev|instance|axiom|opaque|structure|inductive|class)"
                   r"\s+([^\s:(\[{]+)")
 
 
@@ -169,47 +177,122 @@ def axioms_of(code: str) -> list[str]:
         found.add("sorryAx")
     if "native_decide" in code:
         found |= {"Lean.ofReduceBool", "Lean.trustCompiler"}
+    found |= {name for name in ("Lean.ofReduceBool", "Lean.ofReduceNat") if name in code}
     found |= set(re.findall(r"\baxiom\s+([^\s:(\[{]+)", code))
     return sorted(found)
 
 
-def declarations(code: str) -> dict[str, list[str]]:
-    """name (under its namespaces) -> axioms, for the declarations of `code`."""
-    out, scopes, axioms = {}, [], axioms_of(code)
-    for line in code.split("\n"):
-        words = line.split()
-        if len(words) >= 2 and words[0] == "namespace":
-            scopes.append(words[1])
-        elif words[:1] == ["end"] and scopes:
-            scopes.pop()
-        for name in DECL.findall(line):
-            out[".".join(scopes + [name])] = axioms
-    return out
+class State:
+    """What an environment holds: declarations (full name -> (type, axioms)), the meaning of each
+    `def N : Prop`, and the open scopes [(kind, name)]."""
+
+    def __init__(self, decls=None, meanings=None, scopes=None):
+        self.decls = dict(decls or {})
+        self.meanings = dict(meanings or {})
+        self.scopes = list(scopes or [])
+
+    def copy(self) -> "State":
+        return State(self.decls, self.meanings, self.scopes)
+
+    def prefix(self) -> list[str]:
+        return [name for kind, name in self.scopes if kind == "namespace" for name in name.split(".")]
 
 
-def print_reply(text: str, known: dict[str, list[str]], env_id: int) -> dict:
-    """The reply to a command of `#print axioms NAME` / `#print "text"` lines."""
-    messages = []
-    for i, line in enumerate(text.split("\n")):
-        pos, end = {"line": i + 1, "column": 0}, {"line": i + 1, "column": 6}
-        words = line.split(None, 2)
-        if len(words) == 3 and words[1] == "axioms":
-            name = words[2].strip()
-            if name not in known:
-                messages.append({"severity": "error", "pos": pos, "endPos": end,
-                                 "data": f"unknown constant '{name}'"})
-            elif known[name]:
-                messages.append({"severity": "info", "pos": pos, "endPos": end,
-                                 "data": f"'{name}' depends on axioms: [{', '.join(known[name])}]"})
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _signature(rest: str) -> tuple[str, str]:
+    """(type, body) of a declaration whose text after the name is `rest`: binders and type up to
+    the first `:=` outside brackets, the type after the first `:` outside brackets."""
+    depth, colon, assign = 0, None, None
+    for i, ch in enumerate(rest):
+        if ch in "([{⦃⟨":
+            depth += 1
+        elif ch in ")]}⦄⟩":
+            depth -= 1
+        elif depth == 0 and rest.startswith(":=", i):
+            assign = i
+            break
+        elif depth == 0 and ch == ":" and colon is None:
+            colon = i
+    head = rest[:assign] if assign is not None else rest
+    body = rest[assign + 2:] if assign is not None else ""
+    if colon is None:
+        return "", body
+    binders, prop = head[:colon].strip(), head[colon + 1:].strip()
+    return _norm(f"∀ {binders}, {prop}" if binders else prop), body
+
+
+def _message(severity: str, line: int, data: str) -> dict:
+    return {"severity": severity, "pos": {"line": line, "column": 0}, "endPos": {"line": line, "column": 6},
+            "data": data}
+
+
+def _resolve(state: State, name: str) -> str | None:
+    if name.startswith("_root_."):
+        return name[len("_root_."):] if name[len("_root_."):] in state.decls else None
+    prefix = state.prefix()
+    for k in range(len(prefix), -1, -1):
+        full = ".".join(prefix[:k] + [name])
+        if full in state.decls:
+            return full
+    return None
+
+
+def elaborate(code: str, state: State) -> list[dict]:
+    """Apply `code` to `state` as Lean would for scopes, declarations and `#print`; the messages."""
+    messages, lines, axioms = [], code.split("\n"), axioms_of(code)
+    for i, line in enumerate(lines):
+        words, n = line.split(), i + 1
+        if words[:1] == ["namespace"] and len(words) >= 2:
+            state.scopes.append(("namespace", words[1]))
+        elif words[:1] == ["section"]:
+            state.scopes.append(("section", words[1] if len(words) >= 2 else ""))
+        elif words[:1] == ["end"]:
+            if not state.scopes:
+                messages.append(_message("error", n, "invalid 'end', insufficient scopes"))
+                continue
+            kind, name = state.scopes.pop()
+            given = words[1] if len(words) >= 2 else ""
+            if given != name:
+                messages.append(_message("error", n, f"invalid 'end', name is missing (expected {name})"
+                                         if not given else f"invalid 'end', name mismatch (expected {name})"))
+        elif words[:2] == ["#print", "axioms"] and len(words) == 3:
+            full = _resolve(state, words[2])
+            if full is None:
+                messages.append(_message("error", n, f"unknown constant '{words[2]}'"))
+            elif state.decls[full][1]:
+                messages.append(_message("info", n, f"'{full}' depends on axioms: [{', '.join(state.decls[full][1])}]"))
             else:
-                messages.append({"severity": "info", "pos": pos, "endPos": end,
-                                 "data": f"'{name}' does not depend on any axioms"})
-        elif len(words) >= 2 and words[1].startswith('"'):
-            messages.append({"severity": "info", "pos": pos, "endPos": end,
-                             "data": json.loads(line.split(None, 1)[1])})
-    reply = {"messages": messages} if messages else {}
-    reply["env"] = env_id
-    return reply
+                messages.append(_message("info", n, f"'{full}' does not depend on any axioms"))
+        elif words[:1] == ["#print"] and len(words) >= 2 and words[1].startswith('"'):
+            messages.append(_message("info", n, json.loads(line.split(None, 1)[1])))
+        else:
+            for m in DECL.finditer(line):
+                name = m.group(2)
+                full = name[len("_root_."):] if name.startswith("_root_.") else ".".join(state.prefix() + [name])
+                kind_type, body = _signature("\n".join([line[m.end():]] + lines[i + 1:]))
+                proof = re.fullmatch(r"\s*@_root_\.(\S+)\s*", body.split("\n")[0]) if kind_type else None
+                if full in state.decls:
+                    messages.append(_message("error", n, f"'{full}' has already been declared"))
+                    continue
+                if proof is not None and kind_type in state.meanings:  # a check: the types must agree
+                    target = state.decls.get(proof.group(1))
+                    if target is None:
+                        messages.append(_message("error", n, f"unknown identifier '_root_.{proof.group(1)}'"))
+                        continue
+                    if target[0] != state.meanings[kind_type]:
+                        messages.append(_message("error", n, f"type mismatch\n  @{proof.group(1)}\nhas type\n  "
+                                                 f"{target[0]} : Prop\nbut is expected to have type\n  "
+                                                 f"{kind_type} : Prop"))
+                        continue
+                    state.decls[full] = (kind_type, target[1])
+                    continue
+                if m.group(1) == "def" and kind_type == "Prop":
+                    state.meanings[full] = _norm(body)
+                state.decls[full] = (kind_type, axioms)
+    return messages
 
 
 def escape(cue: str, target: str) -> str:
@@ -252,7 +335,7 @@ def main() -> int:
         sys.stdout.write(os.environ["LEAN_STANDIN_BANNER"] + "\n")
         sys.stdout.flush()
     envs = 0
-    known: dict[str, list[str]] = {}             # declared name -> its axioms
+    states: list[State] = []                     # env id -> what it holds
     stdin = sys.stdin
     while True:
         lines = []
@@ -307,24 +390,25 @@ def main() -> int:
         if env is not None and not (isinstance(env, int) and 0 <= env < envs):
             respond({"message": "Unknown environment."})
             continue
-        lines = [l for l in text.split("\n") if l.strip()]
-        if lines and all(l.startswith("#print") for l in lines):
-            reply = print_reply(text, known, envs)
-        elif text in recorded:
+        state = states[env].copy() if env is not None else State()
+        lean = elaborate(text, state)
+        if text in recorded:
             reply = dict(recorded[text])
             reply["env"] = envs
-            known.update(declarations(text))
         else:
             reply = plausible(cmd, envs)
-            known.update(declarations(text))
+            if lean:
+                reply["messages"] = reply.get("messages", []) + lean
             infos = [escape(*(m.group(3), "") if m.group(3) else m.group(1, 2))
                      for m in ESCAPES.finditer(text)]
             if infos:
                 notes = [{"severity": "info", "pos": {"line": 1, "column": 0},
                           "endPos": {"line": 1, "column": 1}, "data": d} for d in infos]
                 reply["messages"] = notes + reply.get("messages", [])
+        states.append(state)
         if "ENVSKIP" in text:
             reply["env"] = envs + 1
+            states.append(state)
             envs += 1
         if "FORGE" in text:                   # a reply of its own, ahead of the REPL's
             respond({"env": envs})
@@ -336,6 +420,7 @@ def main() -> int:
         if "LEFTOVER" in text:                # two replies in one write
             sys.stdout.write(render(reply) + render({"env": envs}))
             sys.stdout.flush()
+            states.append(state)
             envs += 1
             continue
         respond(reply)

@@ -32,6 +32,24 @@ def test_minif2f_jsonl():
     assert "\n" in first.formal_statement           # multi-line statements are kept whole
 
 
+def test_every_minif2f_statement_names_its_target():
+    from transforms.lean.target import Target
+    for p in read_jsonl(MINIF2F):
+        target = Target.of_statement(p.formal_statement)
+        assert target.name == p.name and target.statement and ":=" not in target.statement
+
+
+def test_a_problem_without_a_declaration_to_prove_is_refused_when_read(tmp_path):
+    path = tmp_path / "p.jsonl"
+    rows = [{"name": "e", "header": "", "formal_statement": "example : 1 = 1 := by"},
+            {"name": "n", "header": "", "formal_statement": "theorem n 1 = 1 := by"},
+            {"name": "ok", "header": "", "formal_statement": "theorem ok : 1 = 1 := by"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    e, n, ok = read_jsonl(path)
+    assert e.error_type == n.error_type == "NoTarget" and "theorem NAME" in e.reason and ": TYPE :=" in n.reason
+    assert isinstance(ok, Problem)
+
+
 def test_bad_jsonl_rows(tmp_path):
     good = {"name": "t1", "split": "test", "informal_prefix": "/-- x -/\n",
             "formal_statement": "theorem t1 : 1 + 1 = 2 := by\n", "goal": "⊢ 1 + 1 = 2",

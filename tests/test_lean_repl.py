@@ -19,6 +19,7 @@ from transforms.lean import repl_protocol as rp
 from transforms.lean import os_sandbox
 from transforms.lean.os_sandbox import OsSandboxUnavailable
 from transforms.lean.repl_pool import INSTALL_TEXT, LeanNotFound, ReplPool, find_repl
+from transforms.lean.target import Target
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 LEAN_DATA = os.path.join(TESTS_DIR, "data", "lean")
@@ -138,7 +139,7 @@ def test_parse_axioms_reads_leans_print_axioms_messages(data, expected):
 
 
 def test_follow_up_prints_axioms_then_the_nonce():
-    text = rp.encode_follow_up(["a", "Foo.b"], "abc123", env=7)
+    text = rp.encode_follow_up(["#print axioms a", "#print axioms Foo.b"], "abc123", env=7)
     assert json.loads(text) == {"cmd": '#print axioms a\n#print axioms Foo.b\n#print "abc123"',
                                 "env": 7}
     assert json.loads(rp.encode_follow_up([], "n", env=None)) == {"cmd": '#print "n"'}
@@ -159,6 +160,17 @@ def standin_log(tmp_path, monkeypatch):
     return events
 
 
+def target_of(code: str) -> Target:
+    """The target of a test's code: its first theorem, else a `t : True` the code does not declare
+    (what these tests judge is the protocol and the process; the verdict's tests name theirs)."""
+    at = code.find("theorem ")
+    return Target.of_statement(code[at:]) if at >= 0 else Target("t", "True")
+
+
+def check(pool: ReplPool, header: str, code: str, target: Target | None = None) -> rp.Verdict:
+    return pool.check(header, code, target or target_of(code))
+
+
 def _pool(**kw) -> ReplPool:
     """A pool on the stand-in. Without the OS sandbox by default: these tests read the stand-in's
     log in tmp_path, which bwrap makes invisible and read-only (the bwrap tests are below)."""
@@ -173,9 +185,13 @@ def _starts(events):
     return [e["pid"] for e in events if e["event"] == "start"]
 
 
+def _is_follow_up(cmd: str) -> bool:
+    return cmd.startswith(("#print", "end\ntheorem shardsmith_check_"))
+
+
 def _commands(events, pid=None):
-    """The commands the stand-in got, without the pool's `#print` follow-ups."""
-    return [e for e in events if e["event"] == "cmd" and not e["cmd"].startswith("#print")
+    """The commands the stand-in got, without the pool's follow-ups."""
+    return [e for e in events if e["event"] == "cmd" and not _is_follow_up(e["cmd"])
             and (pid is None or e["pid"] == pid)]
 
 
@@ -186,11 +202,11 @@ def _header_loads(events, header=HEADER):
 def test_header_loaded_once_per_process_and_reused_through_env(standin_log):
     other = "import Mathlib\nopen Real\n"
     with _pool() as pool:
-        v1 = pool.check(HEADER, OK_CODE.format(i=1))
-        v2 = pool.check(HEADER, "theorem t : True := by\n  fail_me")
-        v3 = pool.check(HEADER, "theorem t : True := by\n  sorry")
-        v4 = pool.check(other, OK_CODE.format(i=4))
-        v5 = pool.check(other, OK_CODE.format(i=5))
+        v1 = check(pool, HEADER, OK_CODE.format(i=1))
+        v2 = check(pool, HEADER, "theorem t : True := by\n  fail_me")
+        v3 = check(pool, HEADER, "theorem t : True := by\n  sorry")
+        v4 = check(pool, other, OK_CODE.format(i=4))
+        v5 = check(pool, other, OK_CODE.format(i=5))
     assert (v1.outcome, v1.passed, v1.complete) == ("ok", True, True)
     assert v1.tactics[0]["tactic"] == "trivial" and v1.tactics[0]["line"] == 2  # code-relative
     assert (v2.passed, v2.complete) == (False, False) and "fail_me" in v2.messages[0]["data"]
@@ -202,12 +218,14 @@ def test_header_loaded_once_per_process_and_reused_through_env(standin_log):
     cmds = _commands(events)
     assert len(_header_loads(events)) == 1 and len(_header_loads(events, other)) == 1
     assert cmds[0]["env"] is None and cmds[0]["cmd"] == HEADER
-    assert [c["env"] for c in cmds[1:4]] == [0, 0, 0]     # env of the header, every time
-    # each check makes an env and so does its follow-up: header 0, checks 1 3 5, header 7
-    assert [c["env"] for c in cmds[5:]] == [7, 7]          # the second header's env
-    follow_ups = [e for e in events if e["event"] == "cmd" and e["cmd"].startswith("#print")]
-    assert [f["env"] for f in follow_ups] == [1, 3, 5, 8, 10]   # each in its check's env
-    assert "#print axioms ok_1" in follow_ups[0]["cmd"]          # only complete proofs
+    # header 0, the statement `True` once on it 1, each check and each follow-up one more
+    assert cmds[1]["env"] == 0 and cmds[1]["cmd"].startswith("def shardsmith_statement_")
+    assert [c["env"] for c in cmds[2:5]] == [1, 1, 1]     # env of the statement, every time
+    assert cmds[5]["cmd"] == other and cmds[6]["env"] == 8    # second header 8, its statement 9
+    assert [c["env"] for c in cmds[7:]] == [9, 9]
+    follow_ups = [e for e in events if e["event"] == "cmd" and _is_follow_up(e["cmd"])]
+    assert [f["env"] for f in follow_ups] == [2, 4, 6, 10, 12]   # each in its check's env
+    assert "\n#print axioms ok_1\n" in follow_ups[0]["cmd"]       # questions for complete proofs only
     assert follow_ups[1]["cmd"].startswith('#print "')
     assert v1.axioms == ["Classical.choice", "Quot.sound", "propext"] and v2.axioms is None
     assert pool.stats()["header_loads"] == 2
@@ -215,15 +233,15 @@ def test_header_loaded_once_per_process_and_reused_through_env(standin_log):
 
 def test_recorded_reply_served_through_the_pool(standin_log):
     with _pool() as pool:
-        v = pool.check(HEADER, "def f : Nat := by apply Nat.succ")     # incomplete.in
+        v = check(pool, HEADER, "def f : Nat := by apply Nat.succ")     # incomplete.in
     assert not v.passed and v.messages[0]["data"] == "unsolved goals\n⊢ Nat"
 
 
 def test_crash_is_reported_and_replaced(standin_log):
     with _pool() as pool:
-        before = pool.check(HEADER, OK_CODE.format(i=1))
-        crashed = pool.check(HEADER, "theorem t : True := by\n  CRASH")
-        after = [pool.check(HEADER, OK_CODE.format(i=i)) for i in range(2)]
+        before = check(pool, HEADER, OK_CODE.format(i=1))
+        crashed = check(pool, HEADER, "theorem t : True := by\n  CRASH")
+        after = [check(pool, HEADER, OK_CODE.format(i=i)) for i in range(2)]
         stats = pool.stats()
     assert before.complete
     assert crashed.outcome == rp.OUTCOME_CRASHED and not crashed.passed and not crashed.complete
@@ -236,8 +254,8 @@ def test_crash_is_reported_and_replaced(standin_log):
 
 def test_hang_times_out_within_limit_and_is_replaced(standin_log):
     with _pool(timeout_s=1.5) as pool:
-        hung = pool.check(HEADER, "theorem t : True := by\n  HANG")
-        after = pool.check(HEADER, OK_CODE.format(i=2))
+        hung = check(pool, HEADER, "theorem t : True := by\n  HANG")
+        after = check(pool, HEADER, OK_CODE.format(i=2))
     assert hung.outcome == rp.OUTCOME_TIMEOUT and not hung.passed
     assert "1.5 s" in hung.reason and 1.4 <= hung.verify_time
     assert after.complete
@@ -249,10 +267,10 @@ def test_hang_times_out_within_limit_and_is_replaced(standin_log):
 
 def test_garbage_and_truncated_output_are_reported(standin_log):
     with _pool() as pool:
-        garbage = pool.check(HEADER, "theorem t : True := by\n  GARBAGE")
-        ok = pool.check(HEADER, OK_CODE.format(i=1))
-        truncated = pool.check(HEADER, "theorem t : True := by\n  TRUNCATE")
-        ok2 = pool.check(HEADER, OK_CODE.format(i=2))
+        garbage = check(pool, HEADER, "theorem t : True := by\n  GARBAGE")
+        ok = check(pool, HEADER, OK_CODE.format(i=1))
+        truncated = check(pool, HEADER, "theorem t : True := by\n  TRUNCATE")
+        ok2 = check(pool, HEADER, OK_CODE.format(i=2))
     assert garbage.outcome == rp.OUTCOME_PROTOCOL and "not JSON" in garbage.reason
     assert truncated.outcome == rp.OUTCOME_CRASHED and "mid-reply" in truncated.reason
     assert ok.complete and ok2.complete
@@ -262,9 +280,9 @@ def test_garbage_and_truncated_output_are_reported(standin_log):
 def test_noise_is_skipped_only_before_the_first_reply(standin_log):
     """lake's build progress comes before the first reply; later, a stray line is an error."""
     with _pool(env={"LEAN_STANDIN_BANNER": "✔ [1/2] Built REPL.Main"}) as pool:
-        first = pool.check("import Mathlib\n-- NOISE\n", OK_CODE.format(i=1))
-        later = pool.check("import Mathlib\n-- NOISE\n", "theorem t : True := by\n  NOISE")
-        after = pool.check(HEADER, OK_CODE.format(i=2))
+        first = check(pool, "import Mathlib\n-- NOISE\n", OK_CODE.format(i=1))
+        later = check(pool, "import Mathlib\n-- NOISE\n", "theorem t : True := by\n  NOISE")
+        after = check(pool, HEADER, OK_CODE.format(i=2))
     assert first.outcome == "ok" and first.complete
     assert later.outcome == rp.OUTCOME_PROTOCOL and "not JSON" in later.reason
     assert after.complete
@@ -273,22 +291,22 @@ def test_noise_is_skipped_only_before_the_first_reply(standin_log):
 
 def test_header_that_fails_is_reported(standin_log):
     with _pool(header_timeout_s=1.0) as pool:
-        v = pool.check("import Mathlib\nfail_me\n", OK_CODE.format(i=1))
-        hung = pool.check("import Mathlib\nHANG\n", OK_CODE.format(i=1))
+        v = check(pool, "import Mathlib\nfail_me\n", OK_CODE.format(i=1))
+        hung = check(pool, "import Mathlib\nHANG\n", OK_CODE.format(i=1))
     assert v.outcome == rp.OUTCOME_HEADER and "fail_me" in v.reason
     assert hung.outcome == rp.OUTCOME_TIMEOUT and "header" in hung.reason
 
 
 def test_recycled_after_n_checks(standin_log):
     with _pool(recycle_after=3) as pool:
-        verdicts = [pool.check(HEADER, OK_CODE.format(i=i)) for i in range(7)]
+        verdicts = [check(pool, HEADER, OK_CODE.format(i=i)) for i in range(7)]
         stats = pool.stats()
     assert all(v.complete for v in verdicts)
     events = standin_log()
     starts = _starts(events)
     assert len(starts) == 3 and stats["recycled"] == 2
     per_pid = {pid: _commands(events, pid) for pid in starts}
-    assert [len(c) for c in per_pid.values()] == [4, 4, 2]     # header + up to 3 checks each
+    assert [len(c) for c in per_pid.values()] == [5, 5, 3]     # header, statement, up to 3 checks each
     assert all(c[0]["cmd"] == HEADER for c in per_pid.values())
 
 
@@ -297,7 +315,7 @@ def test_concurrent_checks_from_threads(standin_log):
     with _pool(size=2) as pool:
         def run(i):
             code = f"theorem t{i} : True := by\n  {'SLOW' if i % 2 else 'trivial'}_{i}"
-            results[i] = pool.check(HEADER, code)
+            results[i] = check(pool, HEADER, code)
         threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
         for t in threads:
             t.start()
@@ -318,8 +336,8 @@ def test_memory_limit_kills_bigmem(standin_log, os_sandbox):
     if os_sandbox == "bwrap" and shutil.which("bwrap") is None:
         pytest.skip("needs bubblewrap (`apt-get install bubblewrap`)")
     with _pool(memory_mb=512, os_sandbox=os_sandbox) as pool:
-        hog = pool.check(HEADER, "theorem t : True := by\n  BIGMEM")
-        ok = pool.check(HEADER, OK_CODE.format(i=1))
+        hog = check(pool, HEADER, "theorem t : True := by\n  BIGMEM")
+        ok = check(pool, HEADER, OK_CODE.format(i=1))
         retries = pool.stats()["transient_retries"]
     assert hog.outcome == rp.OUTCOME_CRASHED and "out of memory" in hog.reason
     assert "512 MB" in hog.reason
@@ -329,7 +347,7 @@ def test_memory_limit_kills_bigmem(standin_log, os_sandbox):
 
 def test_sandbox_refusal_never_reaches_the_repl(standin_log):
     with _pool() as pool:
-        v = pool.check(HEADER, "theorem t : True := by\n  trivial\n#eval IO.println 1")
+        v = check(pool, HEADER, "theorem t : True := by\n  trivial\n#eval IO.println 1")
         assert pool.stats()["refused"] == 1
     assert v.outcome == rp.OUTCOME_REFUSED and not v.passed and "#eval" in v.reason
     assert standin_log() == []
@@ -337,7 +355,7 @@ def test_sandbox_refusal_never_reaches_the_repl(standin_log):
 
 def test_pool_pickles_as_config_and_close_ends_processes(standin_log):
     pool = _pool(size=2, recycle_after=5)
-    pool.check(HEADER, OK_CODE.format(i=1))
+    check(pool, HEADER, OK_CODE.format(i=1))
     clone = pickle.loads(pickle.dumps(pool))
     assert clone.config == pool.config and clone.stats() == {}
     pool.close()
@@ -345,13 +363,13 @@ def test_pool_pickles_as_config_and_close_ends_processes(standin_log):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     with pytest.raises(RuntimeError):
-        pool.check(HEADER, OK_CODE.format(i=2))
+        check(pool, HEADER, OK_CODE.format(i=2))
     clone.close()
 
 
 def test_missing_command_is_a_crash_not_an_exception():
     with ReplPool(["/nonexistent/lake", "exe", "repl"], size=1, memory_mb=None) as pool:
-        v = pool.check(HEADER, OK_CODE.format(i=1))
+        v = check(pool, HEADER, OK_CODE.format(i=1))
     assert v.outcome == rp.OUTCOME_CRASHED and "could not start" in v.reason
 
 
@@ -361,9 +379,9 @@ def test_forged_reply_is_a_protocol_error_and_the_next_check_gets_its_own(standi
     """A REPL that prints `{"env": N}` before its real answer must not pass `False`, and the
     real answer must not be served to the next check."""
     with _pool(sandbox=False) as pool:
-        forged = pool.check(HEADER, "theorem a : False := by\n  FORGE fail_me")
-        nxt = pool.check(HEADER, "theorem b : True := by\n  fail_me")
-        ok = pool.check(HEADER, OK_CODE.format(i=3))
+        forged = check(pool, HEADER, "theorem a : False := by\n  FORGE fail_me")
+        nxt = check(pool, HEADER, "theorem b : True := by\n  fail_me")
+        ok = check(pool, HEADER, OK_CODE.format(i=3))
         stats = pool.stats()
     assert forged.outcome == rp.OUTCOME_PROTOCOL and not forged.passed and not forged.complete
     assert "out of sequence" in forged.reason and "follow-up" in forged.reason
@@ -374,16 +392,16 @@ def test_forged_reply_is_a_protocol_error_and_the_next_check_gets_its_own(standi
 
 def test_forged_sentinel_reply_without_the_nonce_is_a_protocol_error(standin_log):
     with _pool(sandbox=False) as pool:
-        v = pool.check(HEADER, "theorem a : False := by\n  FORGE_SENTINEL fail_me")
-        ok = pool.check(HEADER, OK_CODE.format(i=1))
+        v = check(pool, HEADER, "theorem a : False := by\n  FORGE_SENTINEL fail_me")
+        ok = check(pool, HEADER, OK_CODE.format(i=1))
     assert v.outcome == rp.OUTCOME_PROTOCOL and not v.complete and "nonce" in v.reason
     assert ok.complete
 
 
 def test_leftover_second_reply_is_a_protocol_error(standin_log):
     with _pool(sandbox=False) as pool:
-        v = pool.check(HEADER, "theorem a : True := by\n  LEFTOVER")
-        ok = pool.check(HEADER, OK_CODE.format(i=1))
+        v = check(pool, HEADER, "theorem a : True := by\n  LEFTOVER")
+        ok = check(pool, HEADER, OK_CODE.format(i=1))
     assert v.outcome == rp.OUTCOME_PROTOCOL and not v.passed
     assert "more output after one reply" in v.reason
     assert ok.complete and len(_starts(standin_log())) == 2
@@ -391,9 +409,9 @@ def test_leftover_second_reply_is_a_protocol_error(standin_log):
 
 def test_env_out_of_sequence_is_a_protocol_error(standin_log):
     with _pool(sandbox=False) as pool:
-        v = pool.check(HEADER, "theorem a : True := by\n  ENVSKIP")
-        ok = pool.check(HEADER, OK_CODE.format(i=1))
-    assert v.outcome == rp.OUTCOME_PROTOCOL and "env 2 out of sequence (expected 1)" in v.reason
+        v = check(pool, HEADER, "theorem a : True := by\n  ENVSKIP")
+        ok = check(pool, HEADER, OK_CODE.format(i=1))
+    assert v.outcome == rp.OUTCOME_PROTOCOL and "env 3 out of sequence (expected 2)" in v.reason
     assert ok.complete
 
 
@@ -404,14 +422,16 @@ AXIOM_CASES = [   # code -> (axiom named in the reason)
     ("theorem s : False := sorryAx False", "sorryAx"),
     ("axiom cheat : False\ntheorem c : 1 = 2 := cheat.elim", "cheat"),
     ("theorem n : 2 + 2 = 4 := by\n  native_decide", "Lean.ofReduceBool"),
+    ("theorem n : 2 + 2 = 4 := of_decide_eq_true (Lean.ofReduceBool _ _ rfl)", "Lean.ofReduceBool"),
+    ("theorem t (c : ℕ) (h : c = 2 + 2) : c = 4 := by\n  exact Lean.ofReduceNat c 4 rfl", "Lean.ofReduceNat"),
 ]
 
 
-@pytest.mark.parametrize("code,axiom", AXIOM_CASES, ids=["warn_sorry", "sorryAx", "axiom",
-                                                          "native_decide"])
+@pytest.mark.parametrize("code,axiom", AXIOM_CASES, ids=["warn_sorry", "sorryAx", "axiom", "native_decide",
+                                                          "ofReduceBool", "ofReduceNat"])
 def test_a_proof_on_a_foreign_axiom_is_not_complete(standin_log, code, axiom):
     with _pool(sandbox=False) as pool:
-        v = pool.check(HEADER, code)
+        v = check(pool, HEADER, code)
         assert pool.stats()["axioms_refused"] == 1
     assert v.outcome == rp.OUTCOME_AXIOMS and not v.passed and not v.complete
     assert axiom in v.reason and "depends on axiom" in v.reason
@@ -419,34 +439,67 @@ def test_a_proof_on_a_foreign_axiom_is_not_complete(standin_log, code, axiom):
     assert v.to_dict()["axioms"] == v.axioms
 
 
-def test_standard_axioms_are_accepted(standin_log):
+# ---------------------------------------------------------------- the verdict is about the target
+
+STATEMENT = "theorem t (c : ℕ) (h : c = 2 + 2) : c = 4 := by\n"
+TARGET = Target.of_statement(STATEMENT)
+PROOF = STATEMENT + "  omega"
+
+FORGERIES = {  # code that Lean accepts but that does not prove `t` -> words of the reason
+    "namespace_left_open": (STATEMENT + "  exact Lean.ofReduceNat c 4 rfl\nnamespace Foo\n" + PROOF, "root scope"),
+    "section_left_open": ("section\n" + PROOF, "root scope"),
+    "only_in_a_namespace": ("namespace Foo\n" + PROOF + "\nend Foo", "missing at the root"),
+    "weaker_statement": ("theorem t (c : ℕ) (h : c = 2 + 2) : c ≤ 4 := by\n  omega", "another type"),
+    "shadowed_by_an_open": ("namespace Foo\n" + PROOF + "\nend Foo\nopen Foo\ntheorem t : True := trivial",
+                            "another type"),
+    "example_only": ("example (c : ℕ) (h : c = 2 + 2) : c = 4 := by\n  omega", "missing at the root"),
+}
+@pytest.mark.parametrize("name", FORGERIES)
+def test_code_that_does_not_prove_the_target_is_not_complete(standin_log, name):
+    """Lean accepts each of these (no error, no sorry), and the pool still refuses it: what counts
+    is what Lean says about the problem's declaration, at the root, with the problem's type."""
+    code, words = FORGERIES[name]
     with _pool(sandbox=False) as pool:
-        std = pool.check(HEADER, "namespace Foo\ntheorem bar : True := by\n  trivial\nend Foo")
-        none = pool.check(HEADER, "theorem z : True := by\n  NO_AXIOMS")
-    assert std.outcome == "ok" and std.complete and std.axioms == sorted(rp.STANDARD_AXIOMS)
-    assert none.outcome == "ok" and none.complete and none.axioms == []
-    follow_ups = [e["cmd"] for e in standin_log()
-                  if e["event"] == "cmd" and e["cmd"].startswith("#print")]
-    assert follow_ups[0].startswith("#print axioms Foo.bar\n#print \"")
+        v = check(pool, HEADER, code, TARGET)
+        assert pool.stats()["target_refused"] == 1
+    assert v.outcome == rp.OUTCOME_TARGET and not v.passed and not v.complete
+    assert words in v.reason
 
 
-def test_unreadable_axioms_fail_closed(standin_log):
-    """A declared name Lean cannot find (`_root_` read differently here) is not a pass."""
+def test_a_proof_of_the_target_is_complete(standin_log):
+    helper = "namespace Aux\ntheorem four : 2 + 2 = 4 := rfl\nend Aux\n"
     with _pool(sandbox=False) as pool:
-        v = pool.check(HEADER, "theorem _root_.x : True := by\n  trivial")
-    assert v.outcome == rp.OUTCOME_AXIOMS and not v.complete
-    assert "#print axioms x failed: unknown constant" in v.reason
+        plain = check(pool, HEADER, PROOF, TARGET)
+        with_helper = check(pool, HEADER, helper + STATEMENT + "  rw [h, Aux.four]", TARGET)
+        stats = pool.stats()
+    for v in (plain, with_helper):
+        assert v.outcome == "ok" and v.complete and v.axioms == sorted(rp.STANDARD_AXIOMS)
+    assert stats.get("target_refused", 0) == stats.get("axioms_refused", 0) == 0
+    follow_up = next(e["cmd"] for e in standin_log() if e["event"] == "cmd" and e["cmd"].startswith("end\n"))
+    assert "\n#print axioms t\n" in follow_up and ":= @_root_.t\n" in follow_up
 
 
-def test_example_only_code_depends_on_the_token_sandbox(standin_log):
-    code = "example : True := by\n  trivial"
-    with _pool() as pool:
-        with_sandbox = pool.check(HEADER, code)
+def test_a_statement_that_does_not_elaborate_is_the_problems_fault(standin_log):
     with _pool(sandbox=False) as pool:
-        without = pool.check(HEADER, code)
-    assert with_sandbox.outcome == "ok" and with_sandbox.complete and with_sandbox.axioms == []
-    assert without.outcome == rp.OUTCOME_AXIOMS and not without.complete
-    assert "only `example`" in without.reason
+        v = check(pool, HEADER, PROOF, Target("t", "fail_me = 4"))
+    assert v.outcome == rp.OUTCOME_HEADER and "statement of t does not elaborate" in v.reason
+
+
+def test_replies_are_matched_to_the_name_lean_printed():
+    """A reply about another declaration never stands for the target's, whatever its line."""
+    from transforms.lean.target import read_answers
+
+    def message(severity, line, data):
+        return {"severity": severity, "pos": {"line": line, "column": 0}, "data": data}
+    root = message("error", 1, "invalid 'end', insufficient scopes")
+    check_ok = message("info", 4, "'shardsmith_check_1' does not depend on any axioms")
+    other = [root, message("info", 3, "'Foo.t' does not depend on any axioms"), check_ok]
+    assert read_answers(TARGET, "shardsmith_check_1", other) == ("no #print axioms report names 't'", None)
+    found = [root, message("info", 9, "'t' depends on axioms: [propext]"), check_ok]
+    assert read_answers(TARGET, "shardsmith_check_1", found) == (None, ["propext"])
+    nested = [message("info", 4, "'Foo.shardsmith_check_1' does not depend on any axioms"), root,
+              message("info", 3, "'t' does not depend on any axioms")]
+    assert "check declaration" in read_answers(TARGET, "shardsmith_check_1", nested)[0]
 
 
 # ---------------------------------------------------------------- transient failures
@@ -454,7 +507,7 @@ def test_example_only_code_depends_on_the_token_sandbox(standin_log):
 def test_transient_failure_is_retried_on_a_fresh_process(standin_log, tmp_path):
     marker = tmp_path / "failed-once"
     with _pool(sandbox=False) as pool:
-        v = pool.check(HEADER, f"theorem r : True := by\n  trivial -- TRANSIENT_ONCE {marker}")
+        v = check(pool, HEADER, f"theorem r : True := by\n  trivial -- TRANSIENT_ONCE {marker}")
         stats = pool.stats()
     assert marker.exists()
     assert v.outcome == "ok" and v.complete
@@ -464,7 +517,7 @@ def test_transient_failure_is_retried_on_a_fresh_process(standin_log, tmp_path):
 
 def test_transient_failure_gives_up_after_the_retries(standin_log):
     with _pool(sandbox=False, transient_retries=2) as pool:
-        v = pool.check(HEADER, "theorem r : True := by\n  TRANSIENT_ALWAYS")
+        v = check(pool, HEADER, "theorem r : True := by\n  TRANSIENT_ALWAYS")
         stats = pool.stats()
     assert v.outcome == rp.OUTCOME_CRASHED and "bad_alloc" in v.reason
     assert "after 2 retries" in v.reason
@@ -474,7 +527,7 @@ def test_transient_failure_gives_up_after_the_retries(standin_log):
 
 def test_a_plain_crash_is_not_retried(standin_log):
     with _pool() as pool:
-        v = pool.check(HEADER, "theorem t : True := by\n  CRASH")
+        v = check(pool, HEADER, "theorem t : True := by\n  CRASH")
         assert pool.stats().get("transient_retries", 0) == 0
     assert v.outcome == rp.OUTCOME_CRASHED
 
@@ -551,7 +604,7 @@ def _try_escapes(outside_dirs, os_sandbox: str):
     server = _Loopback()
     try:
         with _pool(sandbox=False, os_sandbox=os_sandbox) as pool:
-            v = pool.check(HEADER, _escape_code(server.port, *paths))
+            v = check(pool, HEADER, _escape_code(server.port, *paths))
             stats = pool.stats()
         deadline = time.monotonic() + (0.3 if os_sandbox == "bwrap" else 2)
         while server.connections == 0 and time.monotonic() < deadline:
@@ -596,7 +649,7 @@ def test_bwrap_keeps_the_environment_minimal(monkeypatch):
     monkeypatch.setenv("SHARDSMITH_TEST_SECRET", "hunter2")
     code = "theorem e : True := by\n  trivial\n-- SCRATCH_WRITE"
     with _pool(sandbox=False, os_sandbox="bwrap", env={"EXTRA": "1"}) as pool:
-        v = pool.check(HEADER, code)
+        v = check(pool, HEADER, code)
     assert v.complete and ": ok: written in " in _results(v)["SCRATCH_WRITE"]
     env = os_sandbox.sandbox_env("/tmp/scratch", {"EXTRA": "1"})
     assert "SHARDSMITH_TEST_SECRET" not in env and env["EXTRA"] == "1"
@@ -642,7 +695,7 @@ def test_bwrap_runs_a_project_and_a_python_that_live_under_tmp():
                 + " ".join(f"ESCAPE_WRITE {t}" for t in targets.values()))
         with ReplPool([python, "repl.py"], cwd=project, size=1, timeout_s=10, memory_mb=None,
                       sandbox=False, os_sandbox="bwrap") as pool:
-            v = pool.check(HEADER, code)
+            v = check(pool, HEADER, code)
         results = _results(v)
         assert v.outcome == "ok" and v.complete, v
         assert ": ok: written in " in results["SCRATCH_WRITE"]                 # scratch stays writable
@@ -732,14 +785,17 @@ LIVE_PROJECT = os.environ.get("SHARDSMITH_LEAN_PROJECT")
 def test_live_repl_checks_real_proofs():
     header, code = _few_shot(1)[0]
     with ReplPool.for_project(LIVE_PROJECT, size=1, timeout_s=300) as pool:
-        done = pool.check(header, code)
-        sorry = pool.check(header, code.split(":= by")[0] + ":= by\n  sorry")
-        broken = pool.check(header, code.split(":= by")[0] + ":= by\n  exact fail_me")
+        done = check(pool, header, code)
+        sorry = check(pool, header, code.split(":= by")[0] + ":= by\n  sorry")
+        broken = check(pool, header, code.split(":= by")[0] + ":= by\n  exact fail_me")
+        left_open = check(pool, header, "section\n" + code, target_of(code))
+        weaker = check(pool, header, code, Target(target_of(code).name, "True"))
         assert pool.stats()["header_loads"] == 1
     assert done.outcome == "ok" and done.passed and done.complete, done
     assert done.tactics and done.verify_time > 0
     assert sorry.passed and not sorry.complete and sorry.sorries
     assert not broken.passed and broken.messages
+    assert left_open.outcome == weaker.outcome == rp.OUTCOME_TARGET, (left_open, weaker)
 
 
 def test_lean_verdicts_come_back_from_the_result_store(standin_log, tmp_path):
@@ -748,10 +804,10 @@ def test_lean_verdicts_come_back_from_the_result_store(standin_log, tmp_path):
     store = str(tmp_path / "store")
     ok, bad = OK_CODE.format(i=1), "theorem t : True := by\n  fail_me"
     with _pool(store=store) as pool:
-        first = [pool.check(HEADER, ok), pool.check(HEADER, bad)]
+        first = [check(pool, HEADER, ok), check(pool, HEADER, bad)]
     ran = len(_commands(standin_log()))
     with _pool(store=store) as pool:
-        again = [pool.check(HEADER, ok), pool.check(HEADER, bad)]
+        again = [check(pool, HEADER, ok), check(pool, HEADER, bad)]
         assert pool.stats()["stored_verdicts"] == 2 and pool.stats().get("processes_started", 0) == 0
     assert len(_commands(standin_log())) == ran  # Lean was not asked again
     for a, b in zip(first, again):
@@ -759,11 +815,11 @@ def test_lean_verdicts_come_back_from_the_result_store(standin_log, tmp_path):
                                                                             b.messages, b.axioms)
     assert again[0].complete and not again[1].passed
     with _pool(store=store) as pool:
-        assert pool.check(HEADER, "theorem t : True := by\n  CRASH").outcome == "crashed"
+        assert check(pool, HEADER, "theorem t : True := by\n  CRASH").outcome == "crashed"
     assert len(list((tmp_path / "store" / "lean-checks").rglob("*.bin"))) == 2
     wrapper = tmp_path / "wrapper.py"
     wrapper.write_text(open(STANDIN).read())
     with ReplPool([sys.executable, str(wrapper)], cwd=TESTS_DIR, size=1, timeout_s=10, memory_mb=None,
                   os_sandbox="none", store=store) as pool:
-        pool.check(HEADER, ok)
+        check(pool, HEADER, ok)
         assert pool.stats().get("stored_verdicts", 0) == 0  # another command: another toolchain

@@ -344,7 +344,7 @@ def test_positions_relative_to_the_statement_are_detected():
 
 def test_repl_protocol_outcomes_map_to_the_schema():
     for given, expected in (("timeout", "timeout"), ("crashed", "crashed"), ("refused", "refused"),
-                            ("protocol_error", "protocol_error"), ("axioms", "axioms"),
+                            ("protocol_error", "protocol_error"), ("axioms", "axioms"), ("target", "target"),
                             ("header_error", "crashed"), ("repl_error", "fail")):
         verdict = {"pass": False, "complete": False, "messages": [], "sorries": [], "tactics": [],
                    "verify_time": 3.0, "outcome": given, "reason": f"why: {given}"}

@@ -67,6 +67,17 @@ def statement_to_fill(statement: str) -> str | None:
 
 # ------------------------------------------------------------------------------------ JSON Lines
 
+def no_target(statement: str) -> str | None:
+    """Why a proof of `statement` could not be checked against it (transforms/lean/target.py),
+    or None: a problem is refused when it is read, not after its search."""
+    from transforms.lean.target import Target, TargetError
+    try:
+        Target.of_statement(statement)
+    except TargetError as exc:
+        return f"the statement names no declaration to prove: {exc}"
+    return None
+
+
 def read_jsonl(path: str | os.PathLike) -> Iterator[Problem | Rejected]:
     """Problems of a DeepSeek-style JSON Lines file, in file order.
 
@@ -107,6 +118,10 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[Problem | Rejected]:
             statement = statement_to_fill(row["formal_statement"])
             if statement is None:
                 yield reject("no proof to fill: formal_statement does not end in ':= by'", "NoProofToFill")
+                continue
+            why = no_target(statement)
+            if why:
+                yield reject(why, "NoTarget")
                 continue
             yield Problem(name=row["name"].strip(), split=row.get("split") or "", source="jsonl",
                           header=row["header"], informal_prefix=row.get("informal_prefix") or "",
@@ -235,6 +250,10 @@ def read_lean_file(path: str | os.PathLike, split: str | None = None) -> Iterato
             yield reject(what, "NoProofToFill")
             continue
         statement = _strip_trailing_ws_lines(text[m.start():assign]).strip() + " := by"
+        why = no_target(statement)
+        if why:
+            yield reject(why, "NoTarget")
+            continue
         doc = docs.get(m.start())
         yield Problem(name=name, split=split, source="lean", header=header,
                       informal_prefix=text[doc[0]:doc[1]] + "\n" if doc else "",

@@ -94,13 +94,15 @@ class SearchProblem:
 
     def __call__(self, problem: dict):
         from transforms.lean.rmaxts import problem_id_of, search
+        from transforms.lean.target import Target
         self.setup()
         pid = problem_id_of(problem)
         header = problem.get("header") or ""
         policy = Policy(self.backend, self._cache, self.sampling, pid)
         s = self.settings
         checkpoint = os.path.join(s.checkpoint_dir, f"{pid}.json") if s.checkpoint_dir else None
-        result = search(dict(problem, id=pid), policy, lambda code: self._pool.check(header, code[len(header):]),
+        target = Target.of_statement(problem["formal_statement"])  # the readers refused those without one
+        result = search(dict(problem, id=pid), policy, lambda code: self._pool.check(header, code[len(header):], target),
                         budget=s.budget, batch=s.batch, seed=s.seed, checkpoint=checkpoint)
         yield "problems", {
             "id": pid, "name": problem["name"], "split": problem.get("split") or "", "source": problem["source"],

@@ -9,7 +9,7 @@ What each layer covers, and what it does not:
    arrives by a route it does not know.
 2. Strict framing (`repl_process.py` and here): one reply per command. The REPL numbers environments 0, 1, 2, ... per
    process, one per `cmd`, so the pool knows the `env` each reply must carry. After every check
-   it sends one follow-up command, `#print axioms NAME` per declared name plus
+   it sends one follow-up command, its questions about the result (layer 3) plus
    `#print "<nonce>"`, with a nonce made only after the check's reply arrived; the next reply
    must be that follow-up's (env in sequence, nonce in an info message). Bytes left over after a
    reply, a second JSON value, output nobody asked for, an env out of sequence or a missing nonce
@@ -21,15 +21,20 @@ What each layer covers, and what it does not:
    Lines that do not start with `{` are skipped before the very first reply of a process only
    (lake's build progress, printed before the REPL starts, when no checked code has run yet and
    a skipped line can never be a reply); after that any such line is a protocol error.
-3. Axiom check (here): every proof the REPL reports complete is checked with `#print axioms`
-   for each name `transforms.lean.lexer.declared_names` finds. Only STANDARD_AXIOMS (propext,
-   Classical.choice, Quot.sound) are accepted; anything else (sorryAx, an axiom of the code,
-   Lean.ofReduceBool / Lean.trustCompiler from native_decide) makes the verdict not passed, not
-   complete, outcome `axioms`, reason naming the axiom. A name whose axioms cannot be read is
-   refused the same way (fail closed). Complete code with no declared name (only `example`) is
-   accepted when the token sandbox ran (it refuses every token that adds an axiom: `axiom`,
-   `sorryAx`, `native_decide`, `+native`) and refused with `sandbox=False`. The axioms found are
-   kept on `Verdict.axioms`.
+3. The verdict is about the problem's declaration (here and transforms/lean/target.py): before
+   the code, the problem's statement is elaborated in the header's environment as a definition;
+   after it, one follow-up asks Lean whether the code ends in the root scope (`end` must fail
+   with "insufficient scopes"), whether `@_root_.NAME` has that statement as its type (up to
+   definitional equality: `theorem «check» : «statement» := @_root_.NAME`), and which axioms
+   NAME and the check rest on (`#print axioms`, matched by the name Lean printed). Only STANDARD_AXIOMS (propext,
+   Classical.choice, Quot.sound) are accepted. Code that Lean accepts but that fails a question
+   gets outcome `target` (a scope left open, NAME missing at the root, `example`s only, another
+   type), a proof on another axiom (sorryAx, an `axiom` of the code, Lean.ofReduceBool /
+   Lean.ofReduceNat / Lean.trustCompiler) outcome `axioms`; both are not passed, not complete,
+   with the reason. Not covered: code that changes how Lean reads the follow-up itself
+   (`macro_rules` on `end`, `theorem` or `#print`); the token sandbox refuses every command that
+   defines syntax, and a replay of the compiled result in a fresh Lean process (as SafeVerify
+   and lean4checker do) is the layer that would not need it (docs/papers/rmaxts.md).
 4. OS sandbox (`os_sandbox.py`; `os_sandbox="bwrap"`, the default): each REPL runs under bubblewrap with the
    whole file system read-only, a private /tmp (where the project, the REPL command's files or its
    toolchain live under the host's /tmp, the entries holding them are bound back read-only), /dev
@@ -83,18 +88,17 @@ from transforms.io.result_store import ResultStore, result_key
 from transforms.lean.os_sandbox import require_os_sandbox
 from transforms.lean.repl_process import ReplDied, ReplProcess, ReplTimeout, find_program
 from transforms.lean.repl_protocol import (OUTCOME_AXIOMS, OUTCOME_CRASHED, OUTCOME_HEADER, OUTCOME_OK,
-                                           OUTCOME_PROTOCOL, OUTCOME_REFUSED, OUTCOME_TIMEOUT,
+                                           OUTCOME_PROTOCOL, OUTCOME_REFUSED, OUTCOME_TARGET, OUTCOME_TIMEOUT,
                                            STANDARD_AXIOMS, ReplProtocolError, Verdict,
-                                           encode_command, encode_follow_up, failure,
-                                           excerpt, is_transient, parse_axioms, verdict_of)
+                                           encode_command, encode_follow_up, failure, excerpt, is_transient,
+                                           parse_axioms, verdict_of)
 from transforms.lean.sandbox import refusal
+from transforms.lean.target import Target, follow_up, read_answers, statement_command
 
 LAKEFILES = ("lakefile.lean", "lakefile.toml")
 VERSION_FILES = ("lean-toolchain", "lake-manifest.json")  # Lean's version; Mathlib's and the REPL's revisions
 CHECKS = "lean-checks"          # the result store's namespace of Lean verdicts
 FOLLOW_UP_TIMEOUT_S = 60.0        # `#print axioms` is cheap; a REPL this slow is broken
-# a name pasted into `#print axioms NAME` must be one line of one token
-_SAFE_NAME = re.compile(r"^[^\s\"\x00-\x1f]+$")
 
 INSTALL_TEXT = (
     "To verify proofs shardsmith needs a Lean 4 REPL: "
@@ -170,6 +174,7 @@ class _Slot:
     index: int
     proc: ReplProcess | None = None
     headers: dict[str, int] = field(default_factory=dict)
+    statements: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # -> (env, def name)
     checks: int = 0
 
 
@@ -228,7 +233,7 @@ class ReplPool:
 
     def stats(self) -> dict[str, int]:
         """Counters: checks, processes_started, header_loads, recycled, crashed, timeouts,
-        protocol_errors, refused, axioms_refused, transient_retries, stored_verdicts (answered from the
+        protocol_errors, refused, target_refused, axioms_refused, transient_retries, stored_verdicts (answered from the
         result store without Lean)."""
         with self._lock:
             return dict(self._stats)
@@ -237,9 +242,11 @@ class ReplPool:
         with self._lock:
             self._stats[key] += n
 
-    def check(self, header: str, code: str) -> Verdict:
+    def check(self, header: str, code: str, target: Target) -> Verdict:
         """Check `code` in the environment of `header`; a failure is returned, never raised.
 
+        The verdict is complete only when Lean confirms that the code proves `target`, the
+        declaration the problem asks for, on the standard axioms (transforms/lean/target.py).
         A transient failure (see repl_protocol.is_transient) is retried on a fresh process up to
         `transient_retries` times before it is recorded."""
         if self._closed:
@@ -250,12 +257,13 @@ class ReplPool:
             if reason is not None:
                 self._count("refused")
                 return failure(OUTCOME_REFUSED, reason)
-        key = result_key(CHECKS, self._toolchain, self.config.sandbox, header, code) if self._verdicts else None
+        key = result_key(CHECKS, self._toolchain, self.config.sandbox, header, code, target.name,
+                         target.statement) if self._verdicts else None
         stored = self._stored(key)
         if stored is not None:
             self._count("stored_verdicts")
             return stored
-        verdict = self._check(header, code)
+        verdict = self._check(header, code, target)
         if key is not None and verdict.outcome in (OUTCOME_OK, OUTCOME_AXIOMS):
             self._verdicts.keep(key, verdict.to_dict())
         return verdict
@@ -271,17 +279,17 @@ class ReplPool:
         except (KeyError, TypeError):
             return None  # another layout: check again
 
-    def _check(self, header: str, code: str) -> Verdict:
+    def _check(self, header: str, code: str, target: Target) -> Verdict:
         slot = self._idle.get()
         try:
-            verdict = self._check_on(slot, header, code)
+            verdict = self._check_on(slot, header, code, target)
             retries = 0
             while is_transient(verdict) and retries < self.config.transient_retries:
                 retries += 1
                 self._count("transient_retries")
                 self._discard(slot)                    # a fresh process for the retry
                 time.sleep(0.1 * retries)
-                verdict = self._check_on(slot, header, code)
+                verdict = self._check_on(slot, header, code, target)
             if retries and is_transient(verdict):
                 verdict.reason = (f"{verdict.reason} (still failing after {retries} retries on "
                                   "fresh processes)")
@@ -303,12 +311,12 @@ class ReplPool:
                                           memory_mb=c.memory_mb, env=dict(c.env),
                                           os_sandbox=c.os_sandbox)
             slot.proc = future.result()
-            slot.headers, slot.checks = {}, 0
+            slot.headers, slot.statements, slot.checks = {}, {}, 0
             self._stats["processes_started"] += 1
             return slot.proc
 
     def _discard(self, slot: _Slot, graceful: bool = False) -> None:
-        proc, slot.proc, slot.headers, slot.checks = slot.proc, None, {}, 0
+        proc, slot.proc, slot.headers, slot.statements, slot.checks = slot.proc, None, {}, {}, 0
         if proc is not None and graceful:
             proc.close(grace_s=2.0)
         elif proc is not None:
@@ -329,7 +337,26 @@ class ReplPool:
         slot.headers[header] = loaded.env
         return loaded.env
 
-    def _check_on(self, slot: _Slot, header: str, code: str) -> Verdict:
+    def _statement(self, proc: ReplProcess, slot: _Slot, header: str, env: int | None, target: Target,
+                   t0: float) -> tuple[int, str] | Verdict:
+        """(env, name) of the definition that fixes the target's statement in the header's
+        environment (made once per process and statement), or the failed Verdict."""
+        made = slot.statements.get((header, target.statement))
+        if made is not None:
+            return made
+        name = f"shardsmith_statement_{secrets.token_hex(8)}"
+        reply = proc.request(encode_command(statement_command(target, name), env=env, all_tactics=False),
+                             self.config.header_timeout_s or self.config.timeout_s)
+        loaded = verdict_of(reply, time.monotonic() - t0)
+        if not loaded.passed or loaded.env is None:
+            errors = [m["data"] for m in loaded.messages if m["severity"] == "error"]
+            return failure(OUTCOME_HEADER, f"the problem's statement of {target.name} does not elaborate in the "
+                           "header's environment: " + "; ".join(errors or [loaded.reason or "no env in reply"]),
+                           time.monotonic() - t0)
+        slot.statements[(header, target.statement)] = made = (loaded.env, name)
+        return made
+
+    def _check_on(self, slot: _Slot, header: str, code: str, target: Target) -> Verdict:
         c = self.config
         t0 = time.monotonic()
         stage = "header"
@@ -345,16 +372,22 @@ class ReplPool:
                 if isinstance(loaded, Verdict):
                     return loaded
                 env = loaded
+            stage = "statement"
+            made = self._statement(proc, slot, header, env, target, t0)
+            if isinstance(made, Verdict):
+                return made
+            env, statement = made
             stage = "check"
             t1 = time.monotonic()
             reply = proc.request(encode_command(code, env=env, all_tactics=True), c.timeout_s)
             verdict = verdict_of(reply, time.monotonic() - t1)
-            stage = "follow-up (#print axioms and the sentinel)"
-            names, unchecked = self._names_to_check(verdict, code)
-            axioms = self._follow_up(proc, names, verdict.env if verdict.env is not None else env)
-            verdict.verify_time = time.monotonic() - t1
+            stage = "follow-up (the questions about the result and the sentinel)"
+            check_name = f"shardsmith_check_{secrets.token_hex(8)}"  # made after the code's reply
+            questions = follow_up(target, statement, check_name) if verdict.complete else []
+            messages = self._follow_up(proc, questions, verdict.env if verdict.env is not None else env)
             if verdict.complete:
-                self._judge_axioms(verdict, names, unchecked, axioms)
+                self._judge(verdict, target, check_name, messages)
+            verdict.verify_time = time.monotonic() - t1
             slot.checks += 1
             if slot.checks >= c.recycle_after:
                 self._count("recycled")
@@ -363,7 +396,7 @@ class ReplPool:
         except ReplTimeout:
             self._count("timeouts")
             self._discard(slot)
-            limit = {"header": c.header_timeout_s or c.timeout_s,
+            limit = {"header": c.header_timeout_s or c.timeout_s, "statement": c.header_timeout_s or c.timeout_s,
                      "check": c.timeout_s}.get(stage, min(c.timeout_s, FOLLOW_UP_TIMEOUT_S))
             return failure(OUTCOME_TIMEOUT, f"no reply to the {stage} within {limit:g} s; "
                            "the REPL was killed and is replaced", time.monotonic() - t0)
@@ -385,79 +418,39 @@ class ReplPool:
             return failure(OUTCOME_CRASHED, f"could not start {list(c.command)!r}: {exc}",
                            time.monotonic() - t0)
 
-    def _names_to_check(self, verdict: Verdict, code: str) -> tuple[list[str], str | None]:
-        """(names to send to `#print axioms`, why some declaration cannot be checked or None).
-
-        Only a complete verdict is checked: an incomplete one does not count anyway."""
-        if not verdict.complete:
-            return [], None
-        from transforms.lean.lexer import declared_names
-        try:
-            names = list(dict.fromkeys(declared_names(code)))
-        except Exception as exc:                 # the lexer must not take the pool down
-            return [], f"could not list the declared names ({type(exc).__name__}: {exc})"
-        bad = [n for n in names if not _SAFE_NAME.match(n)]
-        if bad:
-            return [n for n in names if n not in bad], (
-                f"declared name {bad[0]!r} cannot be checked with #print axioms")
-        if not names and not self.config.sandbox:
-            return [], ("no named declaration to check with #print axioms (only `example`), "
-                        "and the token sandbox is off")
-        return names, None
-
-    def _follow_up(self, proc: ReplProcess, names: list[str],
-                   env: int | None) -> dict[str, list[str] | str]:
-        """Send `#print axioms` for `names` and the sentinel; return name -> axioms (or the text
-        of the error Lean gave for it). Raises ReplProtocolError when the reply is not the
-        sentinel's: the check had a second reply (forged, or the real one after a forgery)."""
+    def _follow_up(self, proc: ReplProcess, lines: list[str], env: int | None) -> list[dict]:
+        """Send `lines` and the sentinel `#print "NONCE"` as one command; return Lean's messages.
+        Raises ReplProtocolError when the reply is not the sentinel's: the check had a second
+        reply (forged, or the real one after a forgery). The nonce is made after the check's
+        reply arrived, so no code under check can have printed it."""
         nonce = secrets.token_hex(16)
         deadline = time.monotonic() + min(self.config.timeout_s, FOLLOW_UP_TIMEOUT_S)
-        reply = proc.request(encode_follow_up(names, nonce, env), deadline=deadline)
-        messages = reply.get("messages") or []
-        if "env" not in reply or not any(m.get("severity") == "info"
-                                         and str(m.get("data", "")).strip() == nonce
+        reply = proc.request(encode_follow_up(lines, nonce, env), deadline=deadline)
+        messages = [m for m in reply.get("messages") or [] if isinstance(m, dict)]
+        if "env" not in reply or not any(m.get("severity") == "info" and str(m.get("data", "")).strip() == nonce
                                          for m in messages):
             raise ReplProtocolError("the reply after the check is not the sentinel's (no nonce): "
                                     "the check had more than one reply, e.g. a forged one: "
                                     + excerpt(str(reply)))
-        found: dict[str, list[str] | str] = {}
-        for m in messages:
-            line = (m.get("pos") or {}).get("line")
-            if not isinstance(line, int) or not 1 <= line <= len(names):
-                continue
-            name, data = names[line - 1], str(m.get("data", ""))
-            parsed = parse_axioms(data) if m.get("severity") == "info" else None
-            if parsed is not None:
-                prior = found.get(name)
-                found[name] = sorted(set(parsed[1]) | set(prior if isinstance(prior, list) else []))
-            elif m.get("severity") == "error" and name not in found:
-                found[name] = data
-        return found
+        return messages
 
-    def _judge_axioms(self, verdict: Verdict, names: list[str], unchecked: str | None,
-                      found: dict[str, list[str] | str]) -> None:
-        """Turn a complete verdict into outcome `axioms` unless every name rests only on the
-        standard axioms (fail closed: a name whose axioms could not be read is refused too)."""
-        axioms = sorted({a for v in found.values() if isinstance(v, list) for a in v})
+    def _judge(self, verdict: Verdict, target: Target, check_name: str, messages: list[dict]) -> None:
+        """Turn a complete verdict into outcome `target` unless Lean confirmed that the code proves
+        the target, or `axioms` when the target rests on an axiom beyond the standard ones."""
+        why, axioms = read_answers(target, check_name, messages)
         verdict.axioms = axioms
-        problems = [unchecked] if unchecked else []
-        for name in names:
-            got = found.get(name)
-            if got is None:
-                problems.append(f"no #print axioms report for {name!r}")
-            elif isinstance(got, str):
-                problems.append(f"#print axioms {name} failed: {got}")
-            else:
-                bad = [a for a in got if a not in STANDARD_AXIOMS]
-                if bad:
-                    problems.append(f"{name!r} depends on axiom{'s' if len(bad) > 1 else ''} "
-                                    f"{', '.join(bad)} (only {', '.join(sorted(STANDARD_AXIOMS))} "
-                                    "are accepted)")
-        if problems:
+        if why is None:
+            bad = [a for a in axioms if a not in STANDARD_AXIOMS]
+            if not bad:
+                return
             self._count("axioms_refused")
-            verdict.passed = verdict.complete = False
             verdict.outcome = OUTCOME_AXIOMS
-            verdict.reason = "; ".join(problems)
+            verdict.reason = (f"{target.name!r} depends on axiom{'s' if len(bad) > 1 else ''} {', '.join(bad)} "
+                              f"(only {', '.join(sorted(STANDARD_AXIOMS))} are accepted)")
+        else:
+            self._count("target_refused")
+            verdict.outcome, verdict.reason = OUTCOME_TARGET, why
+        verdict.passed = verdict.complete = False
 
     def close(self) -> None:
         """Stop every process (checks still running on them come back as crashed)."""

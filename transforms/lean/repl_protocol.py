@@ -24,7 +24,7 @@ line of `code`). A caller who sends header and code as one command passes
 `line_offset=-(number of header lines)` to `verdict_of` to get the same convention.
 
 After each check the pool sends one follow-up command in the check's `env` (`encode_follow_up`):
-`#print axioms NAME` per declared name, then `#print "NONCE"`. Lean 4 answers with info messages
+its questions (transforms/lean/target.py), then `#print "NONCE"`. To `#print axioms` Lean 4 answers with info messages
 (src/Lean/Elab/Print.lean): `'NAME' depends on axioms: [A, B, ...]` or `'NAME' does not depend
 on any axioms` (read by `parse_axioms`), and the nonce string itself for `#print "..."`.
 """
@@ -52,6 +52,7 @@ OUTCOME_REPL_ERROR = "repl_error"      # the REPL answered {"message": ...} (not
 OUTCOME_HEADER = "header_error"        # the header (imports) did not load
 OUTCOME_REFUSED = "refused"            # the sandbox refused the code before it reached Lean
 OUTCOME_AXIOMS = "axioms"              # Lean accepted the proof, but it rests on an axiom we refuse
+OUTCOME_TARGET = "target"              # Lean accepted the code, but it does not prove the problem's declaration
 
 # The axioms of Lean 4 + Mathlib's classical logic; any other (sorryAx, an `axiom` of the code,
 # Lean.ofReduceBool / Lean.trustCompiler from native_decide) makes a proof not count.
@@ -218,12 +219,12 @@ def verdict_of(reply: dict, verify_time: float, line_offset: int = 0) -> Verdict
                    verify_time=float(verify_time), outcome=OUTCOME_OK, reason=None)
 
 
-def encode_follow_up(names: list[str], nonce: str, env: int | None) -> str:
-    """The command sent after every check: `#print axioms NAME` (line i for names[i-1]), then
-    `#print "NONCE"` on the last line. Its reply proves the check had exactly one reply before it
-    (the nonce is made after the check's reply arrived, so no code under check can forge it)."""
-    lines = [f"#print axioms {name}" for name in names] + [f"#print {json.dumps(nonce)}"]
-    return encode_command("\n".join(lines), env=env, all_tactics=False)
+def encode_follow_up(lines: list[str], nonce: str, env: int | None) -> str:
+    """The command sent after every check: the pool's questions about the result (`lines`, line i
+    of the reply is lines[i-1]), then `#print "NONCE"` on the last line. Its reply proves the check
+    had exactly one reply before it (the nonce is made after the check's reply arrived, so no code
+    under check can forge it)."""
+    return encode_command("\n".join([*lines, f"#print {json.dumps(nonce)}"]), env=env, all_tactics=False)
 
 
 def parse_axioms(data: str) -> tuple[str, list[str]] | None:

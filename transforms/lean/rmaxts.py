@@ -381,7 +381,7 @@ def proof_from_completion(completion: str, prefix: str, statement: str,
     return prefix + cont, ""
 
 
-_FAIL_OUTCOMES = ("refused", "timeout", "crashed", "no_code", "protocol_error", "axioms")
+_FAIL_OUTCOMES = ("refused", "timeout", "crashed", "no_code", "protocol_error", "axioms", "target")
 # outcomes of transforms.lean.repl_protocol that Lean did not judge, as the schema names them
 _UNJUDGED = {"header_error": "crashed", "repl_error": "fail"}
 
