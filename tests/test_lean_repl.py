@@ -497,6 +497,9 @@ def test_replies_are_matched_to_the_name_lean_printed():
     assert read_answers(TARGET, "shardsmith_check_1", other) == ("no #print axioms report names 't'", None)
     found = [root, message("info", 9, "'t' depends on axioms: [propext]"), check_ok]
     assert read_answers(TARGET, "shardsmith_check_1", found) == (None, ["propext"])
+    swapped = [root, message("info", 3, "'t' does not depend on any axioms"),
+               message("info", 4, "'shardsmith_check_1' depends on axioms: [sorryAx]")]
+    assert read_answers(TARGET, "shardsmith_check_1", swapped) == (None, ["sorryAx"])
     nested = [message("info", 4, "'Foo.shardsmith_check_1' does not depend on any axioms"), root,
               message("info", 3, "'t' does not depend on any axioms")]
     assert "check declaration" in read_answers(TARGET, "shardsmith_check_1", nested)[0]

@@ -14,7 +14,9 @@ asked by the pool in the environment the code left, confirms each of these (`fol
    the statement means.
 3. `#print axioms NAME` prints NAME, exactly, with only the standard axioms (where an `open`
    makes NAME ambiguous Lean reports every match by its full name; the one named NAME counts).
-4. `#print axioms «check»` prints the bare check name: the check theorem exists, at the root.
+4. `#print axioms «check»` prints the bare check name (the check theorem exists, at the root)
+   with only the standard axioms (its value is `@_root_.NAME` as read after the code: were a
+   notation of the code to turn that into another term, that term's axioms would show here).
 
 Replies to `#print axioms` are matched to the name Lean printed, never to a line. The names
 «check» and «statement» carry nonces the code cannot know when it is elaborated.
@@ -114,4 +116,5 @@ def read_answers(target: Target, check_name: str, messages: list[dict]) -> tuple
         return "Lean did not confirm the check declaration at the root", None
     if target.name not in printed:
         return f"no #print axioms report names {target.name!r}", None
-    return None, sorted(printed[target.name])
+    # the check's value is `@_root_.NAME` as the code's syntax reads it: its axioms count too
+    return None, sorted(set(printed[target.name]) | set(printed[check_name]))
