@@ -84,6 +84,14 @@ HOSTILE = [
     ("open\n  Lean in\ndef x := 1", "open Lean"),
     ("theorem t : True := trivial #html <b>x</b>", "#html"),
     ("theorem t : True := trivial #sample Nat", "#sample"),
+    # found by the blind review: the filter accepted these
+    ("set_library_suggestions fun _ _ => pure #[]", "set_library_suggestions"),
+    ("theorem t : True := trivial set_premise_selector Lean.PremiseSelection.empty", "set_premise_selector"),
+    ("theorem t (c : ℕ) (h : c = 4) : c = 4 := Lean.ofReduceNat c 4 rfl", "ofReduceNat"),
+    ("theorem t (x y : ℝ) (h : x * y = 1) : x = 1 / y := by\n  polyrith", "polyrith"),
+    ("theorem t (x : BitVec 8) : x + 0 = x := by\n  bv_decide", "bv_decide"),
+    ("theorem t (n : ℕ) (h : n < 5) : n * n < 30 := by\n  plausible", "plausible"),
+    ("theorem t : True := trivial\ndef cheataxiom cheat : False", "axiom"),
     ("@[formatter] def f := 1", "@[formatter]"),
 ]
 
@@ -108,6 +116,30 @@ def test_hostile_corpus_is_refused_in_full():
     assert all(code in codes for code, _ in HOSTILE), "the corpus holds every HOSTILE snippet"
     missed = [(row["code"], row["why"]) for row in corpus if refusal(row["code"], HEADER) is None]
     assert not missed, missed
+
+
+def _rows(name: str) -> list[dict]:
+    with open(os.path.join(TESTS_DIR, "data", name), encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def test_hostile_code_the_filter_leaves_is_another_layers_and_still_left():
+    """The blind review's hostile snippets the filter does not refuse, each with the layer that
+    stops it: the verdict (sorry in other spellings, a changed statement, a scope left open),
+    the limits (time, memory, recursion) or the protocol (the code travels as one JSON string).
+    If the filter starts refusing one, it moves to lean_hostile.jsonl."""
+    rows = _rows("lean_hostile_beyond_filter.jsonl")
+    assert rows and all(row["layer"] in ("verdict", "limits", "protocol") for row in rows)
+    assert [row["why"] for row in rows if refusal(row["code"], HEADER) is not None] == []
+
+
+def test_benign_corpus_passes_except_what_the_allowlist_leaves_out():
+    rows = _rows("lean_benign.jsonl")
+    assert len(rows) >= 60
+    refused = [(row["why"], refusal(row["code"], HEADER)) for row in rows
+               if (refusal(row["code"], HEADER) is None) == bool(row.get("refused_by_design"))]
+    assert not refused, refused
+    assert {r["refused_by_design"].split("`")[1] for r in rows if r.get("refused_by_design")} <= {"local", "inductive"}
 
 
 def test_refusal_reports_the_line_of_the_token():
@@ -152,6 +184,11 @@ BENIGN = [
     "theorem t (x : ℝ) (h : ∑' n : ℕ, (1 / 2 : ℝ) ^ n = 2) : True := by\n  trivial",
     "/-- doc comment with `#eval` -/\ntheorem t : True := by\n  trivial",
     "example : (fun x : ℕ => x) 1 = 1 := rfl\n#reduce (fun x : ℕ => x) 1",
+    # words in literals are data unless Lean's error recovery would run them
+    'theorem t : "IO".length = 2 := rfl',
+    'theorem t : "\\"axiom\\" of a system of equations".length > 0 := by decide',
+    "def evalAt (p : ℕ → ℕ) (x : ℕ) : ℕ := p x\ntheorem t : evalAt id 3 = 3 := rfl",
+    "theorem tactic_set_option : (2 : ℕ) ^ 10 = 1024 := by\n  set_option maxRecDepth 2000 in\n  norm_num",
 ]
 
 

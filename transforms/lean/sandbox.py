@@ -23,34 +23,42 @@ followed across lines and through `open ... in`); `set_option NAME` for the opti
 (`local`/`scoped`/`-` allowed in front); `import M` where the header imports `M`; and the
 read-only `#check`, `#check_failure`, `#print` (incl. `#print axioms`), `#reduce`, `#synth`.
 `#x` with a one-letter name is Mathlib's `Finset.card` notation and allowed.
+Not allowed, though Lean accepts them in a proof: `notation` (it changes how later code is
+read), `inductive`, `structure` and `deriving` (a competition proof does not need them).
 
-Refused besides every other command: identifiers (with `«»` resolved, each dotted part) that
+Refused besides every other command (every `set_*` and `#*` command that is not allowed among
+them, wherever it starts): identifiers (with `«»` resolved, each dotted part) that
 reach the system or the elaborator or weaken the kernel: `IO`, `BaseIO`, `EIO`, `System`,
-every name containing `unsafe`, `implemented_by`, `extern`, `include_str`, `evalExpr` and every
-`eval<Upper>*` name, `eval%`, `run_tac`, `by_elab`, `Elab`, `Meta`, `MetaM`, `CoreM`, `TacticM`,
-`TermElabM`, `CommandElabM`, `MacroM`, `Environment`, `native_decide`, `native` (as in `decide
-+native` and `native := true`), `ofReduceBool`, `reduceBool`, `trustCompiler`, `sorryAx`;
-identifiers that end with a dangerous command keyword (`xrun_cmd`), because Lean's error
-recovery re-reads a failed command one character further; string literals that read
-differently as interpolated strings (`s!"{'"'}"`), and the code inside `{...}` of strings is
-checked like any other code; a carriage return without a line feed; code that cannot be lexed.
-Because Lean's error recovery (after a command fails to parse, it retries one character further)
-can resume inside a string, char literal or `«...»` identifier, the code is also checked as
-lexed from every position inside such a literal ("views"): so a string's contents *are*
-checked (`"IO #eval"` is refused), and in code that has literals a comment that mentions a
-forbidden command may be refused too. Comments in code without literals are never checked.
-More than VIEW_LIMIT characters inside literals is refused outright.
+every name containing `unsafe`, `implemented_by`, `extern`, `include_str`, the elaborator's
+evaluators (`evalExpr`, `evalConst`, `evalTactic`, ...), `eval%`, `run_tac`, `by_elab`, `Elab`,
+`Meta`, `MetaM`, `CoreM`, `TacticM`, `TermElabM`, `CommandElabM`, `MacroM`, `Environment`,
+`native_decide`, `native` (as in `decide +native` and `native := true`), kernel reduction
+through compiled code (`ofReduceBool`, `reduceBool`, `ofReduceNat`, `reduceNat`,
+`trustCompiler`), `sorryAx`, and the tactics that start an external program or reach the
+network (`polyrith`, `plausible`, `slim_check`, `bv_decide`, `bv_check`); string literals that
+read differently as interpolated strings (`s!"{'"'}"`), and the code inside `{...}` of strings
+is checked like any other code; a carriage return without a line feed; code that cannot be lexed.
+
+Literals and identifiers, one rule. Lean's error recovery (after a command fails to parse, it
+retries one character further) can resume inside a string, a char literal, a `«...»` or primed
+identifier, or an identifier where a command keyword ends it (`xrun_cmd`, `h_axiom`), so the code
+is also read from each such position ("views"). A view is refused only for what would matter
+there: a command that runs code, defines syntax or elaborators, sets a denied option or
+attribute, or is not an allowed `#` command; a name that runs code or bypasses the kernel; an
+`axiom` or `opaque` followed by a name. Everything else in a literal is data: `"IO"`, `"axiom"`,
+a string about a system of equations and `h_axiom` pass, `"#eval ..."` does not. Comments are
+never read. More than VIEW_LIMIT characters inside literals is refused outright.
 
 Not covered, by design: this is a filter in front of the REPL, not a proof of safety. It does
 not parse Lean (command starts are approximated), knows only the command keywords listed here
 (an unknown Mathlib command in the middle of a line is not recognised; at a line start it is
 refused), and does not bound time or memory. The other layers are the OS sandbox and limits of
-the REPL processes (`repl_pool`) and the `#print axioms` check of complete proofs (only
-`propext`, `Classical.choice`, `Quot.sound` are accepted there).
+the REPL processes (`repl_pool`) and the verdict (transforms/lean/target.py): Lean confirms
+that the problem's own declaration is proved, on `propext`, `Classical.choice`, `Quot.sound`
+only. Sorry in another spelling (`admit`, `stop`), a changed statement, a scope left open are
+the verdict's to catch; a proof that loops or exhausts memory is the limits'.
 """
 from __future__ import annotations
-
-import re
 
 from transforms.lean.lexer import LexError, Token, lex_one, tokenize, walk
 
@@ -73,16 +81,28 @@ COMMAND_KEYWORDS = DECLARATIONS | MODIFIERS | SCOPE_COMMANDS | frozenset({
     "mk_iff_of_inductive_prop", "proof_wanted", "recall", "whatsnew", "count_heartbeats",
     "unset_option", "add_aesop_rules", "erase_aesop_rules", "declare_aesop_rule_sets",
     "gen_injective_theorems", "show_panel_widgets", "test_extern", "grind_pattern",
-    "extend_docs", "lean_lib", "lean_exe", "extern_lib", "require",
+    "extend_docs", "lean_lib", "lean_exe", "extern_lib", "require", "set_library_suggestions",
+    "set_premise_selector",
 })
-COMMAND_PREFIXES = ("register_", "declare_", "builtin_", "run_", "initialize_")
+COMMAND_PREFIXES = ("register_", "declare_", "builtin_", "run_", "initialize_", "set_")
 # command keywords that must not end an identifier (Lean's recovery would find them there)
-DANGEROUS_SUFFIXES = frozenset({
+SPLIT_KEYWORDS = frozenset({
     "run_cmd", "run_elab", "run_meta", "run_tac", "elab", "elab_rules", "macro", "macro_rules",
     "syntax", "initialize", "set_option", "attribute", "open", "export", "import", "notation",
     "infix", "infixl", "infixr", "prefix", "postfix", "simproc", "dsimproc", "unsafe",
-    "declare_syntax_cat", "by_elab",
+    "declare_syntax_cat", "by_elab", "axiom", "opaque",
 })
+SPLIT_STARTS = tuple(sorted(SPLIT_KEYWORDS))
+# in views (see _check_views), commands that only declare or scope: harmless as recovery reads them
+# (an axiom is, when it gets a name: the verdict lists every axiom the target rests on, but the
+# filter refuses it anyway)
+VIEW_HARMLESS = DECLARATIONS | MODIFIERS | frozenset({
+    "namespace", "section", "end", "variable", "universe", "open", "structure", "class",
+    "inductive", "coinductive", "mutual", "deriving", "export", "partial", "nonrec", "local",
+    "scoped", "public", "module", "meta", "omit", "include", "seal", "unseal", "alias",
+    "irreducible_def", "proof_wanted", "recall", "library_note", "add_decl_doc",
+})
+EXTERNAL_TACTICS = ("polyrith", "plausible", "slim_check", "bv_decide", "bv_check")
 
 DENIED_PARTS: dict[str, str] = {
     **dict.fromkeys(("IO", "BaseIO", "EIO", "System"), "touches the system (IO)"),
@@ -94,10 +114,19 @@ DENIED_PARTS: dict[str, str] = {
     **dict.fromkeys(("Elab", "Meta", "MetaM", "CoreM", "TacticM", "TermElabM", "CommandElabM",
                      "MacroM", "Environment", "Compiler", "IR"),
                     "reaches into the elaborator (meta code)"),
-    **dict.fromkeys(("native_decide", "native", "ofReduceBool", "reduceBool", "trustCompiler"),
-                    "trusts compiled code (native_decide / Lean.ofReduceBool)"),
+    **dict.fromkeys(("native_decide", "native", "ofReduceBool", "reduceBool", "ofReduceNat", "reduceNat",
+                     "trustCompiler"),
+                    "trusts compiled code (native_decide / Lean.ofReduceBool / Lean.ofReduceNat)"),
+    **dict.fromkeys(("evalExpr", "evalConst", "evalConstCheck", "evalDecl", "evalTactic", "evalTerm",
+                     "evalCommand"), "evaluates code from the elaborator"),
+    **dict.fromkeys(EXTERNAL_TACTICS, "starts an external program or reaches the network (a solver, a "
+                    "test runner, a web service)"),
     "sorryAx": "uses sorryAx directly",
 }
+# the reasons that matter where error recovery may read (views): what runs code or bypasses the
+# kernel; the rest (IO, the elaborator's names, sorryAx) does nothing without one of these
+VIEW_REASONS = frozenset({DENIED_PARTS[k] for k in ("implemented_by", "include_str", "run_tac",
+                                                     "native_decide", "evalExpr", "polyrith")})
 DENIED_NAMESPACES = frozenset({"Lean", "IO", "System", "Std", "BaseIO", "EIO", "Unsafe",
                                "Tactic", "Command", "Parser", "Widget"})
 
@@ -140,22 +169,26 @@ def header_imports(header: str) -> set[str]:
             if t.kind == "ident" and t.text == "import" and toks[k + 1].kind == "ident"}
 
 
-def _is_command_keyword(tok: Token) -> bool:
-    """A keyword token that begins a command (`«theorem»` is an identifier, not a keyword)."""
-    return tok.kind == "ident" and "«" not in tok.text and (
-        tok.text in COMMAND_KEYWORDS or tok.text.startswith(COMMAND_PREFIXES))
+def _is_command_keyword(tok: Token, prev: Token | None = None) -> bool:
+    """A keyword token that begins a command (`«theorem»` is an identifier, not a keyword). A
+    name with a command prefix (`set_x`) right after `theorem`/`def`/... is the name declared."""
+    if tok.kind != "ident" or "«" in tok.text:
+        return False
+    if tok.text in COMMAND_KEYWORDS:
+        return True
+    return tok.text.startswith(COMMAND_PREFIXES) and not (prev is not None and prev.text in DECLARATIONS)
 
 
-def _check_identifier(tok: Token, toks: list[Token], k: int) -> None:
-    """Denied names, with `«»` resolved and each dotted part checked."""
+def _check_identifier(tok: Token, toks: list[Token], k: int, view: bool = False) -> None:
+    """Denied names, with `«»` resolved and each dotted part checked (in a view, only what runs code)."""
     for part in tok.parts:
-        why = DENIED_PARTS.get(part)
+        why = DENIED_PARTS.get(part.rstrip("?!"))
         if why is None and "unsafe" in part.lower():
             why = "unsafe code"
-        if why is None and re.match(r"eval[A-Z]", part):
-            why = "evaluates code from the elaborator"
         if why is None and part == "eval" and k + 1 < len(toks) and toks[k + 1].text == "%":
             why = "runs arbitrary code during elaboration (eval%)"
+        if view and why is not None and why not in VIEW_REASONS and why != "unsafe code" and "eval%" not in why:
+            why = None
         if why is not None:
             shown = tok.text if len(tok.parts) > 1 or "«" in tok.text else part
             if part == "native" and k > 0 and toks[k - 1].text == "+":
@@ -163,11 +196,6 @@ def _check_identifier(tok: Token, toks: list[Token], k: int) -> None:
             elif part == "native" and k + 2 < len(toks) and toks[k + 1].text == ":=":
                 shown = f"native := {toks[k + 2].text}"
             raise Refused(tok, why if shown == part else f"({part}) {why}", shown)
-    if "«" not in tok.text:
-        for i in range(1, len(tok.text)):
-            if tok.text[i - 1] != "«" and tok.text[i:] in DANGEROUS_SUFFIXES:
-                raise Refused(tok, "ends with a command keyword (Lean's error recovery would "
-                              "read it as one)")
 
 
 def _check_namespace(tok: Token, shown: str) -> None:
@@ -234,8 +262,10 @@ def _check_open(toks: list[Token], k: int) -> int:
     return end
 
 
-def _check_set_option(toks: list[Token], k: int) -> int:
+def _check_set_option(toks: list[Token], k: int, view: bool = False) -> int:
     if k + 1 >= len(toks) or toks[k + 1].kind != "ident":
+        if view:                                   # not a command as recovery would read it
+            return k + 1
         raise Refused(toks[k], "needs an option name")
     name = toks[k + 1].name
     if name not in OPTIONS_ALLOWED and not name.startswith(OPTION_FAMILIES):
@@ -243,10 +273,17 @@ def _check_set_option(toks: list[Token], k: int) -> int:
     return k + 2
 
 
-def _check_command(toks: list[Token], k: int, imports: set[str]) -> int:
+def _check_command(toks: list[Token], k: int, imports: set[str], view: bool = False) -> int:
     """Check the command starting at token `k`; return the index of its first unchecked
-    argument (tokens before it are arguments, not commands)."""
+    argument (tokens before it are arguments, not commands). In a view, commands that only
+    declare or scope pass, and `axiom`/`opaque` only when no name follows."""
     tok = toks[k]
+    if view and tok.kind == "ident" and tok.text in ("axiom", "opaque"):
+        if k + 1 < len(toks) and toks[k + 1].kind == "ident":
+            raise Refused(tok, "declares an axiom (as Lean's error recovery would read it)")
+        return k + 1
+    if view and tok.kind == "ident" and tok.text in VIEW_HARMLESS:
+        return k + 1
     if tok.kind == "hash":
         name = tok.text[1:]
         if name in HASH_ALLOWED or len(name) == 1:
@@ -264,7 +301,7 @@ def _check_command(toks: list[Token], k: int, imports: set[str]) -> int:
     if word in ("open", "namespace"):
         return _check_open(toks, k)
     if word == "set_option":
-        return _check_set_option(toks, k)
+        return _check_set_option(toks, k, view)
     if word == "attribute":
         if k + 1 < len(toks) and toks[k + 1].text == "[":
             return _check_attributes(toks, k + 1)
@@ -277,22 +314,24 @@ def _check_command(toks: list[Token], k: int, imports: set[str]) -> int:
     raise Refused(tok, "is not an allowed command")
 
 
-def check_tokens(toks: list[Token], imports: set[str], strict_start: bool = True) -> None:
-    """Raise `Refused` for the first refused token. With `strict_start`, the first token and
-    every identifier at column 0 must be an allowed command (or a known non-command)."""
+def check_tokens(toks: list[Token], imports: set[str], view: bool = False) -> None:
+    """Raise `Refused` for the first refused token. The first token and every identifier at
+    column 0 must be an allowed command (or a known non-command). A `view` (code as Lean's error
+    recovery may read it) is checked only for what runs code, reaches the system or changes how
+    Lean reads or checks code."""
     flat = list(walk(toks))
     skip_until = 0
     for k, tok in enumerate(flat):
         if tok.ambiguous:
             raise Refused(tok, "reads differently as an interpolated string (`{` inside)")
         if tok.kind == "ident":
-            _check_identifier(tok, flat, k)
+            _check_identifier(tok, flat, k, view)
         if k < skip_until:
             continue
-        at_start = strict_start and (k == 0 or (
+        at_start = not view and (k == 0 or (
             tok.column == 0 and tok.kind == "ident" and flat[k - 1].text not in CONTINUATIONS))
-        if tok.kind == "hash" or tok.text == "@[" or _is_command_keyword(tok):
-            skip_until = _check_command(flat, k, imports)
+        if tok.kind == "hash" or tok.text == "@[" or _is_command_keyword(tok, flat[k - 1] if k else None):
+            skip_until = _check_command(flat, k, imports, view)
         elif at_start and tok.kind == "ident" and tok.text not in NON_COMMANDS_AT_START:
             raise Refused(tok, "is not an allowed command")
         elif at_start and tok.kind in ("string", "char", "number"):
@@ -314,12 +353,16 @@ NON_COMMANDS_AT_START = frozenset({
 
 
 def _interiors(toks: list[Token]) -> list[int]:
-    """Offsets inside literals where Lean's error recovery could resume (see module doc)."""
+    """Offsets inside tokens where Lean's error recovery could resume (see module doc): every
+    one inside a literal or a `«»`/primed identifier, and where a command keyword ends another
+    identifier (`xrun_cmd`)."""
     out: list[int] = []
     for tok in toks:
         if tok.kind in ("string", "char") or (tok.kind == "ident" and
                                               ("«" in tok.text or "'" in tok.text)):
             out.extend(range(tok.start + 1, tok.end))
+        elif tok.kind == "ident":
+            out.extend(tok.start + i for i in range(1, len(tok.text)) if tok.text.startswith(SPLIT_STARTS, i))
     return out
 
 
@@ -363,7 +406,7 @@ def _check_views(code: str, toks: list[Token], comments: list[Token],
         done.add(pos)
         view, error_at = _view(code, pos, seen, max_tokens=len(code))
         try:
-            check_tokens(view, imports, strict_start=False)
+            check_tokens(view, imports, view=True)
         except Refused as refused:
             refused.reason += " (as read from inside a literal, where Lean's error recovery " \
                 "may resume)"
