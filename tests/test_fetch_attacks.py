@@ -29,22 +29,36 @@ Every vector is rendered twice:
 
 A vector that gets through is marked `xfail_blocked=<diagnosis>` (strict), never fixed here.
 
+Three more pairs, at the end, each attack with its control:
+- `test_local_site_blocked/_control`: a page of a local HTML folder (`LocalSite` on
+  127.0.0.1:L, under the policy capture.py gives it) reaches for 127.0.0.2:L, 127.1.2.3:L and
+  [::1]:L, where canaries listen; the control allows all of loopback on port L.
+- `test_compression_bomb/_control`: gzip, deflate and brotli bodies (`/enc/...`: tens of KB on
+  the wire, 32 MiB decoded) under a 300 kB budget must fail as too large; the same content at
+  64 KiB renders. A zstd body (which the proxy cannot decode) is refused.
+- `test_informational_responses_*`: a 103 Early Hints (and 102) before the page is skipped.
+
 The page's names are resolved only by a test resolver (`_resolve`), never by real DNS.
 """
 from __future__ import annotations
 
+import functools
+import gzip
 import http.server
 import os
 import socket
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
 from transforms.web import render as R
 from transforms.web.fetch_policy import FetchPolicy
+from transforms.web.local_site import LocalSite
 from transforms.web.render import Renderer, RenderError
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")]
@@ -158,8 +172,8 @@ VECTORS = [
     Vector("form_post_307", body="<form method=post action=\"/hop?code=307&to="
                                  + quote("{{C}}/form307", safe="{}") + "\"><input name=a value=b></form>"
                                  "<script>ran('submitting'); document.forms[0].submit()</script>"),
-    Vector("fetch_post_307", body=_fetch("/hop?code=307&to=" + quote("{{C}}/post307", safe="{}"),
-                                         ", method: 'POST', body: 'x'")),
+    Vector("fetch_post_307", wait_ms=600,  # two hops after a POST: past 200 ms once on a loaded machine
+           body=_fetch("/hop?code=307&to=" + quote("{{C}}/post307", safe="{}"), ", method: 'POST', body: 'x'")),
     # clicked in an iframe, so that the click's navigation (a 204: it never commits) is not the page's
     Vector("a_ping", body="<iframe src=\"/h/a_ping\"></iframe>",
            helper="<a id=a href=\"{{S}}/ran?v={{V}}&x=clicked\" ping=\"{{C}}/ping\">go</a>"
@@ -217,8 +231,8 @@ register.call(navigator.serviceWorker, '/w/sw.js?to=""" + quote("{{C}}/sw", safe
            no_control="Playwright's register stub also covers the iframe: no service worker starts"),
     Vector("shared_worker", body="<script>new SharedWorker('/w/fetch.js?to=" + quote("{{C}}/shared", safe="{}")
                                  + "')</script>"),
-    Vector("dedicated_worker", body="<script>new Worker('/w/fetch.js?to=" + quote("{{C}}/worker", safe="{}")
-                                    + "')</script>"),
+    Vector("dedicated_worker", wait_ms=800,  # as blob_worker: a worker starts late on a loaded machine
+           body="<script>new Worker('/w/fetch.js?to=" + quote("{{C}}/worker", safe="{}") + "')</script>"),
     Vector("worker_import_scripts", body="<script>new Worker('/w/import.js?to=" + quote("{{C}}/imported.js", safe="{}")
                                          + "')</script>"),
     Vector("blob_worker", wait_ms=800,  # a worker starts late on a loaded machine: its fetch came after 200 ms once
@@ -303,7 +317,7 @@ class Canary:
         self.sockets: list[socket.socket] = []
 
     def tcp(self, host: str, port: int) -> int:
-        s = socket.create_server((host, port))
+        s = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         self.sockets.append(s)
         port = s.getsockname()[1]
         threading.Thread(target=self._accept, args=(s, host, port), daemon=True).start()
@@ -375,6 +389,7 @@ class Site(http.server.ThreadingHTTPServer):
         self.ports: dict[str, int] = {"P": self.server_address[1]}
         self.lock = threading.Lock()
         self.requests: list[str] = []        # every path+query served
+        self.accept_encodings: list[str] = []  # the Accept-Encoding of each /enc/ request
         self.ran: list[tuple[str, str]] = []  # (vector, what it said)
 
     def fill(self, text: str, name: str = "") -> str:
@@ -384,10 +399,10 @@ class Site(http.server.ThreadingHTTPServer):
             text = text.replace("{{%s}}" % k, v)
         return text
 
-    def take(self) -> tuple[list[str], list[tuple[str, str]]]:
+    def take(self) -> tuple[list[str], list[tuple[str, str]], list[str]]:
         with self.lock:
-            out = (self.requests, self.ran)
-            self.requests, self.ran = [], []
+            out = (self.requests, self.ran, self.accept_encodings)
+            self.requests, self.ran, self.accept_encodings = [], [], []
         return out
 
 
@@ -410,6 +425,43 @@ REBIND_PAGE = """<!doctype html><title>rebind</title><script>
 })();
 </script><img src="/wait?ms=500">"""
 
+BOMB_BYTES = 32 * 2**20     # a compression bomb's decoded size
+SMALL_BYTES = 64 * 1024     # its control: the same content, small enough for the budget
+BOMB_BUDGET = 300_000       # the byte budget (max_bytes) of the compression tests' pages
+CODINGS = ("gzip", "deflate", "br")
+
+
+@functools.cache
+def _encoded(coding: str, kind: str, size: int) -> bytes:
+    """A page ("page") or a script ("script") of `size` bytes, mostly spaces, under Content-Encoding `coding`."""
+    if kind == "page":
+        head, tail = f"<!doctype html><title>{coding} page</title><p>compressed page {coding} rendered</p><!--", "-->"
+    else:
+        head, tail = f"document.body.insertAdjacentHTML('beforeend', '<p>compressed script {coding} ran</p>');/*", "*/"
+    spaces = size - len(head) - len(tail)
+    if coding == "zstd":
+        return _zstd(head.encode(), spaces, tail.encode())
+    raw = (head + " " * spaces + tail).encode()
+    if coding == "identity":
+        return raw
+    if coding == "gzip":
+        return gzip.compress(raw, 9, mtime=0)
+    if coding == "deflate":
+        return zlib.compress(raw, 9)
+    import brotli
+    return brotli.compress(raw, quality=5)
+
+
+def _zstd(head: bytes, spaces: int, tail: bytes) -> bytes:
+    """A zstd frame, made by hand (no zstd module here): `head`, `spaces` spaces in RLE blocks of
+    128 KiB (4 bytes each: 32 MiB in 1 KiB), `tail`."""
+    def block(kind: int, size: int, payload: bytes, last: bool = False) -> bytes:
+        return ((size << 3) | (kind << 1) | last).to_bytes(3, "little") + payload
+    frame = b"\x28\xb5\x2f\xfd" + b"\x00\x38" + block(0, len(head), head)  # magic, 128 KiB window, raw block
+    for i in range(0, spaces, 128 * 1024):
+        frame += block(1, min(128 * 1024, spaces - i), b" ")
+    return frame + block(0, len(tail), tail, last=True)
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -429,6 +481,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _send_chunked(self, status, ctype, body: bytes, headers=()):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-store")
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        for i in range(0, len(body), 16384):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(body[i:i + 16384]), body[i:i + 16384]))
+        self.wfile.write(b"0\r\n\r\n")
+
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.do_GET()
@@ -439,6 +503,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         q = {k: v[0] for k, v in parse_qs(url.query).items()}
         with site.lock:
             site.requests.append(self.path)
+            if url.path.startswith("/enc/"):
+                site.accept_encodings.append(self.headers.get("Accept-Encoding", ""))
             if url.path == "/ran":
                 site.ran.append((q.get("v", ""), q.get("x", "")))
         parts = url.path.split("/")
@@ -452,6 +518,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._send(int(q.get("code", "302")), headers=[("Location", q["to"])])
         if url.path == "/again":
             return self._send(200, "text/plain", "again", [("Access-Control-Allow-Origin", "*")])
+        if len(parts) == 5 and parts[1] == "enc":  # /enc/<coding>/<kind>/<decoded size>
+            coding, kind, size = parts[2], parts[3], int(parts[4])
+            body = _encoded(coding, kind, size)
+            headers = [] if coding == "identity" else [("Content-Encoding", coding)]
+            ctype = "text/html; charset=utf-8" if kind == "page" else "text/javascript"
+            if kind == "script":  # chunked, the page Content-Length framed: the proxy reads both
+                return self._send_chunked(200, ctype, body, headers)
+            return self._send(200, ctype, body, headers)
+        if len(parts) == 5 and parts[1] == "bomb":  # a page whose script is /enc/<coding>/script/<size>
+            return self._send(200, body=f"<!doctype html><title>script {parts[2]}</title><p>a page with a "
+                                         f"compressed script</p><script src=\"/enc/{parts[2]}/script/{parts[4]}\">"
+                                         "</script>")
+        if url.path == "/informational":  # the interim responses named in ?codes=, then the page
+            for code in filter(None, q.get("codes", "").split(",")):
+                self.wfile.write(b"HTTP/1.1 %s %s\r\nLink: </again?hint>; rel=preload; as=fetch\r\n\r\n"
+                                 % (code.encode(), HTTPStatus(int(code)).phrase.encode()))
+            return self._send(200, body="<!doctype html><title>informational</title><p>informational page</p>")
         if url.path == "/v/rebind":
             return self._send(200, body=site.fill(REBIND_PAGE))
         if len(parts) == 3 and parts[1] == "w" and parts[2] in WORKERS:
@@ -512,6 +595,8 @@ class Outcome:
     ran: list
     refusals: list = field(default_factory=list)
     proxies: list = field(default_factory=list)
+    row: dict | None = None                        # the rendered page, when it rendered
+    accept_encodings: list = field(default_factory=list)  # what the site was sent on /enc/ requests
 
     def show(self) -> str:
         return (f"render error: {self.error}\ncanary hits: {self.hits}\nran: {self.ran}\n"
@@ -574,16 +659,17 @@ class Env:
         self.canary.take()
         self.site.take()
         _RecordingProxy.made.clear()
-        error = None
+        error = row = None
         try:
-            (renderer or self.renderer).render_page(url, "desktop", 1, policy=policy, follow_links=0,
-                                                    timeout_ms=timeout_ms or TIMEOUT_MS)
+            row = (renderer or self.renderer).render_page(url, "desktop", 1, policy=policy, follow_links=0,
+                                                          timeout_ms=timeout_ms or TIMEOUT_MS)
         except RenderError as e:
             error = str(e)
         time.sleep(SETTLE_S)
-        requests, ran = self.site.take()
+        requests, ran, accept_encodings = self.site.take()
         refusals = [r for p in _RecordingProxy.made for r in p.refusals]
-        return Outcome(error, self.canary.take(), requests, ran, refusals, list(_RecordingProxy.made))
+        return Outcome(error, self.canary.take(), requests, ran, refusals, list(_RecordingProxy.made), row,
+                       accept_encodings)
 
     def close(self):
         for r in (self.renderer, self._unrestricted):
@@ -711,3 +797,155 @@ def test_dns_rebinding_control(env):
     p = env.site.ports["P"]
     out = env.render(f"http://rebind.test:{p}/v/rebind", control_policy(resolver=_Rebinder(CANARY, CANARY)))
     assert [h for h in out.hits if h[:3] == ("tcp", CANARY, p)], out.show()
+
+
+# ---------------------------------------------------------------------------------------------
+# a page of a local HTML folder (LocalSite): its own address and port, nothing else on loopback
+#
+# capture.py renders these pages under `LocalSite.fetch_policy()`. The site listens on 127.0.0.1:P;
+# each vector reaches for another loopback address on that same port P, where a canary listens.
+# The control renders the same page under the policy that admits all of loopback on port P (what
+# the local site once had), and the canary must be hit there.
+
+LOCAL_VECTORS = {   # name: (the canary address it reaches for, HTML with {P})
+    # a synchronous XHR: the request has gone out before the parser moves on
+    "fetch_other_address": ("127.0.0.2", "<script>const x = new XMLHttpRequest(); "
+                                         "x.open('GET', 'http://127.0.0.2:{P}/xhr', false); "
+                                         "try { x.send() } catch (e) {}</script>"),
+    "img_other_address": ("127.1.2.3", '<img src="http://127.1.2.3:{P}/img.png">'),
+    "iframe_ipv6_loopback": ("::1", '<iframe src="http://[::1]:{P}/frame"></iframe>'),
+    "navigate_other_address": ("127.0.0.2", "<script>location.href = 'http://127.0.0.2:{P}/nav'</script>"),
+}
+
+
+@pytest.fixture(scope="module")
+def local(env, tmp_path_factory):
+    """A LocalSite on 127.0.0.1:P with one page per vector, and canaries on 127.0.0.2:P,
+    127.1.2.3:P and [::1]:P (they count into env.canary)."""
+    folder = tmp_path_factory.mktemp("local-site")
+    for _ in range(20):
+        site = LocalSite(str(folder)).__enter__()
+        try:
+            for address in {a for a, _ in LOCAL_VECTORS.values()}:
+                env.canary.tcp(address, site.port)
+            break
+        except OSError:
+            site.close()
+    else:
+        raise RuntimeError("no port free on 127.0.0.1, 127.0.0.2, 127.1.2.3 and [::1] at once")
+    (folder / "own.png").write_bytes(PNG_1PX)
+    (folder / "own.js").write_text("document.title += ' ran';")
+    for name, (_, attack) in LOCAL_VECTORS.items():
+        (folder / f"{name}.html").write_text(
+            f'<!doctype html><title>local {name}</title><p>local page {name}</p><img src="own.png" alt="">'
+            f'<script src="own.js"></script>{attack.replace("{P}", str(site.port))}')
+    try:
+        yield site
+    finally:
+        site.close()
+
+
+def _own(site: LocalSite, out: Outcome) -> set[str]:
+    """The site's own files the proxy fetched from its own address and port."""
+    own = f"http://{LOCAL}:{site.port}/"
+    return {url[len(own):] for p in out.proxies for url, address, port in p.log.connections
+            if url.startswith(own) and (address, port) == (LOCAL, site.port)}
+
+
+@pytest.mark.parametrize("name", LOCAL_VECTORS)
+def test_local_site_blocked(env, local, name):
+    address, _ = LOCAL_VECTORS[name]
+    out = env.render(local.url_for(f"{name}.html"), local.fetch_policy())
+    assert out.hits == [], f"{name}: a local page reached {address}:{local.port}\n{out.show()}"
+    shown = f"[{address}]" if ":" in address else address
+    assert any(f"{shown}:{local.port}/" in url and "loopback" in reason for url, reason in out.refusals), (
+        f"{name}: no refusal naming {shown}:{local.port} at the proxy\n{out.show()}")
+    assert "own.js" in _own(local, out), out.show()   # the page ran, from its own address
+    if not name.startswith("navigate"):  # (the navigating page ends at the proxy's refusal)
+        assert out.error is None, out.show()
+        assert out.row["title"] == f"local {name} ran" and out.row["images_loaded"] >= 1, out.show()
+        assert "own.png" in _own(local, out), out.show()
+
+
+@pytest.mark.parametrize("name", LOCAL_VECTORS)
+def test_local_site_control(env, local, name):
+    address, _ = LOCAL_VECTORS[name]
+    out = env.render(local.url_for(f"{name}.html"), FetchPolicy(allow_loopback=True, allowed_ports={local.port}))
+    assert ("tcp", address, local.port) in [h[:3] for h in out.hits], out.show()
+    assert "own.js" in _own(local, out), out.show()
+
+
+# ---------------------------------------------------------------------------------------------
+# compression bombs: the byte budget counts what the page decodes, not what crossed the wire
+#
+# The site ignores Accept-Encoding, as a hostile server would: /enc/<coding>/<kind>/<size> is a
+# page or a script of <size> bytes (mostly spaces) under that Content-Encoding; 32 MiB is 32 KiB
+# of gzip or deflate and a few hundred bytes of brotli. Under a 300 kB budget the bomb must fail as
+# too large; the control, the same content at 64 KiB, renders and is counted at its decoded size.
+
+BOMBS = [pytest.param(c, k, id=f"{c}-{k}") for c in CODINGS for k in ("page", "script")]
+
+
+def bomb_policy() -> FetchPolicy:
+    return FetchPolicy(allow_addresses={SITE}, max_bytes=BOMB_BUDGET, resolver=_resolve)
+
+
+def _compressed_url(env: Env, coding: str, kind: str, size: int) -> str:
+    """The page itself is compressed ("page"), or a small page loads a compressed script ("script")."""
+    return f"{env.site_url}/{'enc' if kind == 'page' else 'bomb'}/{coding}/{kind}/{size}"
+
+
+def _served(out: Outcome) -> int:
+    return sum(p.log.bytes_served for p in out.proxies)
+
+
+@pytest.mark.parametrize("coding, kind", BOMBS)
+def test_compression_bomb(env, coding, kind):
+    assert len(_encoded(coding, kind, BOMB_BYTES)) < 64 * 1024   # small on the wire
+    out = env.render(_compressed_url(env, coding, kind, BOMB_BYTES), bomb_policy())
+    over = f"page size budget of {BOMB_BUDGET} bytes exceeded"
+    assert out.error and over in out.error, f"{coding} {kind} bomb was not stopped at the budget\n{out.show()}"
+    bomb = f"{env.site_url}/enc/{coding}/{kind}/{BOMB_BYTES}"
+    assert (bomb, over) in [(u, r.split(" (")[0]) for u, r in out.refusals], out.show()
+    # cut where the decoded size passed the budget, not after decoding the bomb
+    assert _served(out) < BOMB_BUDGET + 128 * 1024, out.show()
+
+
+@pytest.mark.parametrize("coding, kind", BOMBS)
+def test_compression_bomb_control(env, coding, kind):
+    out = env.render(_compressed_url(env, coding, kind, SMALL_BYTES), bomb_policy())
+    assert out.error is None, out.show()
+    said = f"compressed page {coding} rendered" if kind == "page" else f"compressed script {coding} ran"
+    assert said in out.row["html"], out.show()
+    assert SMALL_BYTES < _served(out) < BOMB_BUDGET, f"not counted at its decoded size\n{out.show()}"
+
+
+def test_undecodable_content_encoding_is_refused(env):
+    """zstd (which the proxy cannot decode, so it cannot count it): not offered to the server, and
+    refused when the server sends it anyway (32 MiB in 1 KiB)."""
+    out = env.render(_compressed_url(env, "zstd", "page", BOMB_BYTES), bomb_policy())
+    assert out.accept_encodings and not any("zstd" in a for a in out.accept_encodings), out.show()
+    assert out.error and "zstd" in out.error, out.show()
+    assert [u for u, r in out.refusals if "Content-Encoding" in r] == [
+        f"{env.site_url}/enc/zstd/page/{BOMB_BYTES}"], out.show()
+
+
+def test_undecodable_content_encoding_control(env):
+    out = env.render(_compressed_url(env, "identity", "page", SMALL_BYTES), bomb_policy())
+    assert out.error is None and "compressed page identity rendered" in out.row["html"], out.show()
+
+
+# ---------------------------------------------------------------------------------------------
+# informational responses (103 Early Hints, 102 Processing) before the page: skipped, not taken
+# for the page
+
+@pytest.mark.parametrize("codes", ["103", "102,103,103"], ids=["early_hints", "processing_and_early_hints"])
+def test_informational_responses_are_skipped(env, codes):
+    out = env.render(f"{env.site_url}/informational?codes={codes}", blocked_policy())
+    assert out.error is None, out.show()
+    assert out.row["title"] == "informational" and "informational page" in out.row["html"], out.show()
+
+
+def test_informational_responses_control(env):
+    out = env.render(f"{env.site_url}/informational?codes=", blocked_policy())
+    assert out.error is None and "informational page" in out.row["html"], out.show()

@@ -177,6 +177,19 @@ def test_policy_flags_and_names():
     assert "port 81" in FetchPolicy(allow_loopback=True, allowed_ports={80}).check_url("http://127.0.0.1:81/")
 
 
+def test_policy_only_admits_one_address_and_port():
+    """A LocalSite's policy: its own server, not the rest of loopback on its port, nor the internet."""
+    only = FetchPolicy.only("127.0.0.1", 8000)
+    assert only.check_url("http://127.0.0.1:8000/a.html") is None
+    assert only.fresh().check_url("http://127.0.0.1:8000/") is None  # the next page's copy, the same
+    for url, words in [("http://127.0.0.2:8000/", "loopback"), ("http://127.1.2.3:8000/", "loopback"),
+                       ("http://[::1]:8000/", "loopback"), ("http://2130706434:8000/", "loopback"),
+                       ("http://127.0.0.1:8001/", "port 8001"), ("https://127.0.0.1:8000/", "scheme 'https'"),
+                       ("http://93.184.216.34:8000/", "public address"), ("http://10.0.0.1:8000/", "private")]:
+        reason = only.check_url(url)
+        assert reason and words in reason, (url, reason)
+
+
 def test_policy_refuses_a_name_if_any_address_is_private_and_caches_answers():
     calls = []
     answers = {"mixed.test": ["93.184.216.34", "10.1.2.3"], "flip.test": ["93.184.216.34"]}
@@ -504,6 +517,74 @@ class _Echo(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class _Coded(BaseHTTPRequestHandler):
+    """GET /<coding>/<size>: `size` spaces under that Content-Encoding (whatever was asked for);
+    `raw-deflate` is deflate without the zlib wrapper; it records each request's Accept-Encoding."""
+    protocol_version = "HTTP/1.1"
+    seen: list = []
+
+    def do_GET(self):
+        import gzip as gz
+        import zlib
+
+        import brotli
+        _Coded.seen.append(self.headers.get("Accept-Encoding"))
+        coding, size = self.path.split("/")[1:3]
+        raw = b" " * int(size)
+        if coding == "raw-deflate":
+            z = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+            body, coding = z.compress(raw) + z.flush(), "deflate"
+        else:
+            body = {"gzip": lambda: gz.compress(raw) + b"trailing junk", "br": lambda: brotli.compress(raw),
+                    "stacked": lambda: gz.compress(gz.compress(raw))}[coding]()
+            coding = "gzip, gzip" if coding == "stacked" else coding
+        self.send_response(200)
+        self.send_header("Content-Encoding", coding)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command == "GET":
+            self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+def test_policy_proxy_decodes_what_it_counts():
+    """Compressed bodies reach the client decoded and count at their decoded size; the server is
+    offered only what the proxy decodes; stacked codings are refused."""
+    import http.client
+
+    httpd = ThreadingHTTPServer(("127.0.0.2", 0), _Coded)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    _Coded.seen.clear()
+
+    def get(proxy, path, method="GET"):
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        conn.request(method, f"http://127.0.0.2:{port}{path}", headers={"Accept-Encoding": "gzip, deflate, br, zstd"})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+
+    try:
+        with PolicyProxy(FetchPolicy(allow_addresses={"127.0.0.2"}, max_bytes=1_000_000)) as proxy:
+            for coding in ("gzip", "raw-deflate", "br"):
+                status, headers, body = get(proxy, f"/{coding}/200000")
+                assert (status, body) == (200, b" " * 200_000), coding
+                assert "Content-Encoding" not in headers and headers["Transfer-Encoding"] == "chunked"
+            assert 600_000 < proxy.log.bytes_served < 610_000  # decoded sizes, not the wire's few hundred bytes
+            status, headers, body = get(proxy, "/gzip/200000", "HEAD")
+            assert (status, body) == (200, b"") and "Content-Encoding" not in headers
+            status, _, body = get(proxy, "/stacked/1000")
+            assert status == 403 and b"'gzip, gzip' is not one the proxy decodes" in body
+        assert set(_Coded.seen) == {"gzip, deflate, br"}  # zstd was not offered
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_policy_proxy_forwards_posts_and_chunked_responses_and_cuts_at_the_budget():

@@ -131,8 +131,9 @@ class CapturePage:
         elif target.source == "local":
             if self._site is None:
                 raise RuntimeError(f"{target.source_ref}: no HTML folder is being served on this worker")
-            # loopback, and only this worker's own server: the one exception to the fetch policy
-            policy = FetchPolicy(allow_loopback=True, allowed_ports={self._site.port}, max_bytes=s.max_page_bytes)
+            # this worker's own server (its address and port) and nothing else: the one exception
+            # to the fetch policy
+            policy = self._site.fetch_policy(s.max_page_bytes)
             url, canonical = self._site.from_canonical(target.url), self._site.to_canonical
         else:
             policy = live

@@ -19,11 +19,16 @@ What is refused:
   addresses embedded in IPv6 (IPv4-mapped ::ffff:a.b.c.d, 6to4, NAT64, Teredo) are judged by
   the IPv4 address they carry. IPv4 literals in the odd forms browsers accept (2130706433,
   0x7f.1, 0177.0.0.1, 127.1) are read as the standard reads them. `allow_loopback` lets
-  loopback through (tests, `LocalSite`); `allow_private` lets private and shared ranges
-  through (an intranet crawl); `allow_addresses` lets exactly the loopback or private
-  addresses it lists through. Nothing lets link-local, multicast, reserved or unspecified
-  addresses through.
+  loopback through (tests); `allow_private` lets private and shared ranges through (an
+  intranet crawl); `allow_addresses` lets exactly the loopback or private addresses it lists
+  through. Nothing lets link-local, multicast, reserved or unspecified addresses through.
+- public addresses too, with `allow_public=False`: then only `allow_addresses` (and what
+  `allow_loopback`/`allow_private` open) can be fetched. `FetchPolicy.only(address, port)` is
+  that with one address and one port, for a `LocalSite`'s pages: the site's own server, not
+  the rest of loopback on its port (127.0.0.2, 127.1.2.3, [::1]) and not the internet.
 - ports outside `allowed_ports`, when that set is given.
+
+The byte budget (`max_bytes`) is enforced by the proxy, on decoded sizes (policy_proxy.py).
 
 DNS: a name is resolved once per policy (one policy per page, `fresh()`), all its addresses are
 judged, and the proxy connects only to those addresses. A name server that answers a public
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 
 from transforms.web import urls
 
-DEFAULT_MAX_BYTES = 16 * 1024 * 1024  # per page: every response served to it, summed
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024  # per page: every response served to it, summed, decoded
 # in a refusal's reason: the name server did not answer (EAI_AGAIN), a fault that may pass
 DNS_UNAVAILABLE = "name server temporarily unavailable"
 
@@ -103,13 +108,15 @@ class FetchPolicy:
                  allowed_schemes: Collection[str] = ("http", "https"),
                  allowed_ports: Collection[int] | None = None,
                  allow_addresses: Collection[str] = (),
-                 resolver: Resolver | None = None):
+                 resolver: Resolver | None = None, allow_public: bool = True):
         """allowed_ports: None allows any port; a set restricts fetches to those ports.
         allow_addresses: loopback or private addresses allowed one by one (the rest of their
         range stays refused): a test's one allowed server beside its canary.
-        resolver: a getaddrinfo-compatible function (default socket.getaddrinfo)."""
+        resolver: a getaddrinfo-compatible function (default socket.getaddrinfo).
+        allow_public: False refuses public addresses too (see `only`)."""
         self.allow_loopback = allow_loopback
         self.allow_private = allow_private
+        self.allow_public = allow_public
         self.max_bytes = int(max_bytes)
         self.allowed_schemes = tuple(s.lower() for s in allowed_schemes)
         self.allowed_ports = None if allowed_ports is None else frozenset(int(p) for p in allowed_ports)
@@ -122,6 +129,15 @@ class FetchPolicy:
         self._dns: dict[str, tuple[str, ...] | str] = {}
 
     @classmethod
+    def only(cls, address: str, port: int, max_bytes: int = DEFAULT_MAX_BYTES,
+             resolver: Resolver | None = None) -> FetchPolicy:
+        """A policy that admits one loopback or private address on one port, over http, and
+        nothing else: for a `LocalSite`'s pages, which may load the site's own files but not
+        another server on loopback that happens to listen on the same port."""
+        return cls(allow_addresses={address}, allowed_ports={port}, allowed_schemes=("http",),
+                   allow_public=False, max_bytes=max_bytes, resolver=resolver)
+
+    @classmethod
     def deny_all(cls) -> FetchPolicy:
         """A policy that refuses every fetch: for replayed pages, whose only network is the archive."""
         return cls(allowed_schemes=(), max_bytes=0)
@@ -129,13 +145,14 @@ class FetchPolicy:
     def fresh(self) -> FetchPolicy:
         """The same settings with an empty DNS cache: use one per page."""
         return FetchPolicy(self.allow_loopback, self.allow_private, self.max_bytes,
-                           self.allowed_schemes, self.allowed_ports, self.allow_addresses, self._resolver)
+                           self.allowed_schemes, self.allowed_ports, self.allow_addresses, self._resolver,
+                           allow_public=self.allow_public)
 
     def __repr__(self) -> str:
         return (f"FetchPolicy(allow_loopback={self.allow_loopback}, allow_private={self.allow_private}, "
                 f"max_bytes={self.max_bytes}, allowed_schemes={self.allowed_schemes}, "
                 f"allowed_ports={sorted(self.allowed_ports) if self.allowed_ports is not None else None}, "
-                f"allow_addresses={sorted(self.allow_addresses)})")
+                f"allow_addresses={sorted(self.allow_addresses)}, allow_public={self.allow_public})")
 
     def check_url(self, url: str) -> str | None:
         """None when `url` may be fetched, else a sentence saying why not."""
@@ -171,11 +188,16 @@ class FetchPolicy:
     def _judge(self, host: str, text: str) -> str | None:
         ip = ipaddress.ip_address(text)
         kind = classify_address(ip)
-        if kind is None or (kind in ("loopback", "private") and str(ip) in self.allow_addresses):
+        if kind in ("loopback", "private") and str(ip) in self.allow_addresses:
+            return None
+        if kind is None and self.allow_public:
             return None
         if (kind == "loopback" and self.allow_loopback) or (kind == "private" and self.allow_private):
             return None
         shown = host if host == text else f"{host} ({text})"
+        if kind is None:
+            only = ", ".join(sorted(self.allow_addresses)) or "none"
+            return f"host {shown} is a public address, and this page may fetch only from {only}"
         article = "an" if kind[0] in "aeiou" else "a"
         return f"host {shown} is {article} {kind} address"
 

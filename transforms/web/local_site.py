@@ -7,8 +7,8 @@ The folder may also be a store prefix (s3://bucket/site, gs://...): workers that
 each serve it from the store, reading a file per request. The server listens on 127.0.0.1 on a
 free port, answers GET and HEAD only (anything else gets 501), never lists directories and never
 serves a file outside the folder (symlinks included; in a store, no `..`).
-The renderer's fetch policy needs `allow_loopback=True` for these pages (better: restrict
-`allowed_ports` to the site's port as well).
+Render these pages under `site.fetch_policy()`: it admits the site's own address and port and
+nothing else (not all of loopback, which would open every other server on that port too).
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from core import storage
+from transforms.web.fetch_policy import DEFAULT_MAX_BYTES, FetchPolicy
 from transforms.web.targets import LOCAL_BASE
 
 
@@ -111,6 +112,18 @@ class LocalSite:
         if self._server is None:
             raise RuntimeError("LocalSite is not running: use it as a context manager")
         return self._server.server_address[1]
+
+    @property
+    def address(self) -> str:
+        """The address the server is bound to (127.0.0.1 by default)."""
+        if self._server is None:
+            raise RuntimeError("LocalSite is not running: use it as a context manager")
+        return self._server.server_address[0]
+
+    def fetch_policy(self, max_bytes: int = DEFAULT_MAX_BYTES) -> FetchPolicy:
+        """The fetch policy for this site's pages: its own address and port and nothing else, so a
+        page cannot reach another loopback server on the same port (127.0.0.2, [::1], ...)."""
+        return FetchPolicy.only(self.address, self.port, max_bytes=max_bytes)
 
     @property
     def base_url(self) -> str:

@@ -14,13 +14,19 @@ proxied too), and the proxy:
   ws);
 - resolves the name once per page (the policy's cache) and connects to exactly one of the
   addresses that were judged, never to a name;
-- streams responses to the browser and counts every byte against the page's budget; past it the
-  connection is cut mid-body, not after the whole body was buffered;
+- streams responses to the browser and counts them against the page's budget at their decoded
+  size: a gzip, deflate or br body is decoded here, a piece at a time, and past the budget the
+  connection is cut mid-body, so a 34 KB gzip that decodes to 32 MiB is stopped at the budget,
+  never decoded whole, never buffered. The request offers the server only those codings, and a
+  response in another (zstd, compress) or in stacked codings is refused: its size could not be
+  counted;
+- skips informational responses (103 Early Hints, 102 Processing) and forwards the final one;
 - records why it refused a request or a connection failed, for the render error's reason.
 
-What it does not see: the content of https tunnels (a tunnel's bytes still count against the
-budget), and traffic that does not go to a proxy at all. For the latter Chromium is started with
-WebRTC limited to proxied connections and its own host resolver disabled (render.py).
+What it does not see: the content of https tunnels (their bytes count as they cross the wire, so
+a compressed body inside https counts at its compressed size, and WebSocket frames likewise),
+and traffic that does not go to a proxy at all. For the latter Chromium is started with WebRTC
+limited to proxied connections and its own host resolver disabled (render.py).
 
 One proxy per page (per browser context): its policy, DNS answers, budget and records are that
 page's. It serves one request per client connection (`Connection: close`), which keeps the
@@ -32,7 +38,15 @@ import http.client
 import select
 import socket
 import threading
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+try:
+    import brotli
+except ImportError as e:  # pragma: no cover - the web extra installs it
+    raise ImportError("the policy proxy needs the brotli module to count brotli-encoded responses: "
+                      "pip install 'shardsmith[web]' (or: pip install brotli)") from e
 
 from transforms.web import urls
 from transforms.web.fetch_policy import FetchPolicy
@@ -42,6 +56,8 @@ MAX_REQUEST_BODY = 16 * 2**20
 CHUNK = 64 * 1024
 CONNECT_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 30.0         # no byte in either direction for this long ends a connection
+MAX_INTERIM = 16              # informational (1xx) responses skipped before the final one
+DECODED = ("gzip", "x-gzip", "deflate", "br")  # the Content-Encodings the proxy decodes (and offers)
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
                "te", "trailer", "transfer-encoding", "upgrade"}
 
@@ -136,7 +152,7 @@ class PolicyProxy:
             over = self.log.bytes_served > self.policy.max_bytes
         if over:
             raise OverBudget(f"page size budget of {self.policy.max_bytes} bytes exceeded "
-                          f"({self.log.bytes_served} bytes served)")
+                             f"({self.log.bytes_served} bytes served, compressed bodies counted decoded)")
 
     def _connect(self, url: str) -> socket.socket:
         """Judge `url` and connect to one of the judged addresses (never to a name)."""
@@ -194,31 +210,55 @@ class PolicyProxy:
     def _forward(self, client, upstream, method: str, url: str, headers: list[tuple[str, str]],
                  rest: bytes) -> None:
         """One plain-HTTP request: sent in origin form over the judged connection, the response
-        streamed back against the budget."""
+        streamed back against the budget.
+
+        A compressed body is forwarded decoded (chunked, without Content-Encoding and
+        Content-Length), not as it came with its decoded size counted on the side: then what the
+        budget counted is exactly what the browser gets, and no second decoder (Chromium's, with
+        its own view of trailing bytes, raw deflate or codings it learns later) can make more of
+        the body than the proxy did. A response costs the larger of its wire and decoded sizes,
+        so a body that decodes to nothing still pays for its bytes."""
         body = _request_body(client, headers, rest)
-        kept = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length"]
+        dropped = ("content-length", "accept-encoding")
+        kept = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP and k.lower() not in dropped]
         lines = [f"{method} {urls.parse(url).target} HTTP/1.1"] + [f"{k}: {v}" for k, v in kept]
+        lines.append(f"Accept-Encoding: {_offered([v for k, v in headers if k.lower() == 'accept-encoding'])}")
         if body or method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Length: {len(body)}")
         lines.append("Connection: close")
         upstream.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-        response = http.client.HTTPResponse(upstream, method=method)
+        response = _FinalResponse(upstream, method=method)
         response.begin()
+        coding = _content_coding(response)
+        bodyless = method == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200
+        # kept chunked (or made so, when decoded), so a body cut at the budget is seen as incomplete
+        chunked = response.chunked or (coding is not None and not bodyless)
+        skip = _HOP_BY_HOP | ({"content-encoding", "content-length"} if coding else set())
         out = [f"HTTP/1.1 {response.status} {response.reason}"]
-        out += [f"{k}: {v}" for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
-        if response.chunked:  # kept chunked, so a body cut at the budget is seen as incomplete
+        out += [f"{k}: {v}" for k, v in response.getheaders() if k.lower() not in skip]
+        if chunked:
             out.append("Transfer-Encoding: chunked")
         out += ["Connection: close", "Proxy-Connection: close"]
         data = ("\r\n".join(out) + "\r\n\r\n").encode("latin-1")
         self._charge(len(data), url)
         client.sendall(data)
+        if bodyless:
+            return
+        decoder = _Decoder(coding) if coding else None
+        wire = decoded = charged = 0
         while True:
             chunk = response.read1(CHUNK)
             if not chunk:
                 break
-            self._charge(len(chunk), url)
-            client.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk) if response.chunked else chunk)
-        if response.chunked:
+            wire += len(chunk)
+            for piece in decoder.feed(chunk) if decoder else (chunk,):
+                decoded += len(piece)
+                self._charge(max(wire, decoded) - charged, url)  # before the piece goes out
+                charged = max(wire, decoded)
+                client.sendall(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+            self._charge(max(wire, decoded) - charged, url)
+            charged = max(wire, decoded)
+        if chunked:
             client.sendall(b"0\r\n\r\n")
 
     def _relay(self, client, upstream, url: str) -> None:
@@ -235,6 +275,93 @@ class PolicyProxy:
                 if s is upstream:
                     self._charge(len(data), url)
                 pair[s].sendall(data)
+
+
+class _FinalResponse(http.client.HTTPResponse):
+    """A response that skips informational (1xx) responses before the final one; http.client skips
+    only 100 Continue, and a 103 Early Hints taken for the response ends the page empty. 101
+    Switching Protocols is final (no upgrade was asked for: Upgrade is not forwarded)."""
+
+    _interim = 0
+
+    def _read_status(self):
+        while True:
+            version, status, reason = super()._read_status()
+            if not 100 <= status < 200 or status == 101:
+                return version, status, reason
+            self._interim += 1
+            if self._interim > MAX_INTERIM:
+                raise http.client.HTTPException(f"more than {MAX_INTERIM} informational responses")
+            http.client.parse_headers(self.fp)  # its headers (Link: ... of Early Hints) are dropped
+
+
+def _offered(values: list[str]) -> str:
+    """The request's Accept-Encoding cut down to the codings the proxy decodes ("identity" when
+    none is left): a server that honours it sends nothing the budget cannot count."""
+    kept = [part.strip() for value in values for part in value.split(",")
+            if part.split(";")[0].strip().lower() in (*DECODED, "identity")]
+    return ", ".join(kept) or "identity"
+
+
+def _content_coding(response: http.client.HTTPResponse) -> str | None:
+    """The response's Content-Encoding, None for identity. One the proxy cannot decode (zstd,
+    compress, ...), or several stacked, is refused: its decoded size could not be counted."""
+    codings = [c.strip().lower() for value in response.headers.get_all("Content-Encoding") or ()
+               for c in value.split(",")]
+    codings = [c for c in codings if c and c != "identity"]
+    if not codings:
+        return None
+    if len(codings) > 1 or codings[0] not in DECODED:
+        raise Refused(f"response Content-Encoding {', '.join(codings)!r} is not one the proxy decodes "
+                      f"({', '.join(DECODED)}), so its size cannot be counted against the page's budget")
+    return codings[0]
+
+
+class _Decoder:
+    """Decodes one Content-Encoding incrementally, in pieces of at most about CHUNK bytes, so a
+    bomb is decoded only up to the piece that passes the budget. Bytes after the end of the
+    encoded stream are dropped (Chromium ignores them too)."""
+
+    def __init__(self, coding: str):
+        self._br = brotli.Decompressor() if coding == "br" else None
+        # gzip now; deflate on its first two bytes, which say zlib-wrapped or raw (Chromium takes both)
+        self._z = zlib.decompressobj(16 + zlib.MAX_WBITS) if coding in ("gzip", "x-gzip") else None
+        self._start = b""
+        self._done = False
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        try:
+            if self._done:
+                return
+            if self._br is not None:
+                yield from self._brotli(data)
+                return
+            if self._z is None:
+                self._start += data
+                if len(self._start) < 2:
+                    return
+                data, self._start = self._start, b""
+                wrapped = data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+                self._z = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+            while not self._done:
+                out = self._z.decompress(data, CHUNK)
+                data = self._z.unconsumed_tail
+                self._done = self._z.eof
+                if out:
+                    yield out
+                if not data and len(out) < CHUNK:
+                    return
+        except (zlib.error, brotli.error) as e:
+            raise ValueError(f"the response's compressed body is corrupt: {e}") from None
+
+    def _brotli(self, data: bytes) -> Iterator[bytes]:
+        out = self._br.process(data, output_buffer_limit=CHUNK)
+        while out:  # more may wait inside the decoder: ask with no input until nothing comes
+            yield out
+            if self._br.is_finished():
+                break
+            out = self._br.process(b"", output_buffer_limit=CHUNK)
+        self._done = self._br.is_finished()
 
 
 def _read_head(sock: socket.socket) -> tuple[bytes, bytes]:
