@@ -7,10 +7,12 @@ that start such things are marked by the fixture (FIXTURE_MARKS), so a new test 
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import tempfile
 
+import pyarrow.parquet as pq
 import pytest
 
 # one result store per test session, never the user's ~/.cache/shardsmith (set before pipelines import it)
@@ -37,6 +39,34 @@ def _store(tmp_path_factory, make):
     yield store
     mp.undo()
     store.stop()
+
+
+GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
+
+
+def write_dataset(root, dataset: str, tables: dict, config: dict | None = None) -> None:
+    """A published dataset written by hand, laid out as the sink lays it out (one generation folder,
+    parts, `_manifest.json`): `tables` maps each TableSchema to its files, each a list of row groups,
+    each a list of rows. For trainer tests, whose subject is reading shards, not making them."""
+    entries = {}
+    for table, files in tables.items():
+        os.makedirs(os.path.join(root, GENERATION, table.table), exist_ok=True)
+        listed, rows = [], []
+        for k, groups in enumerate(files):
+            rel = f"{GENERATION}/{table.table}/part-{k:05d}-of-{len(files):05d}.parquet"
+            with pq.ParquetWriter(os.path.join(root, rel), table.arrow) as writer:
+                for group in groups:
+                    writer.write_table(table.to_arrow(group))
+            rows += [r for group in groups for r in group]
+            listed.append({"path": rel, "rows": sum(map(len, groups)),
+                           "bytes": os.path.getsize(os.path.join(root, rel))})
+        splits = collections.Counter(r[table.split_field] for r in rows) if table.split_field else {}
+        entries[table.table] = {"schema": table.name, "version": table.version, "fingerprint": table.fingerprint,
+                                "rows": len(rows), "files": listed, "splits": dict(splits)}
+    manifest = {"format": "shardsmith.manifest/1", "dataset": dataset, "tables": entries,
+                "dead_letters": {"count": 0, "files": []}, "config": dict(config or {}), "generation": GENERATION}
+    with open(os.path.join(root, "_manifest.json"), "w") as fh:
+        json.dump(manifest, fh)
 
 
 @pytest.fixture(scope="session")

@@ -166,7 +166,7 @@ def chain(tmp_path_factory):
     run(registry.get("concretizer"), out=str(root / "trained"), sets=data_sets + [f"weights={weights}"])
     data = str(root / "trained" / "concretizer")
     inv = inversion.train(data, str(root / "inv"), {
-        "layer": "conv2", "max_steps": 40, "batch_size": 2, "lr": 3e-3, "eval_sources": "kitti", "eval_fraction": 0.1,
+        "layer": "conv2", "max_steps": 28, "batch_size": 2, "lr": 3e-3, "eval_sources": "kitti", "eval_fraction": 0.1,
         "checkpoint_every": 0, "device": "cpu", "seed": 0, "chamfer_points": 5000})
     return {"pre": pre, "weights": weights, "data": data, "inv": inv}
 

@@ -9,7 +9,6 @@ manifest says the features came from seed weights, as the pipeline's default doe
 """
 from __future__ import annotations
 
-import collections
 import itertools
 import json
 import math
@@ -17,7 +16,6 @@ import os
 import shutil
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("spconv")
@@ -29,6 +27,7 @@ from core.config import ConfigError  # noqa: E402
 from trainers.concretizer import evaluation as tc_eval, frames as tc_frames, inversion as tc_inv, metrics as tc_metrics  # noqa: E402
 from trainers.concretizer.model import expand_coords, offsets, pack, unpack, upsample_sites  # noqa: E402
 from trainers.data import DatasetError  # noqa: E402
+from tests.conftest import write_dataset  # noqa: E402
 
 # the tests that use these fixtures train or load a model; the rest are unit tests
 FIXTURE_MARKS = {"trained": "model"}
@@ -92,20 +91,6 @@ def _features(occ1: np.ndarray, sites: np.ndarray, proj: np.ndarray, rng) -> np.
     return np.maximum(bits @ proj + 0.05 * rng.standard_normal((len(sites), proj.shape[1])), 0).astype(np.float16)
 
 
-GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
-
-
-def _write(root, table, rows: list[dict]) -> dict:
-    os.makedirs(os.path.join(root, GENERATION, table.table), exist_ok=True)
-    rel = f"{GENERATION}/{table.table}/part-00000-of-00001.parquet"
-    with pq.ParquetWriter(os.path.join(root, rel), table.arrow) as writer:
-        for i in range(0, len(rows), 2):                    # two rows per row group
-            writer.write_table(table.to_arrow(rows[i:i + 2]))
-    return {"schema": table.name, "version": table.version, "fingerprint": table.fingerprint, "rows": len(rows),
-            "splits": dict(collections.Counter(r[table.split_field] for r in rows)) if table.split_field else {},
-            "files": [{"path": rel, "rows": len(rows), "bytes": os.path.getsize(os.path.join(root, rel))}]}
-
-
 def write_concretizer(root, frames: int = FRAMES, truncate_values: bool = False) -> None:
     proj = np.random.default_rng(123).standard_normal((8, 32)).astype(np.float32)
     frame_rows, feature_rows, occ_rows = [], [], []
@@ -127,13 +112,10 @@ def write_concretizer(root, frames: int = FRAMES, truncate_values: bool = False)
                              "spatial_shape": list(occ[2][1]), "coords": sites.tolist(), "channels": 32,
                              "dtype": "float16", "values": feats.astype("<f2").tobytes()[:-2 if truncate_values else None],
                              "backbone": "seed:0"})
-    tables = {"frames": _write(root, schema.FRAMES, frame_rows),
-              "features": _write(root, schema.FEATURES, feature_rows),
-              "occupancy": _write(root, schema.OCCUPANCY, occ_rows)}
-    manifest = {"format": "shardsmith.manifest/1", "dataset": "concretizer", "tables": tables,
-                "dead_letters": {"count": 0, "files": []}, "config": {"weights": "seed:0"}, "generation": GENERATION}
-    with open(os.path.join(root, "_manifest.json"), "w") as fh:
-        json.dump(manifest, fh)
+    def pairs(rows):                                        # two rows per row group
+        return [[rows[i:i + 2] for i in range(0, len(rows), 2)]]
+    write_dataset(root, "concretizer", {schema.FRAMES: pairs(frame_rows), schema.FEATURES: pairs(feature_rows),
+                                        schema.OCCUPANCY: pairs(occ_rows)}, config={"weights": "seed:0"})
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import os
 import shutil
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("transformers")
@@ -29,6 +28,7 @@ from schemas import multiui as schema  # noqa: E402
 from trainers import multiui  # noqa: E402
 from trainers.data import ShardDataset  # noqa: E402
 from trainers.multiui_data import IGNORE, SAMPLE_COLUMNS, Collator, PageStore, SampleBatches, is_eval  # noqa: E402
+from tests.conftest import write_dataset  # noqa: E402
 
 # the tests that use these fixtures train or load a model; the rest are unit tests
 FIXTURE_MARKS = {"tiny": "model", "trained": "model", "tokenizer_path": "model"}
@@ -83,34 +83,12 @@ def _samples() -> list[dict]:
     return rows
 
 
-GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
-
-
-def _write(root, table: schema.TableSchema, parts: list[list[list[dict]]]) -> dict:
-    os.makedirs(os.path.join(root, GENERATION, table.table), exist_ok=True)
-    files, rows = [], []
-    for k, groups in enumerate(parts):
-        rel = f"{GENERATION}/{table.table}/part-{k:05d}-of-{len(parts):05d}.parquet"
-        with pq.ParquetWriter(os.path.join(root, rel), table.arrow) as writer:
-            for g in groups:
-                writer.write_table(table.to_arrow(g))
-        n = sum(len(g) for g in groups)
-        rows += [r for g in groups for r in g]
-        files.append({"path": rel, "rows": n, "bytes": os.path.getsize(os.path.join(root, rel))})
-    return {"schema": table.name, "version": table.version, "fingerprint": table.fingerprint, "rows": len(rows),
-            "splits": dict(collections.Counter(r[table.split_field] for r in rows)), "files": files}
-
-
 def write_multiui(root) -> list[dict]:
     samples = _samples()
     pages = [_page(*p) for p in PAGES]
-    tables = {"pages": _write(root, schema.PAGES, [[pages[:2], pages[2:]]]),
-              "samples": _write(root, schema.SAMPLES, [[samples[0:4], samples[4:8], samples[8:12]],
-                                                       [samples[12:16], samples[16:20]]])}
-    manifest = {"format": "shardsmith.manifest/1", "dataset": "multiui", "tables": tables,
-                "dead_letters": {"count": 0, "files": []}, "config": {}, "generation": GENERATION}
-    with open(os.path.join(root, "_manifest.json"), "w") as fh:
-        json.dump(manifest, fh)
+    write_dataset(root, "multiui", {schema.PAGES: [[pages[:2], pages[2:]]],
+                                    schema.SAMPLES: [[samples[0:4], samples[4:8], samples[8:12]],
+                                                     [samples[12:16], samples[16:20]]]})
     return samples
 
 

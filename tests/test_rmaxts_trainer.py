@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("transformers")
@@ -26,6 +25,7 @@ from schemas import rmaxts as schema  # noqa: E402
 from trainers import rmaxts  # noqa: E402
 from core.config import ConfigError  # noqa: E402
 from trainers.data import hash_unit  # noqa: E402
+from tests.conftest import write_dataset  # noqa: E402
 
 # the tests that use these fixtures train or load a model; the rest are unit tests
 FIXTURE_MARKS = {"base_model": "model"}
@@ -96,35 +96,11 @@ def _rows():
     return {"problems": problems, "attempts": attempts, "nodes": nodes, "transitions": transitions}
 
 
-GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
-
-
-def _write(root, table, parts):
-    os.makedirs(os.path.join(root, GENERATION, table.table), exist_ok=True)
-    files = []
-    for k, rows in enumerate(parts):
-        rel = f"{GENERATION}/{table.table}/part-{k:05d}-of-{len(parts):05d}.parquet"
-        pq.write_table(table.to_arrow(rows), os.path.join(root, rel))
-        files.append({"path": rel, "rows": len(rows), "bytes": os.path.getsize(os.path.join(root, rel))})
-    rows = [r for p in parts for r in p]
-    entry = {"schema": table.name, "version": table.version, "fingerprint": table.fingerprint, "rows": len(rows),
-             "files": files}
-    if table.split_field:
-        entry["splits"] = dict(collections.Counter(r[table.split_field] for r in rows))
-    return entry
-
-
 def write_rmaxts(root):
     rows = _rows()
     t = rows["transitions"]
-    tables = {"problems": _write(root, schema.PROBLEMS, [rows["problems"]]),
-              "attempts": _write(root, schema.ATTEMPTS, [rows["attempts"]]),
-              "nodes": _write(root, schema.NODES, [rows["nodes"]]),
-              "transitions": _write(root, schema.TRANSITIONS, [t[:15], t[15:]])}
-    manifest = {"format": "shardsmith.manifest/1", "dataset": "rmaxts", "tables": tables,
-                "dead_letters": {"count": 0, "files": []}, "config": {}, "generation": GENERATION}
-    with open(os.path.join(root, "_manifest.json"), "w") as fh:
-        json.dump(manifest, fh)
+    write_dataset(root, "rmaxts", {schema.PROBLEMS: [[rows["problems"]]], schema.ATTEMPTS: [[rows["attempts"]]],
+                                   schema.NODES: [[rows["nodes"]]], schema.TRANSITIONS: [[t[:15]], [t[15:]]]})
     return rows
 
 

