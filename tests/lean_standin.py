@@ -42,6 +42,9 @@ TRANSIENT_ONCE PATH (the first process to see it creates PATH and dies with
 with "std::bad_alloc"), `warn.sorry false` or `sorryAx` (a sorry the reply does not report, as
 when the warning is switched off; `#print axioms` still finds sorryAx).
 
+DAEMON MARKER: leave a process behind (double fork, a session of its own) that sleeps two minutes
+with MARKER on its command line, then go on with the command (e.g. HANG after it).
+
 Sandbox-escape cues, each reported as an info message `CUE TARGET: ok|failed: detail` and in
 the log as event "escape": ESCAPE_NET HOST:PORT (open a TCP connection), ESCAPE_WRITE PATH
 (write a file), ESCAPE_SHELL PATH (`sh -c 'echo x > PATH'`), SCRATCH_WRITE (write a file in $HOME,
@@ -295,6 +298,18 @@ def elaborate(code: str, state: State) -> list[dict]:
     return messages
 
 
+def leave_behind(marker: str) -> None:
+    """A grandchild in a session of its own, which no signal to this process group reaches."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(120)", marker])
+        os._exit(0)
+    os.waitpid(pid, 0)
+    log({"event": "daemon", "marker": marker})
+
+
 def escape(cue: str, target: str) -> str:
     """Try one way out of a sandbox; `CUE TARGET: ok|failed: detail`."""
     try:
@@ -369,6 +384,9 @@ def main() -> int:
         if "CRASH" in text:
             sys.stderr.write("stand-in: crashing on cue\n")
             return 1
+        daemon = re.search(r"\bDAEMON\s+(\S+)", text)
+        if daemon:
+            leave_behind(daemon.group(1))
         if "HANG" in text:
             while True:
                 time.sleep(3600)

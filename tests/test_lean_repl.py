@@ -647,6 +647,49 @@ def test_without_os_sandbox_the_same_escapes_succeed(outside_dirs):
     assert tmp_file.exists() and os.path.exists(repo_file) and os.path.exists(shell_file)
 
 
+def _with_marker(marker: str) -> list[int]:
+    """Pids of the processes whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _left_behind(os_sandbox_name: str) -> tuple[rp.Verdict, list[int]]:
+    """A REPL that leaves a process behind and then hangs: the verdict, and what is left of that
+    process a moment after the pool killed the REPL for its time limit."""
+    marker = f"shardsmith-left-behind-{os.getpid()}-{time.monotonic_ns()}"
+    with _pool(timeout_s=2, os_sandbox=os_sandbox_name) as pool:
+        v = check(pool, HEADER, f"theorem t : True := by\n  DAEMON {marker} HANG")
+    deadline = time.monotonic() + 5
+    while _with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return v, _with_marker(marker)
+
+
+@needs_bwrap
+def test_nothing_a_repl_starts_outlives_it_under_bwrap():
+    v, left = _left_behind("bwrap")
+    assert v.outcome == rp.OUTCOME_TIMEOUT
+    assert left == [], "a process the REPL started outlived its time limit"
+
+
+def test_without_os_sandbox_a_process_in_its_own_session_outlives_the_repl():
+    """The control for the test above (and why os_sandbox=none is not a sandbox): a signal to the
+    REPL's process group does not reach a process that left it."""
+    v, left = _left_behind("none")
+    try:
+        assert v.outcome == rp.OUTCOME_TIMEOUT and left
+    finally:
+        for pid in left:
+            os.kill(pid, 9)
+
+
 @needs_bwrap
 def test_bwrap_keeps_the_environment_minimal(monkeypatch):
     monkeypatch.setenv("SHARDSMITH_TEST_SECRET", "hunter2")

@@ -39,7 +39,8 @@ What each layer covers, and what it does not:
    whole file system read-only, a private /tmp (where the project, the REPL command's files or its
    toolchain live under the host's /tmp, the entries holding them are bound back read-only), /dev
    and /proc, one writable scratch folder per process (its HOME and TMPDIR; made and removed by the
-   pool), no network, its own PID, IPC and UTS namespaces, a new session (no terminal injection),
+   pool), no network, its own PID, IPC and UTS namespaces (so a process the code leaves
+   behind, even in a session of its own, dies with the REPL), a new session (no terminal injection),
    every capability dropped, no new privileges, a minimal environment, and death with the pool's
    spawner thread. It does not limit CPU time (the per-check wall timeout does) nor hide readable
    files (the code can read what the user can, but cannot send it anywhere). The Lean project is
