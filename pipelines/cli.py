@@ -1,4 +1,4 @@
-"""The `shardsmith` command: list, run, validate, inspect, export, train.
+"""The `shardsmith` command: list, run, validate, inspect, view, export, train.
 
 Every user mistake (unknown dataset or key, bad value, missing file) prints
 one line and exits 2; a run that fails its error budget or a dataset that
@@ -57,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
                    "here (default: DATASET-SAMPLEID.png in the current folder)")
     i.add_argument("--sample", default=None, help="the sample id to picture (default: the first of --task)")
     i.add_argument("--task", default=None, help="picture a sample of this task")
+    w = sub.add_parser("view", help="browse a dataset in a local web app: the run, its stages and dead letters, "
+                       "every table page by page")
+    w.add_argument("path", help="the dataset folder (OUT/DATASET) or its s3:// / gs:// prefix")
+    w.add_argument("--port", type=int, default=8765, help="port on --host (0: any free port)")
+    w.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback: the data may "
+                   "hold what crawled pages and models wrote; serve it elsewhere only on purpose)")
     e = sub.add_parser("export", help="write a dataset as its paper's training files (multiui: LLaVA JSON + images)")
     e.add_argument("dataset")
     e.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
@@ -207,6 +213,20 @@ def _inspect(args, beam_args) -> int:
     return 0
 
 
+def _view(args, beam_args) -> int:
+    from werkzeug.serving import make_server
+    from pipelines.viewer.app import make_app
+    app = make_app(args.path)
+    try:
+        server = make_server(args.host, args.port, app, threaded=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; "
+                          "pick another --port (0 takes any free one)") from None
+    print(f"viewing {args.path} at http://{args.host}:{server.server_port}/  (Ctrl-C stops)", flush=True)
+    server.serve_forever()
+    return 0
+
+
 def _export(args, beam_args) -> int:
     from pipelines.export import JSON_NAME, export
     t0 = time.time()
@@ -229,7 +249,7 @@ def _train(args, beam_args) -> int:
     return 0
 
 
-_COMMANDS = {"list": _list, "run": _run, "validate": _validate, "inspect": _inspect, "export": _export,
+_COMMANDS = {"list": _list, "run": _run, "validate": _validate, "inspect": _inspect, "view": _view, "export": _export,
              "train": _train, "cache": _cache}
 
 if __name__ == "__main__":

@@ -1,0 +1,187 @@
+"""The viewer's web app (Flask): the run's overview, a table's rows page by page, one row in full.
+
+Untrusted text (page titles, accessibility trees, model output, Lean code) is only ever a Jinja
+value, which Jinja escapes; no template marks anything safe, no page carries a script, and every
+response sends a Content-Security-Policy that forbids scripts, frames and foreign sources, so a
+value that escaped the escaping would still not run. Images are served only when their bytes are
+PNG, JPEG or WebP, with `nosniff`.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import threading
+
+from flask import Flask, Response, abort, render_template, request
+
+from core.dataset_folder import read_manifest
+from pipelines.viewer.tables import Table, as_text
+from schemas import DEAD_LETTER, SchemaError
+from schemas import get as schema_of
+
+PAGE_ROWS = 25
+CELL_CHARS = 120
+CSP = ("default-src 'none'; img-src 'self'; style-src 'self'; form-action 'self'; base-uri 'none'; "
+       "frame-ancestors 'none'")
+IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg", b"RIFF": "image/webp"}
+DEAD_TABLE = DEAD_LETTER.table
+
+
+def make_app(dataset_dir: str) -> Flask:
+    """The app over one published dataset (raises FileNotFoundError, with what to do, if it is not one)."""
+    manifest = read_manifest(dataset_dir)
+    app = Flask(__name__, template_folder=os.path.join(os.path.dirname(__file__), "templates"),
+                static_folder=os.path.join(os.path.dirname(__file__), "static"))
+    tables: dict[str, Table] = {}
+    lock = threading.Lock()
+
+    def table(name: str) -> Table:
+        if name not in manifest["tables"] and name != DEAD_TABLE:
+            abort(404, f"no table {name!r} in this dataset")
+        with lock:
+            if name not in tables:
+                split = manifest["tables"].get(name, {}).get("schema")
+                try:
+                    split = schema_of(split).split_field if split else None
+                except SchemaError:
+                    split = None
+                tables[name] = Table(dataset_dir, name, manifest, split_field=split)
+            return tables[name]
+
+    @app.after_request
+    def headers(response: Response) -> Response:
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["Cross-Origin-Resource-Policy"] = "same-origin"
+        return response
+
+    @app.route("/")
+    def overview():
+        entries = []
+        for name, entry in manifest["tables"].items():
+            try:
+                schema = schema_of(entry["schema"])
+            except SchemaError:
+                schema = None
+            entries.append({"name": name, "entry": entry, "fields": schema.fields if schema else (),
+                            "split_field": schema.split_field if schema else None})
+        return render_template("overview.html", m=manifest, location=dataset_dir, tables=entries,
+                               stages=_stages(manifest), config=_config(manifest), dead=_dead(table, manifest))
+
+    @app.route("/t/<name>")
+    def rows(name: str):
+        t = table(name)
+        column = request.args.get("column") or ""
+        value = request.args.get("value")
+        if column and column not in t.filter_columns:
+            abort(400, f"{column!r} is not a filter column of {name} (filter by one of {t.filter_columns})")
+        numbers = list(t.matching(column, value)) if column and value is not None else None
+        total = len(numbers) if numbers is not None else t.rows
+        pages = max(1, -(-total // PAGE_ROWS))
+        page = min(max(1, request.args.get("page", 1, type=int)), pages)
+        lo, hi = (page - 1) * PAGE_ROWS, min(page * PAGE_ROWS, total)
+        shown = numbers[lo:hi] if numbers is not None else list(range(lo, hi))
+        data = t.rows_at(shown) if numbers is not None else t.slice(lo, hi)
+        cells = [[_cell(r.get(c)) for c in t.schema.names] for r in data]
+        menus = {c: [as_text(v) for v in t.values(c)] for c in t.filter_columns}
+        return render_template("table.html", name=name, columns=t.schema.names, rows=list(zip(shown, cells)),
+                               page=page, pages=pages, total=total, column=column, value=value, menus=menus,
+                               m=manifest, args={"column": column, "value": value} if column else {})
+
+    @app.route("/t/<name>/<int:number>")
+    def row(name: str, number: int):
+        t = table(name)
+        try:
+            r = t.row(number)
+        except IndexError as exc:
+            abort(404, str(exc))
+        docs = _docs(manifest, name)
+        fields = [{"name": k, "doc": docs.get(k, ""), "text": _full(v), "image": _image_type(v) is not None}
+                  for k, v in r.items()]
+        return render_template("row.html", name=name, number=number, fields=fields, rows=t.rows, m=manifest)
+
+    @app.route("/t/<name>/<int:number>/<field>")
+    def image(name: str, number: int, field: str):
+        t = table(name)
+        if not 0 <= number < t.rows:
+            abort(404, f"{name} has {t.rows} rows; there is no row {number}")
+        r = t.row(number)
+        kind = _image_type(r.get(field))
+        if kind is None:
+            abort(404, f"{name} row {number}: {field!r} holds no image")
+        return Response(r[field], mimetype=kind)
+
+    @app.errorhandler(400)
+    @app.errorhandler(404)
+    def error(exc):
+        return render_template("error.html", message=exc.description, m=manifest), exc.code
+
+    app.config["DATASET_DIR"] = dataset_dir
+    return app
+
+
+def _config(manifest: dict) -> list[tuple[str, str, bool]]:
+    swept = set(manifest.get("swept") or ())
+    return [(k, json.dumps(v), k in swept) for k, v in sorted((manifest.get("config") or {}).items())]
+
+
+def _stages(manifest: dict) -> tuple[list[str], list[tuple[str, list]]]:
+    """The funnel: one row per stage, the counters any stage has as columns."""
+    stages = manifest.get("stages") or {}
+    order = ["inputs", "outputs", "dead", "skipped", "reused", "computed", "busy_s", "span_s"]
+    seen = {k for s in stages.values() for k in s}
+    columns = [k for k in order if k in seen] + sorted(seen - set(order))
+    return columns, [(name, [_counter(s.get(c)) for c in columns]) for name, s in stages.items()]
+
+
+def _counter(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return "" if value is None else str(value)
+
+
+def _dead(table, manifest: dict) -> list[dict]:
+    """Dead letters grouped by stage and error type, with a few excerpts each."""
+    if not (manifest.get("dead_letters") or {}).get("count"):
+        return []
+    t = table(DEAD_TABLE)
+    groups: dict = collections.OrderedDict()
+    for start in range(0, t.rows, 1000):
+        for r in t.slice(start, start + 1000):
+            g = groups.setdefault((r.get("stage"), r.get("error_type")), {"count": 0, "examples": []})
+            g["count"] += 1
+            if len(g["examples"]) < 3:
+                g["examples"].append({"message": _cell(r.get("message"), 300), "excerpt": _cell(r.get("excerpt"), 300)})
+    return [{"stage": s, "error_type": e, **g} for (s, e), g in groups.items()]
+
+
+def _docs(manifest: dict, name: str) -> dict[str, str]:
+    try:
+        schema = DEAD_LETTER if name == DEAD_TABLE else schema_of(manifest["tables"][name]["schema"])
+    except (SchemaError, KeyError):
+        return {}
+    return {f.name: f.doc for f in schema.fields}
+
+
+def _image_type(value) -> str | None:
+    if isinstance(value, (bytes, bytearray)):
+        for magic, kind in IMAGE_MAGIC.items():
+            if bytes(value[:len(magic)]) == magic:
+                return kind
+    return None
+
+
+def _cell(value, width: int = CELL_CHARS) -> str:
+    text = _full(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _full(value) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        kind = _image_type(value)
+        return f"<{kind or 'binary'}, {len(value)} bytes>"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)

@@ -1,0 +1,116 @@
+"""A dataset table read page by page: rows `[start, stop)` come from the Parquet row groups that
+hold them, so a page of a million-row table costs a row group, not the table.
+
+Filters (`where`) read only the filtered column, one row group at a time, and keep the matching
+row numbers; the list is cached per (table, filter), so paging through a filter reads the column
+once.
+"""
+from __future__ import annotations
+
+import bisect
+import functools
+import threading
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from core import storage
+from core.dataset_folder import table_locations
+
+# the columns people filter by, where a table has them
+FILTER_COLUMNS = ("split", "task", "domain", "source", "outcome", "kept", "platform", "stage", "error_type",
+                  "layer", "kind", "preset")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One row group: which file, which group in it, and the table's row number of its first row."""
+    location: str
+    index: int
+    start: int
+    rows: int
+
+
+class Table:
+    """One table of a dataset folder, opened through its manifest."""
+
+    def __init__(self, dataset_dir: str, name: str, manifest: dict, split_field: str | None = None):
+        self.name, self.split_field = name, split_field
+        self._lock = threading.Lock()
+        self._files: dict[str, pq.ParquetFile] = {}
+        self.groups: list[Group] = []
+        start = 0
+        for location in table_locations(dataset_dir, name, manifest):
+            meta = self._file(location).metadata
+            for i in range(meta.num_row_groups):
+                n = meta.row_group(i).num_rows
+                if n:
+                    self.groups.append(Group(location, i, start, n))
+                    start += n
+        self.rows = start
+        self.schema = self._file(self.groups[0].location).schema_arrow if self.groups else pa.schema([])
+        self._starts = [g.start for g in self.groups]
+
+    def _file(self, location: str) -> pq.ParquetFile:
+        with self._lock:
+            if location not in self._files:
+                fs, path = storage.filesystem(location)
+                self._files[location] = pq.ParquetFile(fs.open_input_file(path))
+            return self._files[location]
+
+    @property
+    def filter_columns(self) -> list[str]:
+        wanted = ((self.split_field,) if self.split_field else ()) + FILTER_COLUMNS
+        return [c for c in dict.fromkeys(wanted) if c in self.schema.names]
+
+    def _group_rows(self, group: Group, columns=None) -> pa.Table:
+        return self._file(group.location).read_row_group(group.index, columns=columns)
+
+    def slice(self, start: int, stop: int) -> list[dict]:
+        """Rows [start, stop) of the table, as dicts."""
+        out: list[dict] = []
+        k = max(0, bisect.bisect_right(self._starts, start) - 1)
+        while k < len(self.groups) and self.groups[k].start < stop:
+            g = self.groups[k]
+            lo, hi = max(start, g.start) - g.start, min(stop, g.start + g.rows) - g.start
+            out += self._group_rows(g).slice(lo, hi - lo).to_pylist()
+            k += 1
+        return out
+
+    def row(self, number: int) -> dict:
+        rows = self.slice(number, number + 1)
+        if not rows:
+            raise IndexError(f"{self.name} has {self.rows} rows; there is no row {number}")
+        return rows[0]
+
+    def values(self, column: str, limit: int = 50) -> list:
+        """The distinct values of a filter column (for its menu), from the manifest's splits or the column."""
+        seen: dict = {}
+        for g in self.groups:
+            for v in pc.unique(self._group_rows(g, [column]).column(column)).to_pylist():
+                seen[v] = None
+                if len(seen) >= limit:
+                    return list(seen)
+        return list(seen)
+
+    @functools.lru_cache(maxsize=64)
+    def matching(self, column: str, value: str) -> tuple[int, ...]:
+        """Row numbers where `column`, shown as text, equals `value`; one column read per group."""
+        found: list[int] = []
+        for g in self.groups:
+            col = self._group_rows(g, [column]).column(column)
+            texts = [as_text(v) for v in col.to_pylist()]
+            found += [g.start + i for i, t in enumerate(texts) if t == value]
+        return tuple(found)
+
+    def rows_at(self, numbers: list[int]) -> list[dict]:
+        return [self.row(n) for n in numbers]
+
+
+def as_text(value) -> str:
+    """How a filter value is written in a URL: booleans as true/false, None as null."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)

@@ -1,0 +1,192 @@
+"""`shardsmith view`, used as a person uses it: the real server on loopback, Debian's Chromium
+through Playwright, on a pruned-synth run made here and a hand-written multiui dataset whose
+crawled text is hostile."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from schemas import multiui as mschema
+from tests.conftest import write_dataset
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+HOSTILE_TITLE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">Shop & "Sale"'
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+def serve(dataset_dir: str):
+    """The viewer's app on a free loopback port, served by the same server `shardsmith view` uses."""
+    from werkzeug.serving import make_server
+    from pipelines.viewer.app import make_app
+    server = make_server("127.0.0.1", 0, make_app(dataset_dir), threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_port}"
+
+
+@pytest.fixture(scope="module")
+def pruned(tmp_path_factory):
+    from pipelines import registry
+    from pipelines.run import run
+    out = tmp_path_factory.mktemp("view")
+    run(registry.get("pruned-synth"), out=str(out), sets=["m=[100,200]", "n_test=120"])
+    path = str(out / "pruned-synth")
+    server, url = serve(path)
+    with open(os.path.join(path, "_manifest.json")) as fh:
+        yield url, json.load(fh)
+    server.shutdown()
+
+
+def _png(width: int, height: int) -> bytes:
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (30, 120, 200)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _page(pid: str, title: str) -> dict:
+    return {"id": pid, "url": f"https://example.test/{pid}", "final_url": f"https://example.test/{pid}",
+            "source": "warc", "source_ref": "crawl.warc.gz", "platform": "desktop", "viewport_width": 64,
+            "viewport_height": 48, "device_scale_factor": 1.0, "title": title,
+            "html": f"<html><head><title>{title}</title></head><body><script>alert(1)</script></body></html>",
+            "screenshot": _png(64, 48), "screenshot_width": 64, "screenshot_height": 48,
+            "nodes": [{"node_id": 0, "parent": -1, "depth": 0, "role": "RootWebArea", "name": title, "tag": "html",
+                       "box": [0.0, 0.0, 64.0, 48.0], "box_norm": [0.0, 0.0, 1.0, 1.0], "interactive": False,
+                       "href": None, "src": None, "alt": None}],
+            "actions": [], "text_chars": 20, "stylesheets_loaded": 0, "stylesheets_missing": 0, "images_loaded": 0,
+            "images_missing": 0, "kept": True, "reject_reason": None}
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("hostile") / "multiui")
+    sample = {"id": "s0", "page_id": "p0", "task": "webpage_qa", "platform": "desktop", "template_id": 0,
+              "generator": "llm:m", "target_node": None, "bbox": None, "box_px": None,
+              "conversations": [{"from": "human", "value": "<image>\nWhat is the title?"},
+                                {"from": "gpt", "value": HOSTILE_TITLE}]}
+    write_dataset(root, "multiui", {mschema.PAGES: [[[_page("p0", HOSTILE_TITLE)]]],
+                                    mschema.SAMPLES: [[[sample]]]})
+    server, url = serve(root)
+    yield url
+    server.shutdown()
+
+
+def test_the_overview_shows_the_runs_funnel_and_tables_as_the_manifest_says(browser, pruned):
+    url, manifest = pruned
+    page = browser.new_page()
+    response = page.goto(url + "/")
+    assert "script-src" not in response.headers["content-security-policy"]      # default-src 'none' covers it
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    shown = {}
+    for row in page.locator("#stages tr[data-stage]").all():
+        cells = row.locator("td[data-counter]").all()
+        shown[row.get_attribute("data-stage")] = {c.get_attribute("data-counter"): c.inner_text() for c in cells}
+    assert set(shown) == set(manifest["stages"]) and shown
+    for stage, counters in manifest["stages"].items():
+        for key in ("inputs", "outputs", "dead"):
+            assert shown[stage][key] == str(counters[key]), (stage, key)
+    for name, entry in manifest["tables"].items():
+        assert page.locator(f"#table-{name} .rows").inner_text() == str(entry["rows"])
+    swept = page.locator("#config tr.swept td:first-child").all_inner_texts()
+    assert swept == manifest["swept"] == ["m"]
+    page.close()
+
+
+def test_paging_reaches_the_last_row_and_a_row_opens_in_full(browser, pruned):
+    url, manifest = pruned
+    total = manifest["tables"]["rows"]["rows"]
+    page = browser.new_page()
+    page.goto(url + "/")
+    page.click("#table-rows h3 a")
+    assert page.locator("#total").inner_text() == str(total)
+    first_page = page.locator("#rows tr").count() - 1
+    page.click("#next")
+    assert page.locator("#page").inner_text() == "2"
+    page.click("#last")
+    numbers = [int(n) for n in page.locator("#rows a.row-link").all_inner_texts()]
+    assert numbers[-1] == total - 1 and first_page == 25 and len(numbers) == total - 25 * (int(page.locator("#pages").inner_text()) - 1)
+    page.click("#rows a.row-link >> nth=-1")
+    assert page.locator("h1").inner_text().startswith("rows") and f"row {total - 1} of {total}" in page.inner_text("h1")
+    assert page.locator("dd[data-field='source'] pre").inner_text() in manifest["tables"]["rows"]["splits"]
+    page.close()
+
+
+def test_a_split_link_filters_the_rows(browser, pruned):
+    url, manifest = pruned
+    page = browser.new_page()
+    page.goto(url + "/")
+    page.click("#table-rows a.split:text-is('synthetic')")
+    assert page.locator("#total").inner_text() == str(manifest["tables"]["rows"]["splits"]["synthetic"])
+    sources = page.locator("#rows tr td:nth-child(4)").all_inner_texts()       # #, id, experiment, source
+    assert sources and set(sources) == {"synthetic"}
+    page.close()
+
+
+def test_hostile_page_text_shows_as_text_and_runs_nothing(browser, hostile):
+    page = browser.new_page()
+    page.goto(hostile + "/t/pages/0")
+    assert page.locator("dd[data-field='title'] pre").inner_text() == HOSTILE_TITLE
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("main script, main img[src='x']").count() == 0
+    image = page.locator("dd[data-field='screenshot'] img")
+    assert image.evaluate("img => img.naturalWidth") == 64              # the screenshot, served as a PNG
+    page.goto(hostile + "/t/samples")
+    assert "<script>window.pwned = 1</script>" in page.inner_text("#rows") and page.evaluate("window.pwned") is None
+    assert page.locator("script").count() == 0
+    page.close()
+
+
+def test_what_is_not_there_is_a_404_that_says_so(browser, pruned):
+    url, _ = pruned
+    page = browser.new_page()
+    assert page.goto(url + "/t/nope").status == 404 and "no table 'nope'" in page.inner_text("#error")
+    assert page.goto(url + "/t/rows/99999999").status == 404
+    assert page.goto(url + "/t/rows?column=x&value=1").status == 400
+    page.close()
+
+
+def test_view_refuses_a_folder_that_is_not_a_dataset_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "view", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "not a finished shardsmith dataset" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_in_s3_is_viewed_the_same(browser, s3_store, tmp_path):
+    """A run published to the loopback S3 server: the overview and the last page read from the store."""
+    from pipelines import registry
+    from pipelines.run import run
+    out = s3_store.bucket() + "/runs"
+    manifest = run(registry.get("pruned-synth"), out=out, sets=["m=100", "n_test=60"])
+    server, url = serve(out + "/pruned-synth")
+    try:
+        page = browser.new_page()
+        page.goto(url + "/")
+        assert page.locator("dt:text-is('location') + dd").inner_text() == out + "/pruned-synth"
+        for stage, counters in manifest["stages"].items():
+            cell = page.locator(f"#stages tr[data-stage='{stage}'] td[data-counter='outputs']")
+            assert cell.inner_text() == str(counters["outputs"])
+        page.goto(url + "/t/rows")
+        page.click("#last")
+        numbers = [int(n) for n in page.locator("#rows a.row-link").all_inner_texts()]
+        assert numbers[-1] == manifest["tables"]["rows"]["rows"] - 1
+        page.close()
+    finally:
+        server.shutdown()
