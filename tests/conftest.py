@@ -41,6 +41,23 @@ def _store(tmp_path_factory, make):
     store.stop()
 
 
+CHROMIUM = "/usr/bin/chromium"   # Debian's chromium, driven by Playwright (no `playwright install`)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium through Playwright, one per test module (skips where it is missing)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
 GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
 
 
@@ -201,7 +218,7 @@ def pytest_runtest_logreport(report):
 
 
 # a test that uses one of these fixtures is heavy for the fixture's reason
-FIXTURE_MARKS = {"converted_model_cache": "model", "run_dataset": "pipeline", "s3_store": "store",
+FIXTURE_MARKS = {"browser": "browser", "converted_model_cache": "model", "run_dataset": "pipeline", "s3_store": "store",
                  "gcs_store": "store"}
 HEAVY_GUESS_S = 10.0   # seconds a heavy test is guessed to take until tests/durations.json has its file
 

@@ -15,21 +15,7 @@ import pytest
 from schemas import multiui as mschema
 from tests.conftest import write_dataset
 
-pytestmark = pytest.mark.browser
-
-CHROMIUM = "/usr/bin/chromium"
 HOSTILE_TITLE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">Shop & "Sale"'
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def serve(dataset_dir: str):
@@ -81,8 +67,12 @@ def hostile(tmp_path_factory):
               "generator": "llm:m", "target_node": None, "bbox": None, "box_px": None,
               "conversations": [{"from": "human", "value": "<image>\nWhat is the title?"},
                                 {"from": "gpt", "value": HOSTILE_TITLE}]}
+    grounding = dict(sample, id="s1", task="element_grounding", generator="rule", target_node=0,
+                     bbox=[0.25, 0.5, 0.75, 1.0], box_px=[16, 24, 48, 48],
+                     conversations=[{"from": "human", "value": "<image>\nWhere is the sale banner?"},
+                                    {"from": "gpt", "value": "[0.25, 0.5, 0.75, 1.0]"}])
     write_dataset(root, "multiui", {mschema.PAGES: [[[_page("p0", HOSTILE_TITLE)]]],
-                                    mschema.SAMPLES: [[[sample]]]})
+                                    mschema.SAMPLES: [[[sample, grounding]]]})
     server, url = serve(root)
     yield url
     server.shutdown()
@@ -153,6 +143,22 @@ def test_hostile_page_text_shows_as_text_and_runs_nothing(browser, hostile):
     page.close()
 
 
+def test_a_multiui_sample_shows_its_screenshot_with_its_box(browser, hostile):
+    page = browser.new_page()
+    page.goto(hostile + "/t/samples/1")
+    picture = page.locator("#sample-picture")
+    boxes = picture.locator("rect.box")
+    assert boxes.count() == 1                                    # the sample has one box
+    box = {k: float(boxes.first.get_attribute(k)) for k in ("x", "y", "width", "height")}
+    assert box == {"x": 16.0, "y": 24.0, "width": 32.0, "height": 24.0}   # bbox of a 64 x 48 screenshot
+    assert picture.locator("image").evaluate("i => i.getBBox().width") == 64
+    assert "Where is the sale banner?" in page.inner_text(".turns")
+    page.goto(hostile + "/t/samples/0")                          # a page-level sample: no box
+    assert page.locator("#sample-picture rect.box").count() == 0
+    assert page.evaluate("window.pwned") is None and HOSTILE_TITLE in page.inner_text(".turns")
+    page.close()
+
+
 def test_what_is_not_there_is_a_404_that_says_so(browser, pruned):
     url, _ = pruned
     page = browser.new_page()
@@ -160,6 +166,31 @@ def test_what_is_not_there_is_a_404_that_says_so(browser, pruned):
     assert page.goto(url + "/t/rows/99999999").status == 404
     assert page.goto(url + "/t/rows?column=x&value=1").status == 400
     page.close()
+
+
+def test_a_page_is_the_same_rows_whichever_groups_and_files_hold_them(tmp_path):
+    """Table.slice against the rows themselves: 300 random ranges over two files of 700- and
+    1000-row groups (a range may start, end or span anywhere)."""
+    import random
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pipelines.viewer.tables import Table
+    rows = pa.Table.from_pylist([{"id": f"r{i}", "v": i} for i in range(5000)])
+    os.makedirs(tmp_path / "g" / "t")
+    pq.write_table(rows.slice(0, 3000), tmp_path / "g" / "t" / "a.parquet", row_group_size=700)
+    pq.write_table(rows.slice(3000), tmp_path / "g" / "t" / "b.parquet", row_group_size=1000)
+    manifest = {"dataset": "x", "tables": {"t": {"files": [{"path": "g/t/a.parquet", "rows": 3000},
+                                                           {"path": "g/t/b.parquet", "rows": 2000}]}}}
+    table = Table(str(tmp_path), "t", manifest)
+    assert (table.rows, len(table.groups)) == (5000, 7)
+    rng = random.Random(0)
+    for _ in range(300):
+        a = rng.randrange(0, 5000)
+        b = rng.randrange(a, min(5000, a + 900) + 1)
+        assert [r["v"] for r in table.slice(a, b)] == list(range(a, b)), (a, b)
+    assert table.row(4999)["id"] == "r4999" and table.matching("v", "42") == (42,)
+    with pytest.raises(IndexError, match="has 5000 rows"):
+        table.row(5000)
 
 
 def test_view_refuses_a_folder_that_is_not_a_dataset_in_one_line(tmp_path):

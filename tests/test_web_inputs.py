@@ -29,9 +29,6 @@ from transforms.web.warc_archive import WarcArchive
 
 WEB_DATA = os.path.join(TEST_DATA, "web")
 SITE = os.path.join(os.path.dirname(__file__), "..", "pipelines", "sites", "multiui")
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 def _targets(items):
@@ -246,17 +243,6 @@ class Server:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -85,7 +85,8 @@ def make_app(dataset_dir: str) -> Flask:
         shown = numbers[lo:hi] if numbers is not None else list(range(lo, hi))
         data = t.rows_at(shown) if numbers is not None else t.slice(lo, hi)
         cells = [[_cell(r.get(c)) for c in t.schema.names] for r in data]
-        menus = {c: [as_text(v) for v in t.values(c)] for c in t.filter_columns}
+        splits = manifest["tables"].get(name, {}).get("splits")
+        menus = {c: [as_text(v) for v in t.values(c, splits)] for c in t.filter_columns}
         return render_template("table.html", name=name, columns=t.schema.names, rows=list(zip(shown, cells)),
                                page=page, pages=pages, total=total, column=column, value=value, menus=menus,
                                m=manifest, args={"column": column, "value": value} if column else {})
@@ -100,7 +101,9 @@ def make_app(dataset_dir: str) -> Flask:
         docs = _docs(manifest, name)
         fields = [{"name": k, "doc": docs.get(k, ""), "text": _full(v), "image": _image_type(v) is not None}
                   for k, v in r.items()]
-        return render_template("row.html", name=name, number=number, fields=fields, rows=t.rows, m=manifest)
+        picture = _multiui_sample(table, r) if manifest["dataset"] == "multiui" and name == "samples" else None
+        return render_template("row.html", name=name, number=number, fields=fields, rows=t.rows, m=manifest,
+                               picture=picture)
 
     @app.route("/t/<name>/<int:number>/<field>")
     def image(name: str, number: int, field: str):
@@ -119,7 +122,27 @@ def make_app(dataset_dir: str) -> Flask:
         return render_template("error.html", message=exc.description, m=manifest), exc.code
 
     app.config["DATASET_DIR"] = dataset_dir
+    for name in app.jinja_env.list_templates():    # compiled once, at start, not by the first visitor
+        app.jinja_env.get_template(name)
     return app
+
+
+def _multiui_sample(table, sample: dict) -> dict | None:
+    """A multiui sample as a person checks it: its page's screenshot with the sample's box drawn
+    (an SVG rectangle over the image, so the box is an element a test can count), the turns beside."""
+    pages = table("pages")
+    found = pages.matching("id", sample["page_id"])
+    if not found:
+        return None
+    page = pages.row(found[0])
+    width, height = page["screenshot_width"], page["screenshot_height"]
+    boxes = []
+    if sample.get("bbox"):
+        left, top, right, bottom = sample["bbox"]
+        boxes.append((left * width, top * height, (right - left) * width, (bottom - top) * height))
+    turns = [(t.get("from", ""), t.get("value", "")) for t in sample.get("conversations") or []]
+    return {"page": found[0], "width": width, "height": height, "boxes": boxes, "turns": turns,
+            "stroke": max(2, round(width / 300))}
 
 
 def _config(manifest: dict) -> list[tuple[str, str, bool]]:

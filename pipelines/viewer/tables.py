@@ -13,12 +13,12 @@ import threading
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from core import storage
 from core.dataset_folder import table_locations
 
+BATCH_ROWS = 256     # rows decoded at a time when a page is read out of a row group
 # the columns people filter by, where a table has them
 FILTER_COLUMNS = ("split", "task", "domain", "source", "outcome", "kept", "platform", "stage", "error_type",
                   "layer", "kind", "preset")
@@ -69,13 +69,20 @@ class Table:
         return self._file(group.location).read_row_group(group.index, columns=columns)
 
     def slice(self, start: int, stop: int) -> list[dict]:
-        """Rows [start, stop) of the table, as dicts."""
+        """Rows [start, stop) of the table, as dicts. Within a row group only the batches up to the
+        last row wanted are decoded, so the first page of a big group costs its first batch."""
         out: list[dict] = []
         k = max(0, bisect.bisect_right(self._starts, start) - 1)
         while k < len(self.groups) and self.groups[k].start < stop:
             g = self.groups[k]
             lo, hi = max(start, g.start) - g.start, min(stop, g.start + g.rows) - g.start
-            out += self._group_rows(g).slice(lo, hi - lo).to_pylist()
+            seen = 0
+            for batch in self._file(g.location).iter_batches(batch_size=BATCH_ROWS, row_groups=[g.index]):
+                if seen + batch.num_rows > lo:
+                    out += batch.slice(max(0, lo - seen), hi - max(lo, seen)).to_pylist()
+                seen += batch.num_rows
+                if seen >= hi:
+                    break
             k += 1
         return out
 
@@ -85,15 +92,14 @@ class Table:
             raise IndexError(f"{self.name} has {self.rows} rows; there is no row {number}")
         return rows[0]
 
-    def values(self, column: str, limit: int = 50) -> list:
-        """The distinct values of a filter column (for its menu), from the manifest's splits or the column."""
-        seen: dict = {}
-        for g in self.groups:
-            for v in pc.unique(self._group_rows(g, [column]).column(column)).to_pylist():
-                seen[v] = None
-                if len(seen) >= limit:
-                    return list(seen)
-        return list(seen)
+    def values(self, column: str, splits: dict | None = None) -> list:
+        """The values to offer for a filter column without reading it: the manifest's splits for
+        the split column, true/false for a boolean one, none (type a value) for the rest."""
+        if column == self.split_field and splits:
+            return list(splits)
+        if pa.types.is_boolean(self.schema.field(column).type):
+            return [True, False]
+        return []
 
     @functools.lru_cache(maxsize=64)
     def matching(self, column: str, value: str) -> tuple[int, ...]:

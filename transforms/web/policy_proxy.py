@@ -20,11 +20,13 @@ proxied too), and the proxy:
   never decoded whole, never buffered. The request offers the server only those codings, and a
   response in another (zstd, compress) or in stacked codings is refused: its size could not be
   counted;
+- offers no compression to a plain WebSocket (it drops `Sec-WebSocket-Extensions` from a ws://
+  handshake in a tunnel), so a message counts at its size, not at its deflated size;
 - skips informational responses (103 Early Hints, 102 Processing) and forwards the final one;
 - records why it refused a request or a connection failed, for the render error's reason.
 
-What it does not see: the content of https tunnels (their bytes count as they cross the wire, so
-a compressed body inside https counts at its compressed size, and WebSocket frames likewise),
+What it does not see: the content of https and wss tunnels (their bytes count as they cross the
+wire, so a compressed body inside https counts at its compressed size),
 and traffic that does not go to a proxy at all. For the latter Chromium is started with WebRTC
 limited to proxied connections and its own host resolver disabled (render.py).
 
@@ -187,6 +189,7 @@ class PolicyProxy:
                 url = _tunnel_url(target)
                 upstream = self._connect(url)
                 client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                rest = _plain_websocket_head(client, rest)
                 if rest:
                     upstream.sendall(rest)
                 self._relay(client, upstream, url)
@@ -275,6 +278,32 @@ class PolicyProxy:
                 if s is upstream:
                     self._charge(len(data), url)
                 pair[s].sendall(data)
+
+
+def _plain_websocket_head(client: socket.socket, start: bytes) -> bytes:
+    """The first bytes of a tunnel, with compression taken out of a plain (ws://) WebSocket
+    handshake: without `Sec-WebSocket-Extensions` no permessage-deflate is negotiated, so the
+    frames that cross the tunnel are the message bytes and the budget counts what the page gets.
+    A TLS tunnel (https, wss) starts with a handshake record and is passed on untouched."""
+    data = start
+    while len(data) < 4:
+        if not select.select([client], [], [], IDLE_TIMEOUT_S)[0]:
+            return data
+        more = client.recv(CHUNK)
+        if not more:
+            return data
+        data += more
+    if not data.startswith(b"GET "):
+        return data
+    while b"\r\n\r\n" not in data and len(data) < MAX_HEAD:
+        more = client.recv(CHUNK)
+        if not more:
+            return data
+        data += more
+    head, sep, body = data.partition(b"\r\n\r\n")
+    lines = [line for line in head.split(b"\r\n")
+             if not line.lower().startswith(b"sec-websocket-extensions:")]
+    return b"\r\n".join(lines) + sep + body
 
 
 class _FinalResponse(http.client.HTTPResponse):
