@@ -212,7 +212,7 @@ def pytest_runtest_logreport(report):
     """With SHARDSMITH_TEST_TIMES=FILE, each test phase's seconds are appended there as it ends (a
     killed or timed-out run still says where its time went)."""
     path = os.environ.get("SHARDSMITH_TEST_TIMES")
-    if path:
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):   # under xdist the controller writes each once
         with open(path, "a") as fh:
             fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
 

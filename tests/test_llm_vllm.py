@@ -172,7 +172,7 @@ def test_start_health_generate_stop(standin, model_folder, tmp_path):
         with pytest.raises(TypeError, match="cannot be pickled"):
             pickle.dumps(server)
         server_pid, helper = _pids(pids)
-        assert server.pid == server_pid
+        assert os.getpgid(server_pid) == os.getpgid(helper) == server.pid   # one group, led by its supervisor
     assert not server.running and _gone(server_pid) and _gone(helper)
     text = log.read_text()
     assert "-m vllm.entrypoints.openai.api_server" in text
@@ -316,12 +316,30 @@ def test_backend_restarts_a_dead_server(standin, model_folder):
     backend = VllmBackend(str(model_folder), python=sys.executable, env=env, startup_timeout_s=60).load()
     try:
         first = _pids(pids)
-        os.killpg(first[0], 9)  # and ask at once: the dead server may still look alive for a moment
+        os.killpg(os.getpgid(first[0]), 9)  # and ask at once: the dead server may still look alive for a moment
         [c] = backend.generate([Request("a", "again")])
         assert isinstance(c, Completion) and c.text == "AGAIN" and _pids(pids) != first
     finally:
         backend.close()
     assert all(_gone(pid) for pid in _pids(pids))
+
+
+def test_a_killed_worker_takes_its_server_with_it(standin, model_folder, tmp_path):
+    """A worker SIGKILLed mid-run (as a cluster ends a stuck one: no teardown, no atexit) leaves no
+    vLLM server and none of the server's own children."""
+    env, pids = standin
+    worker = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from transforms.llm.vllm_backend import VllmBackend; "
+        f"b = VllmBackend({str(model_folder)!r}, python=sys.executable, env={env!r}, startup_timeout_s=60).load(); "
+        "print('up', flush=True); time.sleep(120)")], cwd=str(REPO), stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline().strip() == "up"
+        server_pid, helper = _pids(pids)
+        assert not _gone(server_pid, within=0) and not _gone(helper, within=0)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert _gone(server_pid) and _gone(helper)
 
 
 def test_selfmoe_builds_the_vllm_backend(monkeypatch, tmp_path):

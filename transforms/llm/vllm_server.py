@@ -29,8 +29,11 @@ import urllib.error
 import urllib.request
 import weakref
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
+
+from core.process_tree import tied_to_parent
 
 PYTHON_ENV = "SHARDSMITH_VLLM_PYTHON"
 DEFAULT_VENV = ".venv-vllm"
@@ -41,6 +44,9 @@ CPU_DEFAULTS = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "nob
 MODULE = "vllm.entrypoints.openai.api_server"
 HOST = "127.0.0.1"
 TAIL_LINES = 30
+# servers are started from this one thread, which lives as long as the process: the kernel's
+# parent-death signal follows the thread that started a child, and callers' threads come and go
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-spawner")
 log = logging.getLogger(__name__)
 
 
@@ -175,6 +181,7 @@ class VllmServer:
 
     @property
     def pid(self) -> Optional[int]:
+        """The server's process group (its supervisor, core/process_tree.py, leads it)."""
         return self._process.pid if self._process is not None else None
 
     @property
@@ -210,8 +217,11 @@ class VllmServer:
         with open(self.log_path, "ab") as log_file:
             log_file.write(f"$ {' '.join(cmd)}\n".encode())
             log_file.flush()
-            self._process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                                             env=env, start_new_session=True)
+            # its own group (stop() kills it whole), tied to a thread that lives as long as this
+            # process: a SIGKILLed worker runs no teardown, and the kernel ends the server with it
+            self._process = _SPAWNER.submit(
+                subprocess.Popen, tied_to_parent(cmd), stdin=subprocess.DEVNULL, stdout=log_file,
+                stderr=subprocess.STDOUT, env=env, start_new_session=True).result()
         self.port = port
         self._finalizer = weakref.finalize(self, _stop_group, self._process, os.getpid(), self.stop_grace_s)
         started = time.monotonic()

@@ -46,6 +46,7 @@ from urllib.parse import urldefrag, urlsplit
 
 from transforms.io.transient import Transient
 from transforms.web.ax_tree import SnapshotIndex, build_nodes
+from core.process_tree import tied_to_parent
 from transforms.web.cdp import CDPConnection, CDPError
 from transforms.web.fetch_policy import DNS_UNAVAILABLE
 from transforms.web.policy_proxy import PolicyProxy
@@ -388,7 +389,9 @@ class _Worker:
         self.profile_dir = tempfile.mkdtemp(prefix="shardsmith-chromium-")
         cmd = [self.owner.executable_path, *self.owner.args, *_BASE_ARGS,
                f"--user-data-dir={self.profile_dir}", "about:blank"]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        # its own group (to kill it whole), tied to this thread (a SIGKILLed worker runs no
+        # teardown and no atexit: the kernel ends the browser with it)
+        self.proc = subprocess.Popen(tied_to_parent(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         # a worker that exits without teardown must not leave a browser behind
         self._atexit = functools.partial(_kill_group, self.proc)

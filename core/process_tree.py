@@ -1,0 +1,50 @@
+"""Child process groups that die with the process that started them.
+
+Why: Dataflow, Flink and Dask end a stuck or preempted worker with SIGKILL, which runs no
+teardown and no atexit. A browser or a model server started in a session of its own (so that its
+whole group can be stopped at once) is then reparented to init and keeps running, with its own
+children (Chromium's renderers, vLLM's engine). `tied_to_parent(cmd)` runs `cmd` under a small
+supervisor that asks the kernel for a signal when its parent dies (PR_SET_PDEATHSIG) and then
+kills its whole process group; otherwise it only waits for the command and exits as it did.
+Start the child with `start_new_session=True`, so the group is the child's alone.
+
+The kernel sends that signal when the *thread* that started the child ends, so start such a
+child from a thread that lives as long as the child should (the renderer's own thread, a
+spawner thread), not from a pool thread that may end first.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+SUPERVISOR = r"""
+import ctypes, os, signal, sys
+parent, cmd = int(sys.argv[1]), sys.argv[2:]
+signal.signal(signal.SIGUSR2, lambda *_: os.killpg(0, signal.SIGKILL))  # the parent died: the group goes
+signal.signal(signal.SIGTERM, signal.SIG_IGN)       # a stop of the group is the command's to answer
+ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGUSR2), 0, 0, 0)   # PR_SET_PDEATHSIG
+if os.getppid() != parent:                          # it died before we asked
+    os.killpg(0, signal.SIGKILL)
+pid = os.fork()
+if pid == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as exc:
+        sys.stderr.write(f"cannot run {cmd[0]}: {exc}\n")
+        os._exit(127)
+while True:
+    try:
+        status = os.waitpid(pid, 0)[1]
+        break
+    except InterruptedError:
+        continue
+code = os.waitstatus_to_exitcode(status)
+os._exit(code if code >= 0 else 128 - code)
+"""
+
+
+def tied_to_parent(cmd: list[str]) -> list[str]:
+    """`cmd` under the supervisor: its process group is SIGKILLed when this thread or process dies."""
+    return [sys.executable, "-c", SUPERVISOR, str(os.getpid()), *cmd]
