@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from schemas import multiui as mschema
+from schemas import rmaxts as rschema
 from tests.conftest import write_dataset
 
 HOSTILE_TITLE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">Shop & "Sale"'
@@ -76,6 +77,48 @@ def hostile(tmp_path_factory):
     server, url = serve(root)
     yield url
     server.shutdown()
+
+
+def _node(nid, parent, goal, depth, prefixes, visits):
+    return {"id": nid, "problem_id": "pr0", "goal": goal, "parent_id": parent, "depth": depth,
+            "prefixes": prefixes, "visits": visits, "reward": visits / 2, "value": 0.5}
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory):
+    """One solved problem: a root, two states under it (one on the proof's path), one below that."""
+    root = str(tmp_path_factory.mktemp("rmaxts") / "rmaxts")
+    proof = "  intro h\n  omega"
+    problem = {"id": "pr0", "name": "mathd_t", "split": "valid", "source": "jsonl", "header": "import Mathlib\n",
+               "informal_prefix": "", "formal_statement": "theorem mathd_t (c : ℕ) : c = c := by\n", "goal": "⊢ c = c",
+               "attempts": 2, "solved": True, "proof": proof}
+    nodes = [_node("n0", None, "", 0, [""], 4), _node("n1", "n0", "h : x\n⊢ c = c", 1, ["  intro h\n"], 3),
+             _node("n2", "n0", "<script>window.pwned = 3</script>⊢ c = c", 1, ["  simp\n"], 1),
+             _node("n3", "n1", "no goals", 2, ["  intro h\n  omega\n"], 1)]
+    attempt = {"problem_id": "pr0", "node_id": "n0", "prefix": "", "completion": "", "passed": True,
+               "messages": [], "verify_time": 0.1, "new_nodes": 1}
+    attempts = [dict(attempt, id="a0", index=0, proof_code="x", outcome="fail", complete=False, passed=False,
+                     reason="line 2:2: unknown identifier"),
+                dict(attempt, id="a1", index=1, proof_code="y", outcome="complete", complete=True, reason="")]
+    write_dataset(root, "rmaxts", {rschema.PROBLEMS: [[[problem]]], rschema.ATTEMPTS: [[attempts]],
+                                   rschema.NODES: [[nodes]], rschema.TRANSITIONS: [[[]]]})
+    server, url = serve(root)
+    yield url
+    server.shutdown()
+
+
+def test_an_rmaxts_problem_shows_its_search_tree_and_proof_path(browser, search):
+    page = browser.new_page()
+    page.goto(search + "/t/problems/0")
+    page.click("#tree-link")
+    nodes = page.locator("#tree li.node")
+    assert nodes.count() == 4
+    assert [int(v) for v in nodes.evaluate_all("ns => ns.map(n => n.dataset.visits)")] == [4, 3, 1, 1]
+    on_path = page.locator("#tree li.node.proof > pre").all_inner_texts()
+    assert on_path == ["(root)", "h : x\n⊢ c = c", "no goals"]             # n2 (simp) is off the proof's path
+    assert "<script>window.pwned = 3</script>" in page.inner_text("#tree") and page.evaluate("window.pwned") is None
+    assert page.locator("#attempts tr.attempt").all_inner_texts()[1].split("\t")[:2] == ["1", "complete"]
+    page.close()
 
 
 def test_the_overview_shows_the_runs_funnel_and_tables_as_the_manifest_says(browser, pruned):

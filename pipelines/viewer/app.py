@@ -102,8 +102,24 @@ def make_app(dataset_dir: str) -> Flask:
         fields = [{"name": k, "doc": docs.get(k, ""), "text": _full(v), "image": _image_type(v) is not None}
                   for k, v in r.items()]
         picture = _multiui_sample(table, r) if manifest["dataset"] == "multiui" and name == "samples" else None
+        tree_link = manifest["dataset"] == "rmaxts" and name == "problems"
         return render_template("row.html", name=name, number=number, fields=fields, rows=t.rows, m=manifest,
-                               picture=picture)
+                               picture=picture, tree_link=tree_link)
+
+    @app.route("/rmaxts/tree/<int:number>")
+    def tree(number: int):
+        """One problem's search tree: the tactic states, their visits and values, the proof's path."""
+        if manifest["dataset"] != "rmaxts":
+            abort(404, "search trees are rmaxts's")
+        problems = table("problems")
+        if not 0 <= number < problems.rows:
+            abort(404, f"problems has {problems.rows} rows; there is no row {number}")
+        problem = problems.row(number)
+        nodes = [table("nodes").row(n) for n in table("nodes").matching("problem_id", problem["id"])]
+        attempts = [table("attempts").row(n) for n in table("attempts").matching("problem_id", problem["id"])]
+        return render_template("tree.html", m=manifest, number=number, problem=problem,
+                               roots=_tree(nodes, problem.get("proof") or ""), nodes=len(nodes),
+                               attempts=sorted(attempts, key=lambda a: a["index"]))
 
     @app.route("/t/<name>/<int:number>/<field>")
     def image(name: str, number: int, field: str):
@@ -143,6 +159,21 @@ def _multiui_sample(table, sample: dict) -> dict | None:
     turns = [(t.get("from", ""), t.get("value", "")) for t in sample.get("conversations") or []]
     return {"page": found[0], "width": width, "height": height, "boxes": boxes, "turns": turns,
             "stroke": max(2, round(width / 300))}
+
+
+def _tree(nodes: list[dict], proof: str) -> list[dict]:
+    """Nodes as nested dicts under their parents, ordered by visits; `on_proof` marks the states
+    one of whose prefixes starts the problem's proof."""
+    by_parent: dict = collections.defaultdict(list)
+    for node in nodes:
+        by_parent[node["parent_id"]].append(node)
+
+    def grow(node: dict) -> dict:
+        children = sorted(by_parent.get(node["id"], []), key=lambda n: (-n["visits"], n["id"]))
+        on_proof = bool(proof) and any((proof + "\n").startswith(p) for p in node.get("prefixes") or [""])
+        return dict(node, children=[grow(c) for c in children], on_proof=on_proof)
+    ids = {n["id"] for n in nodes}
+    return [grow(n) for n in nodes if n["parent_id"] is None or n["parent_id"] not in ids]
 
 
 def _config(manifest: dict) -> list[tuple[str, str, bool]]:
