@@ -29,14 +29,15 @@ LABEL = pa.struct([
 FRAMES = TableSchema(
     dataset=DATASET,
     table="frames",
-    version=1,
+    version=2,  # 2: the id includes a digest of the scan's points, the source_ref its last three path parts
     doc="One LiDAR frame after cropping: its points, labels and voxel grid.",
     split_field="source",
     fields=(
-        Field("id", pa.string(), "Stable hash of the source reference, point layout and preset."),
+        Field("id", pa.string(), "Stable hash of the source reference, point layout, preset, voxel mode and, for a "
+              "scan, a digest of its points (two scans that share a name are two frames; a copy of a scan is one)."),
         Field("source", pa.string(), "One of: " + ", ".join(SOURCES) + "."),
-        Field("source_ref", pa.string(), "File name (and frame index) the scan came from; sim:<seed>:<index> for "
-              "simulated scans."),
+        Field("source_ref", pa.string(), "The scan's last three path parts (KITTI: training/velodyne/000000.bin); "
+              "sim:<seed>:<index> for simulated scans."),
         Field("preset", pa.string(), "Voxelization preset (kitti or waymo: OpenPCDet ranges and voxel sizes)."),
         Field("point_features", pa.list_(pa.string()), "Names of the point columns, e.g. [x, y, z, intensity]."),
         Field("points", pa.binary(), "float32 little-endian (num_points, len(point_features)) array of the points "

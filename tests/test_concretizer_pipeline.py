@@ -46,7 +46,7 @@ def test_frames_voxels_features_and_occupancy(bundled):
         assert len(points) == f["num_points"] < f["num_points_raw"]
         assert points[:, 0].min() >= 0 and points[:, 0].max() < 70.4 and np.abs(points[:, 1]).max() < 40
     kitti = next(f for f in frames.values() if f["source"] == "kitti")
-    assert kitti["source_ref"] == "velodyne/000000.bin" and 10_000 < kitti["num_points"] < 40_000   # the FOV
+    assert kitti["source_ref"] == "training/velodyne/000000.bin" and 10_000 < kitti["num_points"] < 40_000   # the FOV
     assert [lab["type"] for lab in kitti["labels"]] == ["Pedestrian"]
     for v in _rows(path, "voxels"):
         coords = np.asarray(v["coords"])
@@ -109,7 +109,7 @@ def test_bad_scans_are_dead_letters(tmp_path):
     manifest = run(registry.get("concretizer"), out=str(tmp_path / "out"), max_error_rate=1.0,
                    sets=[f"scans={root}/velodyne/*.bin", "simulated=0"])
     path = str(tmp_path / "out" / "concretizer")
-    assert [f["source_ref"] for f in _rows(path, "frames")] == ["velodyne/000001.bin"]
+    assert [f["source_ref"] for f in _rows(path, "frames")] == ["training/velodyne/000001.bin"]
     dead = {d["excerpt"]: d for d in _rows(path, "_dead_letter")}
     message = {stem: next(d["message"] for e, d in dead.items() if f"{stem}.bin" in e)
                for stem in ("000002", "000003", "000004", "000005", "000006")}

@@ -14,6 +14,7 @@ import pytest
 
 from pipelines import registry
 from pipelines.run import run
+from tests.conftest import read_rows
 from transforms.io.stage import DUPLICATE
 from transforms.web.targets import PageTarget, duplicate_key, keep_order
 
@@ -110,6 +111,27 @@ def test_concretizer_scan_listed_twice_gives_one_frame(tmp_path):
     assert manifest["tables"]["frames"]["rows"] == 1 and manifest["tables"]["voxels"]["rows"] == 1
     assert _duplicates(manifest, "unique_scans") == 1
     assert manifest["stages"]["frame"]["inputs"] == 1 and manifest["dead_letters"]["count"] == 0
+
+
+def test_concretizer_scans_of_one_name_in_two_roots_are_two_frames_and_a_copy_is_one(tmp_path):
+    """KITTI's training/ and testing/ both hold velodyne/000000.bin: two scans, two frames (the run
+    used to fail at the sink on one id). A byte-for-byte copy of a scan in a third root is the
+    same frame, kept once."""
+    pytest.importorskip("spconv")
+    pytest.importorskip("open3d")
+    import numpy as np
+    points = np.fromfile(KITTI_SCAN, dtype=np.float32).reshape(-1, 4)
+    roots = {"kitti/training": points, "kitti/testing": points[::2], "copy/kitti/training": points}
+    for root, pts in roots.items():
+        os.makedirs(tmp_path / root / "velodyne")
+        np.ascontiguousarray(pts).tofile(tmp_path / root / "velodyne" / "000000.bin")
+    scans = ",".join(str(tmp_path / root / "velodyne" / "000000.bin") for root in roots)
+    manifest = run(registry.get("concretizer"), out=str(tmp_path / "out"), sets=[
+        f"scans={scans}", "simulated=0", "layers=conv4", "preset=waymo", "layout=kitti"])
+    frames = read_rows(str(tmp_path / "out" / "concretizer"), "frames")
+    assert sorted(f["source_ref"] for f in frames) == ["testing/velodyne/000000.bin", "training/velodyne/000000.bin"]
+    assert sorted(f["num_points_raw"] for f in frames) == sorted([len(points[::2]), len(points)])
+    assert _duplicates(manifest, "unique_frames") == 1 and manifest["dead_letters"]["count"] == 0
 
 
 def _warc_with_a_page_twice(path, url: str) -> str:

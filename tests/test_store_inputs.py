@@ -65,7 +65,7 @@ def test_concretizer_from_scans_and_weights_in_s3_equals_a_local_run(s3_store, t
         f"scans={bucket}/kitti/training/velodyne/*.bin", f"weights={bucket}/weights/checkpoint.pth"])
     local_dir, remote_dir = str(tmp_path / "local" / "concretizer"), str(tmp_path / "remote" / "concretizer")
     frames = _rows(remote_dir, remote, "frames")
-    assert [f["source_ref"] for f in frames] == ["velodyne/000000.bin"]
+    assert [f["source_ref"] for f in frames] == ["training/velodyne/000000.bin"]
     assert [lab["type"] for lab in frames[0]["labels"]] == ["Pedestrian"]          # label_2 read from the store
     assert 10_000 < frames[0]["num_points"] < frames[0]["num_points_raw"]         # calib read: the FOV filter ran
     for table in ("frames", "voxels", "features", "occupancy"):

@@ -1,7 +1,11 @@
 """Beam wiring of concretizer: frame jobs -> read and crop -> voxelize -> frozen backbone -> rows.
 
-    jobs ─ unique ─ frame (read, crop, FOV) ─ voxelize ─┬─ frames, voxels
-                                                        └─ backbone (one per worker) ─ features, occupancy
+    jobs ─ unique ─ frame (read, crop, FOV) ─ unique ─ voxelize ─┬─ frames, voxels
+                                                                 └─ backbone (one per worker) ─ features, occupancy
+
+A frame's id is its scan's reference (the last three path parts) and a digest of its points, so
+two scans of the same name in two roots (KITTI's training/ and testing/) are two frames, and the
+same scan in two places is one (the second `unique`).
 
 Each stage is a plain function (transforms/lidar/frames.py, extract.py) wrapped by `Ledger.stage`.
 Reading a frame (a scan, or the simulator) and the backbone pass are kept in the result store, so a
@@ -49,7 +53,10 @@ class ConcretizerGraph(beam.PTransform):
                   | ledger.unique("unique_scans", repr)   # a scan listed twice (scans=A,A): one frame
                   | "Spread" >> beam.Reshuffle()
                   | ledger.stage("frame", lambda job: [load_frame(job, preset, mode)],
-                                 resume=Resume(version=1, reads=[preset, mode], key=job_identity)))
+                                 resume=Resume(version=2, reads=[preset, mode], key=job_identity))
+                  # the same scan under two names in two roots (a copy): one frame, whichever root
+                  | ledger.unique("unique_frames", lambda frame: frame["id"],
+                                  order=lambda frame: (frame["source_ref"], repr(frame["labels"]))))
         voxelized = frames | ledger.stage("voxelize", lambda frame: voxel_rows(frame, preset, mode))
         backbone = (payloads(voxelized, "vox", "Voxels")
                     | ledger.stage("backbone", BackboneFeatures(s.features, preset, s.channels),

@@ -8,6 +8,7 @@ with the reason, which the pipeline turns into a dead letter.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -20,7 +21,8 @@ from transforms.lidar.presets import get_preset
 from transforms.lidar.readers import POINT_FEATURES, fov_mask, read_kitti_calib, read_kitti_labels, read_points
 from transforms.lidar.voxelize import crop
 
-KITTI_HALF_FOV_COT = 721.5 / 621.0   # x > |y| * cot(half the horizontal field of view)
+KITTI_HALF_FOV_COT = 721.5 / 621.0
+REF_PARTS = 3   # path parts in a scan's reference: split/sensor/file in KITTI's layout   # x > |y| * cot(half the horizontal field of view)
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,12 @@ class FrameJob:
 
     @property
     def ref(self) -> str:
-        """A reference that does not depend on where the data folder lies."""
+        """A reference that does not depend on where the data folder lies: the scan's last three
+        path parts (KITTI's `training/velodyne/000000.bin` and `testing/velodyne/000000.bin` differ)."""
         if self.source == "sim":
             return f"sim:{self.sim_seed}:{self.index}"
-        parent = os.path.basename(os.path.dirname(self.path))
-        return f"{parent}/{os.path.basename(self.path)}" if parent else os.path.basename(self.path)
+        parts = [part for part in storage.normalize(self.path).replace("\\", "/").split("/") if part]
+        return "/".join(parts[-REF_PARTS:])
 
 
 def job_identity(job: FrameJob) -> tuple:
@@ -64,8 +67,10 @@ def kitti_sidecar(scan_path: str, folder: str, suffix: str) -> str:
     return storage.join(root, folder, stem + suffix)
 
 
-def frame_id(job: FrameJob, preset: str, mode: str) -> str:
-    return stable_id("concretizer-frame", job.source, job.ref, job.layout, preset, mode)
+def frame_id(job: FrameJob, preset: str, mode: str, content: str = "") -> str:
+    """Stable across machines and stores, and different for different scans: the reference and
+    the scan's content (`content`: a digest of its points; '' for the simulator, whose job is its content)."""
+    return stable_id("concretizer-frame", job.source, job.ref, job.layout, preset, mode, content)
 
 
 def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
@@ -78,10 +83,11 @@ def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
         scene_seed = job.sim_seed * 100_003 + job.index
         points, sim_labels = simulate_scan(simulate_scene(scene_seed), scene_seed)
         labels = [{"type": lab["type"], "box": [float(v) for v in lab["box"]]} for lab in sim_labels]
-        layout = "kitti"
+        layout, content = "kitti", ""
     else:
         layout = job.layout
         points = read_points(job.path, layout)
+        content = hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()
     if len(points) == 0:
         raise ValueError(f"{job.ref}: the scan has no points")
     raw = len(points)
@@ -104,6 +110,6 @@ def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
         lo, hi = p["point_cloud_range"][:3], p["point_cloud_range"][3:]
         raise ValueError(f"{job.ref}: no point inside the range {list(lo)} .. {list(hi)} m of preset {preset!r}; "
                          "is the layout or the preset right?")
-    return {"id": frame_id(job, preset, mode), "source": job.source, "source_ref": job.ref, "preset": preset,
+    return {"id": frame_id(job, preset, mode, content), "source": job.source, "source_ref": job.ref, "preset": preset,
             "point_features": list(POINT_FEATURES[layout]), "points": np.ascontiguousarray(points, np.float32),
             "num_points_raw": raw, "labels": labels}
