@@ -70,7 +70,7 @@ def kitti_sidecar(scan_path: str, folder: str, suffix: str) -> str:
 def frame_id(job: FrameJob, preset: str, mode: str, content: str = "") -> str:
     """Stable across machines and stores, and different for different scans: the reference and
     the scan's content (`content`: a digest of its points; '' for the simulator, whose job is its content)."""
-    return stable_id("concretizer-frame", job.source, job.ref, job.layout, preset, mode, content)
+    return stable_id("concretizer-frame", job.source, job.ref, job.layout, preset, mode, *([content] if content else []))
 
 
 def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
