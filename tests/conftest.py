@@ -58,6 +58,18 @@ def browser():
         b.close()
 
 
+def send_body(handler, status: int, ctype: str, body, headers=()) -> None:
+    """A test server's whole answer: status, Content-Type, Content-Length, extra headers, body."""
+    body = body.encode() if isinstance(body, str) else body
+    handler.send_response(status)
+    handler.send_header("Content-Type", ctype)
+    handler.send_header("Content-Length", str(len(body)))
+    for k, v in headers:
+        handler.send_header(k, v)
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
 
 

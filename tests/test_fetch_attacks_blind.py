@@ -48,6 +48,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 import pytest
 
 from tests import test_fetch_attacks as A
+from tests.conftest import send_body
 from tests.test_fetch_attacks import (BOMB_BUDGET, BY_NAME, LOCAL, PNG_1PX, SITE, VECTORS, Vector, _fetch,
                                       _resolve, blocked_policy, control_policy)
 from tests.test_fetch_attacks import env  # noqa: F401  (the suite's fixture, used by `blind`)
@@ -375,13 +376,7 @@ class _TlsHandler(http.server.BaseHTTPRequestHandler):
             body, ctype = PNG_1PX, "image/png"
         else:
             body, ctype = b"tls site", "text/plain"
-        self.send_response(200)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in headers:
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
+        send_body(self, 200, ctype, body, headers)
 
 
 class _TlsSite(http.server.ThreadingHTTPServer):

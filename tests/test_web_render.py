@@ -18,6 +18,7 @@ from transforms.web import render as R
 from transforms.io.transient import is_transient
 from transforms.web.fetch_policy import Admission, FetchPolicy
 from transforms.web.render import BrowserCrashed, Renderer, RenderError, viewport_for
+from tests.conftest import send_body
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")]
 
@@ -79,14 +80,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _send(self, status, ctype, body, headers=()):
-        body = body.encode() if isinstance(body, str) else body
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in headers:
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
+        send_body(self, status, ctype, body, headers)
 
     def do_GET(self):
         path = self.path.split("?")[0]
