@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from transforms.lean.lexer import LexError, declared_names, tokenize, walk
+from transforms.lean.lexer import LexError, tokenize, walk
 from transforms.lean.sandbox import header_imports, refusal
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -302,24 +302,3 @@ def test_offsets_and_line_numbers():
     assert [(t.text, t.line, t.column) for t in toks] == [
         ("a", 1, 0), ("d", 3, 5), ("e", 4, 2), ('"x\ny"', 4, 4), ("f", 5, 3)]
     assert all(code[t.start:t.end] == t.text for t in toks)
-
-
-# ---------------------------------------------------------------- declared_names
-
-def test_declared_names_follow_namespaces_and_skip_examples():
-    code = ("namespace A.B\ntheorem x : True := trivial\nexample : True := trivial\n"
-            "namespace C\nlemma y : True := trivial\nend C\nend A.B\n"
-            "def _root_.Foo.bar := 1\ninstance foo : Inhabited ℕ := ⟨1⟩\n"
-            "instance : Inhabited ℕ := ⟨1⟩\nsection S\nprivate theorem «a b» : True := trivial\n"
-            "end S\nabbrev Z.w := 1\n-- theorem hidden : True := trivial\n"
-            "noncomputable def g := 1\n@[simp] lemma h : True := trivial")
-    assert declared_names(code) == ["A.B.x", "A.B.C.y", "Foo.bar", "foo", "«a b»", "Z.w", "g",
-                                    "h"]
-
-
-def test_declared_names_of_real_few_shot_proofs():
-    rows = _lean_data("minif2f_valid_few_shot.jsonl")
-    for row in rows:
-        assert declared_names(row["formal_statement"] + row["formal_proof"])[-1] == row["name"]
-    assert declared_names("example : True := trivial") == []
-    assert declared_names('theorem t : True := trivial\ndef s := "open') == ["t", "s"]

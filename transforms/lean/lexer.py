@@ -352,68 +352,7 @@ def walk(tokens: list[Token] | tuple[Token, ...]):
             yield from walk(tok.inner)
 
 
-DECLARATION_KEYWORDS = frozenset({"theorem", "lemma", "def", "abbrev", "instance", "opaque",
-                                  "axiom", "structure", "inductive", "class"})
-
-
-def _escaped(part: str) -> str:
+def escaped_part(part: str) -> str:
     """A name part as Lean must spell it (`«...»` when it is not a plain identifier)."""
     plain = part != "" and is_id_first(part[0]) and all(is_id_rest(c) for c in part[1:])
     return part if plain else f"«{part}»"
-
-
-def _decl_name(toks: list[Token], k: int) -> tuple[str, ...] | None:
-    """The name parts following the declaration keyword at `k` (None for `instance : C`)."""
-    j = k + 1
-    if toks[k].text == "instance" and j < len(toks) and toks[j].text == "(":
-        depth = 0                                   # instance (priority := low) name : ...
-        while j < len(toks):
-            depth += {"(": 1, ")": -1}.get(toks[j].text, 0)
-            j += 1
-            if depth == 0:
-                break
-    if toks[k].text == "class" and j < len(toks) and toks[j].text in ("inductive", "abbrev"):
-        j += 1
-    if j < len(toks) and toks[j].kind == "ident" and toks[j].text not in DECLARATION_KEYWORDS:
-        return toks[j].parts
-    return None
-
-
-def declared_names(code: str) -> list[str]:
-    """Fully qualified names of the named declarations in `code` (theorem, lemma, def, abbrev,
-    named instance, opaque, axiom, structure, inductive, class), under the enclosing
-    `namespace`s, `_root_.` honoured; `example` and anonymous instances have no name. Parts
-    that need it are written `«...»`, so each name can be pasted into `#print axioms NAME`.
-    Code that does not lex gives the names found before the error."""
-    try:
-        toks = tokenize(code)
-    except LexError as err:
-        toks = tokenize(code[:err.offset]) if err.offset > 0 else []
-    scopes: list[tuple[str, ...]] = []             # one entry per namespace/section
-    names: list[str] = []
-    for k, tok in enumerate(toks):
-        if tok.kind != "ident":
-            continue
-        nxt = toks[k + 1] if k + 1 < len(toks) else None
-        nxt_name = nxt.parts if nxt is not None and nxt.kind == "ident" and \
-            nxt.line == tok.line else ()
-        if tok.text == "namespace" and nxt_name:
-            scopes.append(nxt_name)
-        elif tok.text == "section":
-            scopes.append(())
-        elif tok.text == "end":
-            if scopes:
-                scopes.pop()
-        elif tok.text in DECLARATION_KEYWORDS:
-            if k > 0 and toks[k - 1].text in ("deriving", "[", ",", "attribute"):
-                continue
-            parts = _decl_name(toks, k)
-            if parts is None:
-                continue
-            if parts[0] == "_root_":
-                full = parts[1:]
-            else:
-                full = tuple(p for scope in scopes for p in scope) + parts
-            if full:
-                names.append(".".join(_escaped(p) for p in full))
-    return names

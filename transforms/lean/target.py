@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transforms.lean.lexer import LexError, _escaped, tokenize
+from transforms.lean.lexer import LexError, escaped_part, tokenize
 from transforms.lean.repl_protocol import excerpt, parse_axioms
 
 # Lean 4 src/Lean/Elab/Command.lean, elabEnd with no scope to close
@@ -77,7 +77,7 @@ class Target:
         if not prop:
             raise TargetError("the statement's type is empty")
         statement = f"∀ {binders}, {prop}" if binders else prop
-        return cls(name=".".join(_escaped(p) for p in parts), statement=statement)
+        return cls(name=".".join(escaped_part(p) for p in parts), statement=statement)
 
 
 def statement_command(target: Target, def_name: str) -> str:
