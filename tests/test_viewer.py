@@ -232,6 +232,8 @@ def test_a_page_is_the_same_rows_whichever_groups_and_files_hold_them(tmp_path):
         b = rng.randrange(a, min(5000, a + 900) + 1)
         assert [r["v"] for r in table.slice(a, b)] == list(range(a, b)), (a, b)
     assert table.row(4999)["id"] == "r4999" and table.matching("v", "42") == (42,)
+    picked = sorted(rng.sample(range(5000), 40))
+    assert [r["v"] for r in table.rows_at(picked)] == picked
     with pytest.raises(IndexError, match="has 5000 rows"):
         table.row(5000)
 

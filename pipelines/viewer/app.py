@@ -9,6 +9,7 @@ PNG, JPEG or WebP, with `nosniff`.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import threading
@@ -49,6 +50,10 @@ def make_app(dataset_dir: str) -> Flask:
                 tables[name] = Table(dataset_dir, name, manifest, split_field=split)
             return tables[name]
 
+    @functools.lru_cache(maxsize=1)
+    def dead_letters() -> list[dict]:       # a published run does not change: read them once
+        return _dead(table, manifest)
+
     @app.after_request
     def headers(response: Response) -> Response:
         response.headers["Content-Security-Policy"] = CSP
@@ -68,7 +73,7 @@ def make_app(dataset_dir: str) -> Flask:
             entries.append({"name": name, "entry": entry, "fields": schema.fields if schema else (),
                             "split_field": schema.split_field if schema else None})
         return render_template("overview.html", m=manifest, location=dataset_dir, tables=entries,
-                               stages=_stages(manifest), config=_config(manifest), dead=_dead(table, manifest))
+                               stages=_stages(manifest), config=_config(manifest), dead=dead_letters())
 
     @app.route("/t/<name>")
     def rows(name: str):

@@ -112,7 +112,23 @@ class Table:
         return tuple(found)
 
     def rows_at(self, numbers: list[int]) -> list[dict]:
-        return [self.row(n) for n in numbers]
+        """The rows at `numbers` (ascending, as `matching` gives them), each row group decoded once
+        up to the last of its rows wanted, not once per row."""
+        by_group: dict[int, list[int]] = {}
+        for n in numbers:
+            by_group.setdefault(max(0, bisect.bisect_right(self._starts, n) - 1), []).append(n)
+        found: dict[int, dict] = {}
+        for k, wanted in by_group.items():
+            g = self.groups[k]
+            seen, last = g.start, max(wanted)
+            for batch in self._file(g.location).iter_batches(batch_size=BATCH_ROWS, row_groups=[g.index]):
+                here = [n for n in wanted if seen <= n < seen + batch.num_rows]
+                if here:
+                    found.update(zip(here, batch.take([n - seen for n in here]).to_pylist()))
+                seen += batch.num_rows
+                if seen > last:
+                    break
+        return [found[n] for n in numbers]
 
 
 def as_text(value) -> str:
