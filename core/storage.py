@@ -111,9 +111,12 @@ def _seconds(name: str, default: float) -> float:
         return default
 
 
-def filesystem(location: str, *, attempts: int = 5) -> tuple[pafs.FileSystem, str]:
-    """(pyarrow FileSystem, path inside it) for a location. Cheap: no request is made here."""
+def filesystem(location: str, *, attempts: int | None = None) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow FileSystem, path inside it) for a location. Cheap: no request is made here.
+    `attempts`: tries per request (default $SHARDSMITH_STORE_ATTEMPTS, else 5)."""
     location = normalize(location)
+    if attempts is None:
+        attempts = max(1, int(_seconds("SHARDSMITH_STORE_ATTEMPTS", 5)))
     kind = scheme(location)
     if kind == "":
         return pafs.LocalFileSystem(), location

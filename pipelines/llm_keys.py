@@ -16,6 +16,9 @@ def llm_keys(temperature: float = 0.7, batch_size: int = 16) -> tuple[Key, ...]:
             "openai (any OpenAI-compatible server)", choices=BACKENDS),
         Key("model", str, "smollm2-135m-instruct", "built-in model name, a local HF folder, or the served model name"),
         Key("base_url", str, None, "OpenAI-compatible endpoint for backend=openai", optional=True),
+        Key("retries", int, 6, "backend=openai (and multiui's vision endpoint): retries of a request the endpoint failed transiently (connection, "
+            "timeout, 429, 5xx), with exponential back-off from 0.5 s, at most 30 s; then the run fails with the "
+            "reason", low=0, gridable=False),
         Key("vllm_python", str, None, "python of a venv with vLLM for backend=vllm (default: $SHARDSMITH_VLLM_PYTHON, "
             "then .venv-vllm/bin/python, built by `make vllm`)", optional=True, is_path=True, gridable=False),
         Key("vllm_args", str, "", "extra `vllm serve` arguments for backend=vllm, e.g. '--optimization-level 0' "
@@ -36,7 +39,7 @@ def make_backend(c: dict):
     """The backend the config names (built here, loaded on the workers)."""
     if c["backend"] == "openai":
         from transforms.llm.openai_backend import OpenAIBackend
-        return OpenAIBackend(c["base_url"], c["model"], batch_size=c["batch_size"])
+        return OpenAIBackend(c["base_url"], c["model"], batch_size=c["batch_size"], max_retries=c["retries"])
     if c["backend"] == "vllm":
         from transforms.llm.vllm_backend import VllmBackend
         from transforms.llm.vllm_server import VllmServerError

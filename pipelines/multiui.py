@@ -133,7 +133,8 @@ def settings(resolved: Resolved):
     vision = None
     if c["vision_base_url"]:
         from transforms.llm.openai_backend import OpenAIBackend
-        vision = OpenAIBackend(c["vision_base_url"], c["vision_model"], batch_size=c["batch_size"])
+        vision = OpenAIBackend(c["vision_base_url"], c["vision_model"], batch_size=c["batch_size"],
+                               max_retries=c["retries"])
     return settings_from(
         MultiuiSettings, c, sources=tuple(srcs), platforms=tuple(names(c["platforms"])),
         capture=settings_from(CaptureSettings, c, timeout_ms=int(c["timeout_s"] * 1000),

@@ -198,13 +198,17 @@ def written_files(folder, suffix: str = "") -> dict[str, tuple[int, int]]:
 
 @pytest.fixture(scope="session")
 def converted_model_cache(tmp_path_factory):
-    """One model cache for the whole session: the bundled SmolLM2 is converted once (about 17 s),
-    offline, and generation uses one torch thread (the machine's 2 cores are shared)."""
+    """One model cache for the whole session, shared by the xdist workers (the conversion takes a
+    lock, so one worker converts and the others wait): the bundled SmolLM2 is converted once (about
+    17 s), offline, and generation uses one torch thread (the machine's 2 cores are shared)."""
     torch = pytest.importorskip("torch")
     from transforms.llm import models
+    base = tmp_path_factory.getbasetemp()
+    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "models"   # the run's own folder
+    cache.mkdir(exist_ok=True)
     mp = pytest.MonkeyPatch()
     mp.setenv("HF_HUB_OFFLINE", "1")
-    mp.setenv(models.CACHE_ENV, str(tmp_path_factory.mktemp("models")))
+    mp.setenv(models.CACHE_ENV, str(cache))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield os.environ[models.CACHE_ENV]

@@ -160,14 +160,15 @@ def chain(tmp_path_factory):
     scans = f"scans={os.path.join(KITTI_SCANS, '*.bin')}"
     data_sets = [scans, "simulated=6", "layers=conv2"]
     run(registry.get("concretizer"), out=str(root / "seed"), sets=data_sets)
+    # narrow models (BEV width 16, inversion width 0.5) train the same code in about 2/3 of the time
     pre = pretraining.train(str(root / "seed" / "concretizer"), str(root / "pre"), {
-        "max_steps": 20, "batch_size": 2, "eval_fraction": 0.2, "checkpoint_every": 0, "device": "cpu"})
+        "max_steps": 20, "batch_size": 2, "width": 16, "eval_fraction": 0.2, "checkpoint_every": 0, "device": "cpu"})
     weights = pre["weights"]
     run(registry.get("concretizer"), out=str(root / "trained"), sets=data_sets + [f"weights={weights}"])
     data = str(root / "trained" / "concretizer")
     inv = inversion.train(data, str(root / "inv"), {
         "layer": "conv2", "max_steps": 28, "batch_size": 2, "lr": 3e-3, "eval_sources": "kitti", "eval_fraction": 0.1,
-        "checkpoint_every": 0, "device": "cpu", "seed": 0, "chamfer_points": 5000})
+        "checkpoint_every": 0, "device": "cpu", "seed": 0, "chamfer_points": 5000, "width": 0.5})
     return {"pre": pre, "weights": weights, "data": data, "inv": inv}
 
 

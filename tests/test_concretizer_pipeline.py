@@ -75,8 +75,10 @@ def test_frames_voxels_features_and_occupancy(bundled):
 def test_a_short_training_run_from_the_shards(bundled, tmp_path):
     from trainers.concretizer import inversion
     path, _ = bundled
+    # max_sites: an untrained model keeps most candidates; a cap of 300k halves the time of these steps
     metrics = inversion.train(path, str(tmp_path), {"layer": "conv3", "max_steps": 4, "eval_fraction": 0.34,
-                                                   "chamfer_points": 2000, "tune_threshold": False})
+                                                   "chamfer_points": 2000, "tune_threshold": False,
+                                                   "max_sites": 300_000})
     layer = metrics["per_layer"]["conv3"]
     losses = layer["train"]["loss"]
     assert len(losses) == 4 and all(np.isfinite(losses))

@@ -16,7 +16,9 @@ import pytest
 
 pytest.importorskip("open3d")
 
+from transforms.lidar import scene, sensor  # noqa: E402
 from transforms.lidar import simulate as sim  # noqa: E402
+from transforms.lidar.readers import read_points  # noqa: E402
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 KITTI_VELODYNE = os.path.join(TESTS_DIR, "data", "kitti", "training", "velodyne")
@@ -29,14 +31,14 @@ COUNT_FACTOR = (0.75, 1.33)  # simulated points per frame / mean real points per
 
 @pytest.fixture(scope="module")
 def simulated():
-    return [sim.simulate_scan(sim.simulate_scene(s), s) for s in SEEDS]
+    return [sim.simulate_scan(scene.simulate_scene(s), s) for s in SEEDS]
 
 
 @pytest.fixture(scope="module")
 def real_frames():
     files = sorted(f for f in os.listdir(KITTI_VELODYNE) if f.endswith(".bin"))
     assert len(files) == 3, files
-    return [sim.read_kitti_bin(os.path.join(KITTI_VELODYNE, f)) for f in files]
+    return [read_points(os.path.join(KITTI_VELODYNE, f), "kitti") for f in files]
 
 
 def range_shares(points: np.ndarray) -> np.ndarray:
@@ -66,16 +68,16 @@ def z_mode(points: np.ndarray) -> float:
 # ----------------------------------------------------------------------------- determinism, layout
 
 def test_same_seed_same_scan_different_seed_different():
-    a_pts, a_lab = sim.simulate_scan(sim.simulate_scene(7), 7)
-    b_pts, b_lab = sim.simulate_scan(sim.simulate_scene(7), 7)
+    a_pts, a_lab = sim.simulate_scan(scene.simulate_scene(7), 7)
+    b_pts, b_lab = sim.simulate_scan(scene.simulate_scene(7), 7)
     assert a_pts.dtype == np.float32 and a_pts.ndim == 2 and a_pts.shape[1] == 4
     assert np.array_equal(a_pts, b_pts)
     assert a_lab == b_lab
-    c_pts, c_lab = sim.simulate_scan(sim.simulate_scene(8), 8)
+    c_pts, c_lab = sim.simulate_scan(scene.simulate_scene(8), 8)
     assert a_pts.shape != c_pts.shape or not np.array_equal(a_pts, c_pts)
     assert a_lab != c_lab
     # the scan seed alone changes noise and dropout on the same scene
-    d_pts, _ = sim.simulate_scan(sim.simulate_scene(7), 8)
+    d_pts, _ = sim.simulate_scan(scene.simulate_scene(7), 8)
     assert a_pts.shape != d_pts.shape or not np.array_equal(a_pts, d_pts)
 
 
@@ -91,7 +93,7 @@ def test_kitti_bin_round_trip(tmp_path, simulated):
 
 
 def test_elevation_table_is_hdl64_like():
-    elev = sim.HDL64_ELEVATIONS_DEG
+    elev = sensor.HDL64_ELEVATIONS_DEG
     assert len(elev) == 64 and np.all(np.diff(elev) < 0)
     assert elev[0] == pytest.approx(2.0) and elev[-1] == pytest.approx(-24.333, abs=0.01)
     assert np.diff(elev[:32]).mean() == pytest.approx(-1 / 3)   # denser near the horizon
@@ -134,10 +136,10 @@ def test_range_shares_within_kitti_envelope(simulated, real_frames):
 
 def test_ground_at_mounting_height(simulated, real_frames):
     for points in real_frames:
-        assert abs(z_mode(points) + sim.SENSOR_HEIGHT_M) <= 0.06
+        assert abs(z_mode(points) + sensor.SENSOR_HEIGHT_M) <= 0.06
     for points, _ in simulated:
-        assert abs(z_mode(points) + sim.SENSOR_HEIGHT_M) <= 0.12  # a sidewalk 0.1-0.18 m up may win
-        assert points[:, 2].min() > -sim.SENSOR_HEIGHT_M - 1.0
+        assert abs(z_mode(points) + sensor.SENSOR_HEIGHT_M) <= 0.12  # a sidewalk 0.1-0.18 m up may win
+        assert points[:, 2].min() > -sensor.SENSOR_HEIGHT_M - 1.0
 
 
 def test_reflectance_like_kitti(simulated, real_frames):
@@ -162,9 +164,9 @@ def test_labels_inside_scene_and_seen(simulated):
             assert lab["type"] in ("Car", "Pedestrian", "Cyclist")
             x, y, z, dx, dy, dz, heading = lab["box"]
             dist = float(np.hypot(x, y))
-            assert dist < sim.MAX_RANGE_M and -np.pi <= heading <= np.pi
-            assert abs((z - dz / 2) + sim.SENSOR_HEIGHT_M) < 0.8  # standing on the ground
-            mean = sim.LABEL_SIZES[lab["type"]]
+            assert dist < sensor.MAX_RANGE_M and -np.pi <= heading <= np.pi
+            assert abs((z - dz / 2) + sensor.SENSOR_HEIGHT_M) < 0.8  # standing on the ground
+            mean = scene.LABEL_SIZES[lab["type"]]
             assert np.allclose([dx, dy, dz], mean, rtol=0.4)
             assert lab["num_points"] == int(sim.points_in_box(points, lab["box"]).sum())
             assert 0.0 <= lab["occlusion"] <= 1.0 and lab["occluded"] in (0, 1, 2, 3)
@@ -175,16 +177,16 @@ def test_labels_inside_scene_and_seen(simulated):
                     assert lab["num_points"] > 0, (seed, lab)
                 if lab["num_points"] == 0:
                     assert lab["occlusion"] >= 0.9, (seed, lab)
-            rects.append(sim._rect(x, y, dx, dy, heading))
+            rects.append(scene._rect(x, y, dx, dy, heading))
         for i in range(len(rects)):
             for j in range(i):
-                assert not sim._overlaps(rects[i], rects[j]), (seed, labels[i], labels[j])
+                assert not scene._overlaps(rects[i], rects[j]), (seed, labels[i], labels[j])
     assert near_cars >= 3
 
 
 def test_hidden_car_is_reported_occluded():
     """Seed 15 puts a car 17 m behind another in the ego lane: no points, occlusion 1."""
-    points, labels = sim.simulate_scan(sim.simulate_scene(15), 15)
+    points, labels = sim.simulate_scan(scene.simulate_scene(15), 15)
     hidden = [lab for lab in labels if lab["type"] == "Car" and np.hypot(*lab["box"][:2]) < 20 and lab["num_points"] == 0]
     assert hidden and all(lab["occlusion"] >= 0.9 and lab["occluded"] >= 2 for lab in hidden)
     seen = [lab for lab in labels if lab["num_points"] > 100]
@@ -192,18 +194,18 @@ def test_hidden_car_is_reported_occluded():
 
 
 def test_fewer_beams():
-    points, _ = sim.simulate_scan(sim.simulate_scene(3), 3, beams=32)
+    points, _ = sim.simulate_scan(scene.simulate_scene(3), 3, beams=32)
     rings, counts = np.unique(np.round(elevations_deg(points), 2), return_counts=True)
     assert 28 <= (counts >= 10).sum() <= 32
 
 
 def test_object_meshes_lie_inside_their_label_boxes():
     for seed in range(5):
-        scene = sim.simulate_scene(seed)
-        agent = np.isin(scene.materials, [sim.MAT[m] for m in ("car", "glass", "tire", "person", "bike")])
-        verts = scene.vertices[np.unique(scene.triangles[agent])]
+        made = scene.simulate_scene(seed)
+        agent = np.isin(made.materials, [scene.MAT[m] for m in ("car", "glass", "tire", "person", "bike")])
+        verts = made.vertices[np.unique(made.triangles[agent])]
         inside = np.zeros(len(verts), bool)
-        for lab in scene.labels:
+        for lab in made.labels:
             x, y, z, dx, dy, dz, heading = lab["box"]
             inside |= sim.points_in_box(verts, [x, y, z, dx + 0.002, dy + 0.002, dz + 0.002, heading])
         assert inside.all(), seed

@@ -97,11 +97,13 @@ def test_unreachable_endpoint_fails_the_run_with_the_reason(tmp_path):
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()  # nothing listens here now
-    # the backend retries with back-off, then gives up: a fault of the endpoint, not of the requests,
-    # so the stage raises (the runner's bundle retry, then a failed run) instead of dead letters
+    # the backend retries with back-off (retries=2: 0.5 + 1 s), then gives up: a fault of the endpoint,
+    # not of the requests, so the stage raises (the runner's bundle retry, then a failed run) instead
+    # of dead letters
     with pytest.raises(Exception, match=f"EndpointUnavailable: could not reach http://127.0.0.1:{port}") as err:
         run.run(registry.get("selfmoe"), out=str(tmp_path), sets=[
             "domains=math", "per_domain=1", "oversample=1", "backend=openai", "model=m",
-            f"base_url=http://127.0.0.1:{port}/v1", "cache="])
+            f"base_url=http://127.0.0.1:{port}/v1", "retries=2", "cache="])
+    assert "gave up after 3 attempts" in str(err.value)
     assert not isinstance(err.value, run.RunFailed)
     assert not glob.glob(str(tmp_path / "**" / "_manifest.json"), recursive=True)   # nothing published

@@ -1,1 +1,2 @@
-"""LiDAR: readers, simulator, voxelization, the frozen VoxelBackBone8x and occupancy targets."""
+"""LiDAR: readers, the simulator (sensor.py, scene.py, simulate.py), voxelization, the frozen
+VoxelBackBone8x and occupancy targets."""

@@ -79,7 +79,8 @@ def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
     p = get_preset(preset)
     labels: list = []
     if job.source == "sim":
-        from transforms.lidar.simulate import simulate_scan, simulate_scene
+        from transforms.lidar.scene import simulate_scene
+        from transforms.lidar.simulate import simulate_scan
         scene_seed = job.sim_seed * 100_003 + job.index
         points, sim_labels = simulate_scan(simulate_scene(scene_seed), scene_seed)
         labels = [{"type": lab["type"], "box": [float(v) for v in lab["box"]]} for lab in sim_labels]
