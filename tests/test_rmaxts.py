@@ -13,8 +13,8 @@ import math
 import pytest
 
 from schemas.rmaxts import ATTEMPTS, NODES, TRANSITIONS
-from transforms.lean.rmaxts import (Tree, discounted_update, node_id, problem_id_of, proof_from_completion,
-                                    search, ucb_bonus, with_virtual_loss)
+from transforms.lean.rmaxts import node_id, problem_id_of, proof_from_completion, search
+from transforms.lean.search_tree import Tree, discounted_update, ucb_bonus, with_virtual_loss
 from transforms.lean.segments import state_comment
 
 # ----------------------------------------------------------------------------- statistics

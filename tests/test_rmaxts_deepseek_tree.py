@@ -16,7 +16,8 @@ import pytest
 
 from schemas.rmaxts import ATTEMPTS, NODES
 from transforms.lean import repl_protocol as rp
-from transforms.lean.rmaxts import Tree, node_id, node_rows, search
+from transforms.lean.rmaxts import node_id, node_rows, search
+from transforms.lean.search_tree import Tree
 from transforms.lean.segments import normalize_verdict
 
 # ----------------------------------------------------------------------------- 1. children per parent

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import numpy as np
 
