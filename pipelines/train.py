@@ -59,7 +59,7 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: 
     os.makedirs(out, exist_ok=True)
     from schemas import SchemaError
     from trainers import distributed
-    from trainers.data import DatasetError
+    from trainers.tables import DatasetError
     try:
         if nproc > 1:
             metrics = distributed.launch(_call, nproc, module_name, func, data, out, values, device=values.get("device"))

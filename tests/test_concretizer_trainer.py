@@ -26,7 +26,7 @@ from schemas import concretizer as schema  # noqa: E402
 from core.config import ConfigError  # noqa: E402
 from trainers.concretizer import evaluation as tc_eval, frames as tc_frames, inversion as tc_inv, metrics as tc_metrics  # noqa: E402
 from trainers.concretizer.model import expand_coords, offsets, pack, unpack, upsample_sites  # noqa: E402
-from trainers.data import DatasetError  # noqa: E402
+from trainers.tables import DatasetError  # noqa: E402
 from tests.conftest import write_dataset  # noqa: E402
 
 # the tests that use these fixtures train or load a model; the rest are unit tests

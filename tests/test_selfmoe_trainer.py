@@ -21,7 +21,7 @@ from schemas import selfmoe as schema  # noqa: E402
 from tests.conftest import table_files, write_dataset  # noqa: E402
 from trainers.selfmoe import examples, mixture, training  # noqa: E402
 from core.config import ConfigError  # noqa: E402
-from trainers.data import DatasetError  # noqa: E402
+from trainers.tables import DatasetError  # noqa: E402
 from trainers.lm import collate  # noqa: E402
 
 # the tests that use these fixtures train or load a model; the rest are unit tests

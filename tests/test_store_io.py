@@ -89,7 +89,7 @@ def test_overwrite_replaces_the_generation_and_readers_trust_only_the_manifest(s
     storage.write_bytes(stray, storage.read_bytes(storage.join(target, second["tables"]["rows"]["files"][0]["path"])))
     problems, report = validate(target)
     assert problems == [] and any("not part of the dataset" in line for line in report)
-    from trainers.data import read_arrow
+    from trainers.tables import read_arrow
     assert read_arrow(target, "rows").num_rows == second["tables"]["rows"]["rows"]
 
 

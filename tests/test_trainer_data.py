@@ -14,7 +14,8 @@ from torch.utils.data import DataLoader
 
 import schemas
 from schemas import SchemaError
-from trainers.data import DatasetError, Position, ShardDataset, collate_rows, open_table
+from trainers.data import Position, ShardDataset, collate_rows
+from trainers.tables import DatasetError, open_table
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 

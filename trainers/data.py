@@ -1,10 +1,6 @@
-"""Parquet shards -> PyTorch, the one way trainers read data (docs/architecture.md, contract 8).
+"""Parquet shards -> PyTorch, the one way trainers stream data (docs/architecture.md, contract 8).
 
-`open_table` reads `_manifest.json`, refuses schema versions this code does not
-know, and checks every part file's Parquet schema, so a trainer fails at start-up
-rather than mid-run on data it would misread.
-
-`ShardDataset` streams rows by Parquet row group, never a whole file. Its
+Tables are opened and checked by trainers/tables.py (open_table). `ShardDataset` streams rows by Parquet row group, never a whole file. Its
 epoch is one global sequence of rows: the work units (file, row group) in
 manifest order, or permuted by (seed, epoch) when `shuffle=True`, each unit's
 rows likewise permuted. The sequence is cut into S = world_size * num_workers
@@ -40,140 +36,18 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-import schemas
-from core import storage
-from schemas import SchemaError, TableSchema
-from core.dataset_folder import read_manifest
-from schemas.manifest import MANIFEST, MANIFEST_FORMAT
-from schemas.table import SCHEMA_KEY, VERSION_KEY
+from trainers.tables import DatasetError, check_file, open_parquet, open_table
 
 POSITION_FORMAT = "shardsmith.position/2"   # /1 (rows per stream) is still read
 STREAM, OFFSET = "_stream", "_offset"
-
-
-class DatasetError(ValueError):
-    """A dataset folder or its manifest is not what this reader can use."""
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    path: str                      # absolute path or store URL
-    rows: int
-    row_groups: tuple[int, ...]    # rows per row group, from the Parquet footer
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    """One table of a finished dataset, checked against the schema registry."""
-
-    root: str
-    table: str
-    schema_name: str
-    version: int
-    schema: TableSchema | None     # None when read under an older `known_versions` entry
-    rows: int
-    splits: dict[str, int]
-    files: tuple[FileInfo, ...]
-    split_field: str | None        # from the registry's schema of this table
-
-    def units(self) -> list[tuple[int, int, int]]:
-        """(file index, row group, rows) in manifest order; empty row groups left out."""
-        return [(f, g, n) for f, info in enumerate(self.files)
-                for g, n in enumerate(info.row_groups) if n]
-
-
-def _check_file(pf: pq.ParquetFile, path: str, info_schema: TableSchema | None,
-                name: str, version: int) -> None:
-    """Refuse a part whose schema is not the manifest's (a stale or foreign file)."""
-    try:
-        if info_schema is not None:
-            info_schema.check_file_schema(pf.schema_arrow)
-        else:
-            meta = pf.schema_arrow.metadata or {}
-            found = meta.get(SCHEMA_KEY, b"?").decode(), meta.get(VERSION_KEY, b"?").decode()
-            if found != (name, str(version)):
-                raise SchemaError(f"shard is {found[0]} v{found[1]}, expected {name} v{version}")
-    except SchemaError as exc:
-        raise SchemaError(f"{path}: {exc}; the file does not belong to this dataset's manifest, "
-                          f"regenerate the dataset") from None
-
-
-def open_table(path: str | os.PathLike, table: str, *,
-               known_versions: Iterable[int] | None = None) -> TableInfo:
-    """Read the manifest of dataset folder `path` and check `table` before any training.
-
-    `known_versions` (default: the registry's current version) lets a reader that
-    handles an older layout accept it; such files are checked by name and version
-    metadata only, since the registry holds just the current arrow schema.
-    """
-    root = storage.normalize(os.fspath(path))
-    mpath = storage.join(root, MANIFEST)
-    manifest = read_manifest(root)
-    fmt = manifest.get("format", MANIFEST_FORMAT)
-    if fmt != MANIFEST_FORMAT:
-        raise DatasetError(f"{mpath}: manifest format {fmt!r}, this shardsmith reads "
-                           f"{MANIFEST_FORMAT!r}; upgrade shardsmith")
-    tables = manifest.get("tables", {})
-    if table not in tables:
-        raise DatasetError(f"{mpath}: no table {table!r}; tables here: {sorted(tables)}")
-    entry = tables[table]
-    name, version = entry["schema"], int(entry["version"])
-    try:
-        current = schemas.get(name)
-    except SchemaError:
-        raise SchemaError(f"{mpath}: table {table!r} has schema {name!r}, unknown to this "
-                          f"shardsmith; upgrade shardsmith to read it") from None
-    known = {current.version} if known_versions is None else set(known_versions)
-    if version not in known:
-        hint = ("upgrade shardsmith to one that reads it" if version > current.version else
-                f"regenerate the data with this shardsmith (writes v{current.version})")
-        raise SchemaError(f"{mpath}: {name} is v{version}; this code reads v{sorted(known)}: {hint}")
-    schema = current if version == current.version else None
-    files = []
-    for item in entry.get("files", []):
-        fpath = storage.join(root, item["path"])
-        try:
-            pf = open_parquet(fpath)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{fpath} is listed in {mpath} but missing: the dataset is "
-                                    f"incomplete, regenerate it") from None
-        _check_file(pf, fpath, schema, name, version)
-        groups = tuple(pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups))
-        if "rows" in item and sum(groups) != int(item["rows"]):
-            raise DatasetError(f"{fpath}: {sum(groups)} rows, the manifest says {item['rows']}; "
-                               f"regenerate the dataset")
-        files.append(FileInfo(fpath, sum(groups), groups))
-    return TableInfo(root, table, name, version, schema, int(entry.get("rows", sum(f.rows for f in files))),
-                     dict(entry.get("splits", {})), tuple(files), current.split_field)
-
-
-def open_parquet(location: str) -> pq.ParquetFile:
-    """A Parquet file from a local path or a store URL, read by range (footer, then row groups)."""
-    return pq.ParquetFile(storage.open_input(location))
-
-
-def read_arrow(path: str | os.PathLike, table: str, *, columns: list[str] | None = None,
-               filter=None) -> pa.Table:
-    """A whole (small) table in memory, after the same checks as streaming.
-
-    For trainers that fit in closed form (pruned-synth's ridge); models trained
-    by gradient steps stream with ShardDataset instead.
-    """
-    info = open_table(path, table)
-    parts = [pq.read_table(storage.open_input(f.path), columns=columns, filters=filter) for f in info.files]
-    if not parts:
-        return info.schema.arrow.empty_table().select(columns) if columns else info.schema.arrow.empty_table()
-    return pa.concat_tables(parts)
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -407,7 +281,7 @@ class ShardDataset(IterableDataset):
             if fidx != open_file:
                 f = self.info.files[fidx]
                 pf, open_file = open_parquet(f.path), fidx
-                _check_file(pf, f.path, self.info.schema, self.info.schema_name, self.info.version)
+                check_file(pf, f.path, self.info.schema, self.info.schema_name, self.info.version)
             table = pf.read_row_group(group, columns=read_cols)
             order = np.random.default_rng([self.seed, self.epoch, fidx, group]).permutation(n) \
                 if self.shuffle else np.arange(n)

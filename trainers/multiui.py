@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from core.config import ConfigError, ConfigSpec, Key
-from trainers.data import DatasetError, ShardDataset, epochs
+from trainers.data import ShardDataset, epochs
+from trainers.tables import DatasetError
 from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, settings, to_device
 from trainers.multiui_data import IGNORE, SAMPLE_COLUMNS, SKIP_REASONS, Collator, PageStore, SampleBatches
 
@@ -260,7 +261,10 @@ def train(data_dir: str, out_dir: str, config: dict) -> dict:
     cfg = settings(CONFIG, config)
     if cfg["lr"] is None:
         cfg["lr"] = 1e-3 if cfg["model"] == "tiny" else 2e-5
-    plan = Plan.of(cfg, eval_every=cfg["checkpoint_every"], info={"model": cfg["model"]})
+    # LLaVA reads a hidden layer of the vision tower: its post-layernorm and pooling head never get
+    # a gradient, which DDP must be told or it waits for them and raises at the second step
+    plan = Plan.of(cfg, eval_every=cfg["checkpoint_every"], info={"model": cfg["model"]},
+                   find_unused_parameters=True)
     return fit(SFT(data_dir, cfg), plan, out_dir)[1]
 
 

@@ -36,7 +36,8 @@ from torch.utils.data import IterableDataset
 
 from core.marks import draw_mark
 from schemas import multiui as schema
-from trainers.data import OFFSET, STREAM, DatasetError, ShardDataset, hash_unit
+from trainers.data import OFFSET, STREAM, ShardDataset, hash_unit
+from trainers.tables import DatasetError
 from trainers.rowstore import RowStore
 
 IGNORE = -100

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from core.config import ConfigSpec, Key
 from trainers import rmt
-from trainers.data import DatasetError, read_arrow
+from trainers.tables import DatasetError, read_arrow
 from trainers.fit import settings
 
 CONFIG = ConfigSpec((

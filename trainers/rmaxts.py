@@ -46,7 +46,8 @@ import torch
 
 from core.config import ConfigSpec, Key
 from trainers import distributed, lm
-from trainers.data import BatchStream, DatasetError, hash_unit, read_arrow
+from trainers.data import BatchStream, hash_unit
+from trainers.tables import DatasetError, read_arrow
 from trainers.fit import Plan, Recipe, fit, loop_keys, settings
 from trainers.lm import IGNORE
 

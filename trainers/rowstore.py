@@ -21,7 +21,7 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
-from trainers.data import DatasetError, open_parquet, open_table
+from trainers.tables import DatasetError, open_parquet, open_table
 
 _SEP = "\x1f"
 

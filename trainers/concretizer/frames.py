@@ -11,7 +11,8 @@ import torch
 
 from core.config import ConfigError
 from trainers.concretizer.model import LAYER_STRIDE, pack
-from trainers.data import DatasetError, hash_unit, open_table, read_arrow
+from trainers.data import hash_unit
+from trainers.tables import DatasetError, open_table, read_arrow
 from trainers.rowstore import RowStore
 
 FEATURE_COLUMNS = ["frame_id", "layer", "stride", "spatial_shape", "coords", "channels", "dtype", "values",

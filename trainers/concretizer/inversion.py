@@ -68,7 +68,8 @@ from trainers import distributed
 from trainers.concretizer.evaluation import choose_threshold, evaluate
 from trainers.concretizer.frames import FRAME_COLUMNS, FrameLoader, collate, source_of, split_by_source, split_validation
 from trainers.concretizer.model import LAYER_STRIDE, InversionNet, focal_loss
-from trainers.data import DatasetError, ShardDataset, epochs
+from trainers.data import ShardDataset, epochs
+from trainers.tables import DatasetError
 from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settings, steps_done
 from trainers.rowstore import RowStore
 

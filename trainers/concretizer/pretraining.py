@@ -38,7 +38,8 @@ from trainers import distributed
 from trainers.concretizer.frames import FRAME_COLUMNS, read_coords, read_points, split_frames
 from trainers.concretizer.detector import (Detector, average_precision, decode, detection_loss, flip_y,
                                            frame_targets, match_detections, points_in_boxes)
-from trainers.data import DatasetError, ShardDataset, epochs, read_arrow
+from trainers.data import ShardDataset, epochs
+from trainers.tables import DatasetError, read_arrow
 from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settings, steps_done, to_device
 from trainers.rowstore import RowStore
 

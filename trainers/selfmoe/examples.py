@@ -8,7 +8,8 @@ import torch
 
 from core.prompts import plain_prompt
 from trainers import lm
-from trainers.data import DatasetError, hash_unit, read_arrow
+from trainers.data import hash_unit
+from trainers.tables import DatasetError, read_arrow
 from trainers.lm import IGNORE, collate
 
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from trainers import lm
-from trainers.data import DatasetError
+from trainers.tables import DatasetError
 
 
 class Usage:

@@ -42,7 +42,8 @@ from torch import nn
 
 from core.config import ConfigError, ConfigSpec, Key, names
 from trainers import distributed, lm
-from trainers.data import BatchStream, DatasetError
+from trainers.data import BatchStream
+from trainers.tables import DatasetError
 from trainers.fit import Plan, Recipe, fit, loop_keys, pick_device, settings
 from trainers.lm import collate
 from trainers.selfmoe.examples import batches, data_prompt_format, encode_domains, load_examples
