@@ -297,3 +297,20 @@ def test_voxelizer_inputs_and_shared_table():
         Voxelizer("waymo", "train", table=np.empty(10, np.int32))
     with pytest.raises(ValueError, match="no points inside the range"):
         vox(np.empty((0, 4), np.float32))
+
+
+def test_threads_share_one_table_and_each_call_is_whole():
+    """A Beam worker calls voxelize from a pool of threads: they share the process's Voxelizers (one
+    dense table per grid, not one per thread) and, taking its lock, never see each other's writes."""
+    from concurrent.futures import ThreadPoolExecutor
+    from transforms.lidar import voxelize as V
+    scans = [_scan(f) for f in FRAMES]
+    want = [Voxelizer("kitti", mode)(s) for s in scans for mode in ("train", "test")]
+    jobs = [(s, mode) for s in scans for mode in ("train", "test")] * 4
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda job: voxelize(*job[:1], "kitti", job[1]), jobs))
+    for i, result in enumerate(got):
+        for a, b in zip(result, want[i % len(want)]):
+            assert np.array_equal(a, b)
+    tables = {id(vox._table) for vox, _ in V._CACHE.values() if vox._table is not None}
+    assert len(tables) == 1      # train and test voxelize one grid: one table for the process
