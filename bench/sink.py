@@ -75,7 +75,7 @@ def page_rows(start: int, count: int, screenshot_bytes: int, rng) -> list[dict]:
             "screenshot": rng.bytes(screenshot_bytes),
             "screenshot_width": 1280, "screenshot_height": 2400,
             "nodes": nodes, "actions": [{"node_id": 1, "target_url": url + "#next", "target_title": "Next"}],
-            "text_chars": 3600, "stylesheets_loaded": 1, "stylesheets_missing": 0, "images_loaded": 2,
+            "text_chars": 3600, "glyphs_missing": "", "stylesheets_loaded": 1, "stylesheets_missing": 0, "images_loaded": 2,
             "images_missing": 0, "kept": True, "reject_reason": None,
         })
     return rows

@@ -14,7 +14,12 @@ if ! command -v "$python" >/dev/null 2>&1; then
 fi
 # Debian packages the extras need: Chromium for web (Playwright drives Debian's build; its own
 # browser download cannot run offline), GL and OpenMP libraries for open3d.
-case ",$extras," in *,web,*|*,all,*) apt_packages="$apt_packages chromium fonts-dejavu-core" ;; esac
+# Fonts for every script curation keeps (without them a page's CJK, Indic or Thai text is captured
+# as empty boxes): Noto core (Latin, Greek, Cyrillic, Arabic, Hebrew, Indic, Thai, Lao, Khmer,
+# Ethiopic, ...), Noto CJK, Noto Color Emoji; about 145 MB. fontconfig's fc-list tells the renderer
+# which characters they cover (the pages' glyphs_missing).
+web_fonts="fontconfig fonts-dejavu-core fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji"
+case ",$extras," in *,web,*|*,all,*) apt_packages="$apt_packages chromium $web_fonts" ;; esac
 case ",$extras," in *,lidar,*|*,all,*) apt_packages="$apt_packages libgl1 libegl1 libgomp1 libusb-1.0-0" ;; esac
 apt_packages="$apt_packages bubblewrap"  # rmaxts runs each Lean REPL under bwrap (os_sandbox=bwrap)
 if ! "$python" -c "import venv, ensurepip" >/dev/null 2>&1; then

@@ -47,7 +47,8 @@ TURN = pa.struct([pa.field("from", pa.string(), nullable=False), pa.field("value
 PAGES = TableSchema(
     dataset=DATASET,
     table="pages",
-    version=2,  # 2: stylesheets/images loaded and missing; nodes judged visible by clipping, opacity, cover
+    version=3,  # 3: glyphs_missing; sub-resources counted up to the settle point (transforms/web/subresources.py)
+                # 2: stylesheets/images loaded and missing; nodes judged visible by clipping, opacity, cover
     doc="One rendered page per (source, platform): screenshot, HTML, enhanced accessibility tree, curation.",
     split_field="platform",
     fields=(
@@ -75,16 +76,25 @@ PAGES = TableSchema(
               "Links the renderer followed: the node clicked and the title of the page it leads to "
               "(source of action prediction)."),
         Field("text_chars", pa.int64(), "Characters of visible text in the tree (names of text nodes)."),
-        Field("stylesheets_loaded", pa.int32(), "Stylesheets the page loaded (from the archive or the network)."),
+        Field("glyphs_missing", pa.string(),
+              "The characters of the visible text that no installed font has a glyph for (the screenshot "
+              "shows an empty box), distinct, in code point order; '' when every one shows. Whitespace, "
+              "control and format characters never count. No sample asks about text holding one."),
+        Field("stylesheets_loaded", pa.int32(),
+              "Stylesheets the page loaded (from the archive or the network), of those it asked for until two "
+              "animation frames after load; each counted once, by its outcome after redirects."),
         Field("stylesheets_missing", pa.int32(),
-              "Stylesheets the page asked for and did not get (not archived, refused, failed or 4xx/5xx)."),
-        Field("images_loaded", pa.int32(), "Images the page loaded."),
+              "Stylesheets the page asked for and did not get (not archived, refused, failed, 4xx/5xx, or no "
+              "answer within the timeout)."),
+        Field("images_loaded", pa.int32(), "Images the page loaded (counted as stylesheets are)."),
         Field("images_missing", pa.int32(), "Images the page asked for and did not get."),
         Field("kept", pa.bool_(), "Whether curation kept the page (only kept pages yield samples)."),
         Field("reject_reason", pa.string(),
               "Why curation dropped it: error_page, parked, too_little_text, adult, gambling, violent, "
-              "'blocklist LIST: ...', 'language: xx (not in ...)', 'rendered without its CSS ...', "
-              "llm_judge; null when kept.", nullable=True),
+              "title_adult, title_gambling, description_adult, description_gambling, keywords_adult, "
+              "keywords_gambling (the head offers what the visible text does not), 'blocklist LIST: ...', "
+              "'language: xx (not in ...)', 'title_language: xx (page yy)', 'description_language: xx (page yy)', "
+              "'rendered without its CSS ...', llm_judge; null when kept.", nullable=True),
     ),
 )
 

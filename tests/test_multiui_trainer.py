@@ -63,7 +63,7 @@ def _page(pid, platform, size, color) -> dict:
             "nodes": [{"node_id": 0, "parent": -1, "depth": 0, "role": "RootWebArea", "name": pid, "tag": "html",
                        "box": box, "box_norm": [0.0, 0.0, 1.0, 1.0], "interactive": False,
                        "href": None, "src": None, "alt": None}],
-            "actions": [], "text_chars": 20, "stylesheets_loaded": 1, "stylesheets_missing": 0, "images_loaded": 0,
+            "actions": [], "text_chars": 20, "glyphs_missing": "", "stylesheets_loaded": 1, "stylesheets_missing": 0, "images_loaded": 0,
             "images_missing": 0, "kept": True, "reject_reason": None}
 
 
@@ -197,6 +197,21 @@ def test_training_lowers_the_loss(trained):
     assert m["skipped"]["missing_page"] >= 1 and m["held_out_rows"] > 0
     assert json.load(open(os.path.join(out, "metrics.json")))["train"]["loss"] == tr["loss"]
     assert "train loss" in multiui.report(m)
+
+
+def test_two_processes_train_like_one_with_the_doubled_batch(trained, data, tokenizer_path, tmp_path):
+    """`--nproc 2` (gloo): each process takes half the batch, so a step sees as many samples as one
+    process with the whole batch; the vision tower's unused head must not stop DDP at step 2."""
+    from tests.test_fit_ddp import MINI_TOLERANCE
+    from trainers import distributed
+    _, one = trained
+    two = distributed.launch(multiui.train, 2, data[0], str(tmp_path), dict(RUN, tokenizer=tokenizer_path,
+                                                                          batch_size=RUN["batch_size"] // 2),
+                             device="cpu")
+    assert two["world_size"] == 2 and two["train"]["step"] == one["train"]["step"]
+    assert two["eval"][0]["loss"] == pytest.approx(one["eval"][0]["loss"], rel=1e-5)      # the same start
+    assert two["train"]["loss"][-1] < two["train"]["loss"][0] - 0.5, two["train"]["loss"]
+    assert two["eval"][-1]["loss"] == pytest.approx(one["eval"][-1]["loss"], rel=MINI_TOLERANCE)
 
 
 def test_checkpoint_resumes_mid_epoch(trained, data, tokenizer_path, tmp_path):

@@ -9,8 +9,12 @@ import http.server
 import json
 import os
 import pickle
+import random
 import socket
+import struct
 import threading
+import time
+import zlib
 
 import pytest
 
@@ -18,11 +22,13 @@ from transforms.web import render as R
 from transforms.io.transient import is_transient
 from transforms.web.fetch_policy import Admission, FetchPolicy
 from transforms.web.render import BrowserCrashed, Renderer, RenderError, viewport_for
+from transforms.web.subresources import Subresources
 from tests.conftest import send_body
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")]
 
 TIMEOUT_MS = 3000
+RUNS_PER_PLATFORM = 4
 # on load the page records each element's getBoundingClientRect() in <html data-rects>, so the
 # returned HTML carries the browser's own boxes to compare with
 _RECTS_JS = """<script>addEventListener('load', () => {
@@ -48,6 +54,35 @@ PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000
                         "1f15c4890000000d49444154789c6360000002000185d32d9f0000000049454e44ae426082")
 _release = threading.Event()
 
+
+def _png(width, height, rgb):
+    """A solid RGB PNG: an image whose arrival shows in the screenshot."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\0" + bytes(rgb) * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+RED_PNG = _png(40, 40, (200, 30, 30))
+# A page whose sub-resources answer at their own pace (server-side random delays): stylesheets and
+# images that load or 404, a redirected image, lazy images in the first screen, lazy images far
+# below (one never answers), and trackers a script requests well after load (one never answers).
+SETTLE = ("<!doctype html><html><head><title>Settle</title><link rel=stylesheet href=/slow/site.css>"
+          "<link rel=stylesheet href=/gone/theme.css></head><body style='margin:8px;font:16px sans-serif'>"
+          "<h1>Images at their own pace</h1><p>"
+          + "".join(f"<img src={src} width=40 height=40 alt=''>" for src in (
+              "/slow/e1.png", "/slow/e2.png", "/slow/e3.png", "/slow/e4.png", "/gone/e5.png", "/gone/e6.png",
+              "/redirect/e7.png"))
+          + "</p><p>"
+          + "".join(f"<img loading=lazy src={src} width=40 height=40 alt=''>" for src in (
+              "/slow/l1.png", "/slow/l2.png", "/gone/l3.png"))
+          + "</p><div style='height:9000px'></div><p><img loading=lazy src=/slow/far.png width=40 height=40>"
+          "<img loading=lazy src=/hang/far.png width=40 height=40></p>"
+          "<script>addEventListener('load', () => setTimeout(() => {"
+          "for (const src of ['/slow/late.png', '/gone/late.png', '/hang/late.png']) new Image().src = src;"
+          "}, 500 + 200 * Math.random()))</script></body></html>")
+
 PAGES = {
     "/": ("text/html", HOME.replace("{meta}", "")),
     "/m": ("text/html", HOME.replace("{meta}", '<meta name=viewport content="width=device-width">')),
@@ -70,6 +105,7 @@ PAGES = {
     "/to-file": ("text/html", "<title>To file</title><p>x<script>location.href = 'file:///etc/passwd'</script>"),
     "/dl-link": ("text/html", "<title>Has download</title><a id=d href=/download download>get</a>"
                               "<script>addEventListener('load', () => document.getElementById('d').click())</script>"),
+    "/settle": ("text/html", SETTLE),
 }
 
 
@@ -97,9 +133,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == "/download":
             return self._send(200, "application/octet-stream", b"\0" * 100,
                               [("Content-Disposition", "attachment; filename=x.bin")])
-        if path == "/hang":
+        if path == "/hang" or path.startswith("/hang/"):
             _release.wait(30)  # hold the connection, send nothing
             return
+        if path.startswith(("/slow/", "/gone/", "/redirect/")):
+            time.sleep(random.uniform(0, 0.25 if path.startswith("/slow/") else 0.05))
+            try:  # the page may be closed by now: the renderer does not wait for what it does not count
+                if path.startswith("/gone/"):
+                    return self._send(404, "text/html", "not found")
+                if path.startswith("/redirect/"):
+                    return self._send(302, "text/html", "", [("Location", "/slow/" + path.rsplit("/", 1)[1])])
+                if path.endswith(".css"):
+                    return self._send(200, "text/css", "h1 { color: rgb(30, 30, 200) }")
+                return self._send(200, "image/png", RED_PNG)
+            except ConnectionError:
+                return
         return self._send(404, "text/html", "not found")
 
 
@@ -365,3 +413,54 @@ def test_a_name_server_that_does_not_answer_is_a_transient_fault(renderer):
     with pytest.raises(RenderError) as err:  # a name that does not exist is the page's fault
         renderer.render_page("http://gone.test/", "desktop", 1, policy=FetchPolicy(resolver=unknown))
     assert not is_transient(err.value) and "cannot resolve host" in str(err.value)
+
+
+@pytest.mark.parametrize("platform", ["desktop", "mobile"])
+def test_rows_do_not_depend_on_timing(renderer, site, platform):
+    """The same page rendered again and again gives the same row (render_ms aside), however its
+    sub-resources' answers fall around load: the counts are the stylesheets and images asked for
+    up to the settle point, each once by its final outcome (subresources.py), and the screenshot
+    shows every one of them that arrived. Trackers requested after it, and lazy images far below,
+    are not the page's load and not counted."""
+    rows = [renderer.render_page(site + "/settle", platform, 5, timeout_ms=TIMEOUT_MS * 3, follow_links=0)
+            for _ in range(RUNS_PER_PLATFORM)]
+    first = rows[0]
+    assert (first["stylesheets_loaded"], first["stylesheets_missing"]) == (1, 1)
+    assert (first["images_loaded"], first["images_missing"]) == (7, 3)  # the redirect counts once
+    for row in rows[1:]:
+        differ = sorted(k for k in R.RESULT_KEYS if k != "render_ms" and row[k] != first[k])
+        assert not differ, f"rows differ in {differ}: " + ", ".join(f"{k}: {first[k]!r:.60} != {row[k]!r:.60}"
+                                                                    for k in differ if k != "screenshot")
+
+
+def test_subresources_are_counted_once_by_final_outcome_up_to_the_settle_point():
+    """The counting rules on DevTools events as the renderer's session sees them (no browser)."""
+    seen = Subresources()
+
+    def event(method, **params):
+        seen.on_event({"method": method, "params": params})
+
+    def done(rid, status=None, failed=False):
+        if status is not None:
+            event("Network.responseReceived", requestId=rid, response={"status": status})
+        event("Network.loadingFailed" if failed else "Network.loadingFinished", requestId=rid)
+
+    event("Network.requestWillBeSent", requestId="r", type="Image")
+    event("Network.requestWillBeSent", requestId="r", type="Image", redirectResponse={"status": 302})  # one image
+    done("r", 200)
+    event("Network.requestWillBeSent", requestId="cut", type="Image")
+    done("cut", 200, failed=True)                    # a good status, then the body failed: missing
+    event("Network.requestWillBeSent", requestId="css", type="Stylesheet")
+    done("css", 404)
+    event("Network.requestWillBeSent", requestId="lazy", type="Image")
+    event("Network.requestWillBeSent", requestId="js", type="Script")   # not a counted type
+    assert seen.wait(time.monotonic()) is False      # no settle point yet
+    event("Runtime.bindingCalled", name="__shardsmithSettled", payload="")
+    event("Network.requestWillBeSent", requestId="late", type="Image")  # after the settle point: not counted
+    done("late", 200)
+    assert seen.wait(time.monotonic() + 0.05) is True                   # settled; "lazy" still open
+    assert seen.counts() == {"stylesheets_loaded": 0, "stylesheets_missing": 1, "images_loaded": 1, "images_missing": 2}
+    threading.Timer(0.05, done, ("lazy", 200)).start()                  # an answer wakes the wait
+    started = time.monotonic()
+    assert seen.wait(started + 10) and time.monotonic() - started < 5
+    assert seen.counts()["images_loaded"] == 2 and seen.counts()["images_missing"] == 1

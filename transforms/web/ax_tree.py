@@ -19,7 +19,7 @@ INTERACTIVE_ROLES = frozenset({
     "slider", "searchbox", "option",
 })
 _HIDDEN_VISIBILITY = ("hidden", "collapse")
-_TEXT_ROLES = ("StaticText",)
+TEXT_ROLES = ("StaticText",)   # nodes whose name is painted text (text_chars, glyphs_missing)
 _NO_CLIP_TAGS = ("html", "body")        # their overflow applies to the viewport (CSS Overflow 3)
 _OVERLAY_POSITIONS = ("fixed", "sticky", "absolute")
 MIN_TEXT_PX = 2.0                       # clipped text thinner than this shows nothing (sr-only: 1 px)
@@ -219,7 +219,7 @@ def build_nodes(ax_nodes: list[dict], snap: SnapshotIndex, *, scale: float, widt
         if kept is not None:
             kept["node_id"] = len(out)
             out.append(kept)
-            if kept["role"] in _TEXT_ROLES:
+            if kept["role"] in TEXT_ROLES:
                 text_chars += len(kept["name"])
             parent, pdepth = kept["node_id"], kept["depth"]
         for cid in reversed(n.get("childIds") or ()):

@@ -5,8 +5,9 @@ be sent (the sync API serialises), and every reply crosses the Node driver and i
 object by object in Python (`from_maybe_impl`); for a 3,500-node accessibility tree that is
 about 0.3 s of pure Python per page. Here commands are pipelined (`send` returns a Future),
 replies are parsed once by `json.loads` on a reader thread, and the reader runs while the
-browser still paints the screenshot. One connection per browser; pages are reached through
-flattened target sessions (`Target.attachToTarget` with `flatten`).
+browser still paints the screenshot; events go to their session's listener, if it has one. One
+connection per browser; pages are reached through flattened target sessions
+(`Target.attachToTarget` with `flatten`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import struct
 import threading
 import urllib.parse
 from concurrent.futures import Future
+from typing import Callable
 
 
 class CDPError(RuntimeError):
@@ -50,6 +52,7 @@ class CDPConnection:
         self._lock = threading.Lock()
         self._next_id = 0
         self._pending: dict[int, Future] = {}
+        self._listeners: dict[str, Callable[[dict], None]] = {}
         self._closed: str | None = None
         self._reader = threading.Thread(target=self._read_loop, name="cdp-reader", daemon=True)
         self._reader.start()
@@ -78,6 +81,15 @@ class CDPConnection:
     def call(self, method: str, params: dict | None = None, session_id: str | None = None,
              timeout: float = 30.0) -> dict:
         return self.send(method, params, session_id).result(timeout)
+
+    def listen(self, session_id: str, fn: Callable[[dict], None] | None) -> None:
+        """Hand the session's events ({method, params}) to `fn`, on the reader thread, in the order
+        the browser sent them; None stops. `fn` must be quick: replies wait behind it."""
+        with self._lock:
+            if fn is None:
+                self._listeners.pop(session_id, None)
+            else:
+                self._listeners[session_id] = fn
 
     def close(self) -> None:
         with self._lock:
@@ -144,8 +156,14 @@ class CDPConnection:
             while True:
                 msg = json.loads(self._read_message())
                 mid = msg.get("id")
-                if mid is None:
-                    continue  # events: not subscribed to anything we need
+                if mid is None:  # an event: to its session's listener, if any
+                    fn = self._listeners.get(msg.get("sessionId"))
+                    if fn is not None:
+                        try:
+                            fn(msg)
+                        except Exception:  # noqa: BLE001 - a listener's bug must not end the connection
+                            pass
+                    continue
                 with self._lock:
                     fut = self._pending.pop(mid, None)
                 if fut is None:

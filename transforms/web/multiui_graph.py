@@ -119,7 +119,7 @@ class MultiuiGraph(beam.PTransform):
                 | "Platforms" >> beam.FlatMap(lambda t: [(t, p) for p in platforms])
                 | "SpreadJobs" >> beam.Reshuffle())
         rendered = jobs | ledger.stage("render", CapturePage(s.capture, s.html_folder), resume=Resume(
-            version=1, reads=render_identity(s.capture, s.html_folder), key=target_identity))
+            version=2, reads=render_identity(s.capture, s.html_folder), key=target_identity))  # 2: glyphs_missing
         min_chars, rules = s.min_text_chars, s.curation
         pages = rendered | ledger.stage("curate", lambda page: [curate(page, min_chars, rules)])
         if s.judge is not None and s.backend is not None:

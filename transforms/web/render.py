@@ -13,6 +13,9 @@ How the work is split, and why:
 - The capture (DOM snapshot, accessibility tree, screenshot) goes over our own DevTools
   WebSocket (`cdp.py`), all commands in flight at once, so parsing the big replies in Python
   overlaps the browser painting the screenshot; see bench/render.py for the cost.
+- After `load` the page settles (two animation frames, then the outcomes of the stylesheets and
+  images it asked for until then: subresources.py) before the capture, so that what the row
+  counts and shows does not depend on how soon the capture came.
 - All browser work runs on one private thread per Renderer. The caller waits with a deadline;
   when it passes (a page that wedged the browser, a driver that stopped answering) the caller
   kills the browser's process group, which unblocks that thread, and the next page gets a new
@@ -45,11 +48,13 @@ from typing import Any, Callable
 from urllib.parse import urldefrag, urlsplit
 
 from transforms.io.transient import Transient
-from transforms.web.ax_tree import SnapshotIndex, build_nodes
+from transforms.web.ax_tree import TEXT_ROLES, SnapshotIndex, build_nodes
 from core.process_tree import tied_to_parent
 from transforms.web.cdp import CDPConnection, CDPError
 from transforms.web.fetch_policy import DNS_UNAVAILABLE
+from transforms.web.glyphs import FC_LIST, missing_glyphs
 from transforms.web.policy_proxy import PolicyProxy
+from transforms.web.subresources import Subresources
 
 CHROMIUM = "/usr/bin/chromium"
 DEFAULT_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -81,9 +86,8 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 RESULT_KEYS = ("url", "final_url", "title", "html", "screenshot", "screenshot_width", "screenshot_height",
                "viewport_width", "viewport_height", "device_scale_factor", "nodes", "actions", "text_chars",
-               "stylesheets_loaded", "stylesheets_missing", "images_loaded", "images_missing", "render_ms")
-# sub-resources counted per page: loaded (a response below 400) or missing (failed, refused, 4xx/5xx)
-COUNTED_TYPES = {"stylesheet": "stylesheets", "image": "images"}
+               "glyphs_missing", "stylesheets_loaded", "stylesheets_missing", "images_loaded", "images_missing",
+               "render_ms")
 
 # one round trip before the capture: scroll to the top, sizes, title, HTML (page.content()'s recipe)
 _PAGE_STATE_JS = """(() => {
@@ -139,6 +143,9 @@ class Renderer:
         if not os.path.exists(executable_path):
             raise FileNotFoundError(f"no Chromium at {executable_path}: apt-get install -y chromium, "
                                     "or pass Renderer(executable_path=...)")
+        if shutil.which(FC_LIST) is None:
+            raise FileNotFoundError("no fc-list: rows record which characters no installed font can draw, "
+                                    "asked of fontconfig; apt-get install -y fontconfig")
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -257,9 +264,11 @@ def render_page(target_url: str, platform: str, seed: int, *, renderer: Renderer
     Returns a dict with exactly RESULT_KEYS: url, final_url, title, html, screenshot (PNG bytes),
     screenshot_width/height (pixels), viewport_width/height (CSS px), device_scale_factor,
     nodes (NODE dicts, schemas/multiui.py), actions ({node_id, target_url, target_title}),
-    text_chars, stylesheets_loaded/missing and images_loaded/missing (the page's own sub-resources:
-    loaded, or failed, refused or answered 4xx/5xx), render_ms. Raises RenderError for a page that
-    cannot become a row.
+    text_chars, glyphs_missing (the characters of the visible text no installed font has,
+    glyphs.py), stylesheets_loaded/missing and images_loaded/missing (the page's own sub-resources
+    up to its settle point, by their final outcome: subresources.py), render_ms. Every key but
+    render_ms is a function of the page and the capture settings, not of timing. Raises
+    RenderError for a page that cannot become a row.
     Without `renderer`, a browser is started and closed for this one call."""
     if renderer is not None:
         return renderer.render_page(target_url, platform, seed, **kw)
@@ -462,18 +471,7 @@ class _Worker:
                 doc["status"] = resp.status
                 doc["content_type"] = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
 
-        counted: set = set()
-
-        def on_resource(request, loaded: bool):
-            kind = COUNTED_TYPES.get(request.resource_type)
-            if kind and request not in counted:  # a refused response may also end as a failure
-                counted.add(request)
-                key = f"{kind}_{'loaded' if loaded else 'missing'}"
-                doc[key] = doc.get(key, 0) + 1
-
         page.on("response", on_response)
-        page.on("response", lambda resp: on_resource(resp.request, resp.status < 400))
-        page.on("requestfailed", lambda req: on_resource(req, False))
         page.on("popup", lambda p: _quietly(p.close))
         page.on("download", lambda d: (doc.__setitem__("download", True), _quietly(d.cancel)))
         page.on("crash", lambda p: doc.__setitem__("crashed", True))
@@ -532,14 +530,19 @@ class _Worker:
             if clock:
                 ctx.clock.install(time=clock)
             page = self.open_page(ctx, doc, timeout_ms)
-            self.navigate(page, url, doc, timeout_ms)
             tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
             session = self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
                                      timeout=timeout_ms / 1000)["sessionId"]
+            resources = Subresources()
+            resources.start(self.conn, session, timeout_ms / 1000)
+            self.navigate(page, url, doc, timeout_ms)
+            if not resources.wait(time.monotonic() + timeout_ms / 1000):
+                raise RenderError(f"timeout: the page did not settle after load (> {timeout_ms} ms: two "
+                                  "animation frames); a script that does not stop?")
+            resources.stop(self.conn, session)
             row = self.capture(session, options, max_shot_h, timeout_ms)
             row["url"] = url
-            row.update({f"{kind}_{state}": doc.get(f"{kind}_{state}", 0)
-                        for kind in COUNTED_TYPES.values() for state in ("loaded", "missing")})
+            row.update(resources.counts())
             row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
                                               policy if route_handler is None else None)
                               if follow_links else [])
@@ -562,6 +565,8 @@ class _Worker:
             self.recover(session)
             raise (BrowserCrashed if died else RenderError)(f"render failed: {_first_line(e)}") from None
         finally:
+            if session is not None and self.conn is not None:
+                self.conn.listen(session, None)
             _quietly(ctx.close)
             if proxy is not None:
                 proxy.close()
@@ -633,9 +638,11 @@ class _Worker:
         png = base64.b64decode(shot_f.result(wait)["data"])
         shot_w, shot_h = _png_size(png)
         nodes, text_chars = build_nodes(ax, snap, scale=scale, width=shot_w, height=shot_h, page_url=st["url"])
+        glyphs = missing_glyphs(n["name"] for n in nodes if n["role"] in TEXT_ROLES)
         return {"final_url": st["url"], "title": st["title"], "html": st["html"], "screenshot": png,
                 "screenshot_width": shot_w, "screenshot_height": shot_h, "viewport_width": vw,
-                "viewport_height": vh, "device_scale_factor": dsf, "nodes": nodes, "text_chars": text_chars}
+                "viewport_height": vh, "device_scale_factor": dsf, "nodes": nodes, "text_chars": text_chars,
+                "glyphs_missing": glyphs}
 
     def follow(self, ctx, row: dict, seed: int, platform: str, k: int, timeout_ms: int, policy) -> list[dict]:
         """Open up to k visible same-site links (seeded choice) in the same context, each in a new

@@ -289,6 +289,16 @@ def _join_pieces(pieces: Sequence[tuple]) -> str:
     return clean_text(out)
 
 
+def glyph_problem(page: Mapping, text: Optional[str]) -> Optional[str]:
+    """Why `text` cannot tie a sample to the screenshot: it holds a character no installed font
+    could draw (the page row's glyphs_missing), which the screenshot shows as an empty box. Asked
+    of the row, not of this machine's fonts, so a sample is the same wherever it is made."""
+    missing = page.get("glyphs_missing")
+    if missing and text and not set(missing).isdisjoint(text):
+        return "text without a glyph"
+    return None
+
+
 def page_problem(page: Mapping) -> Optional[str]:
     """Why a page yields no samples at all, or None."""
     if page.get("kept") is False:
@@ -336,8 +346,9 @@ def rejected_page(page: Mapping, task: str, reason: str) -> Rejected:
 
 
 def grounding_problem(node: Mapping, index: "PageIndex", page: Mapping, rules: TaskRules) -> Optional[str]:
-    """Why an element makes a poor grounding target (no name, a name its ancestor already says, too
-    long, ambiguous on the page, a static fragment like "and", a box too small or off-screen), or None."""
+    """Why an element makes a poor grounding target (no name, a name the screenshot cannot show, a
+    name its ancestor already says, too long, ambiguous on the page, a static fragment like "and", a
+    box too small or off-screen), or None."""
     name = clean_text(node.get("name"))
     if not name:
         return "empty name"
@@ -349,4 +360,4 @@ def grounding_problem(node: Mapping, index: "PageIndex", page: Mapping, rules: T
         return "trivial text"
     if index.is_duplicate(node):
         return "duplicate name on the page"
-    return box_problem(node, page, rules.min_box_px)
+    return glyph_problem(page, name) or box_problem(node, page, rules.min_box_px)

@@ -8,7 +8,9 @@ on the page shares (the question would be ambiguous). At most `max_per_task` sam
 page and task, drawn with a seeded Random so that a rerun picks the same ones.
 
 OCR answers are the text the screenshot shows (PageIndex.visible_text: the page's visible text
-nodes), never an accessible name from aria-label, alt or title. Heading OCR is VisualWebBench's
+nodes), never an accessible name from aria-label, alt or title. Text holding a character the
+screenshot shows as an empty box (the row's glyphs_missing) makes no sample: neither an OCR
+answer nor an element a question names (elements.glyph_problem). Heading OCR is VisualWebBench's
 page-level question about the main heading, one per page.
 """
 from __future__ import annotations
@@ -18,9 +20,9 @@ from typing import Mapping, Optional, Sequence
 from core.marks import mark_rect
 from transforms.web.tasks import templates
 from transforms.web.tasks.elements import (GROUNDING_ROLES, TEXT_ROLES, PageIndex, TaskOutput, TaskRules,
-                                           box_problem, clean_text, describe, format_box, heading_level, is_heading,
-                                           make_sample, name_key, norm_bbox, page_problem, pick, reading_order,
-                                           grounding_problem, rng_for, role_of)
+                                           box_problem, clean_text, describe, format_box, glyph_problem,
+                                           heading_level, is_heading, make_sample, name_key, norm_bbox, page_problem,
+                                           pick, reading_order, grounding_problem, rng_for, role_of)
 
 OPTION_LETTERS = "ABCDEFGH"
 DISTRACTORS = len(OPTION_LETTERS) - 1
@@ -77,6 +79,10 @@ def heading_ocr(page: Mapping, rules: TaskRules = TaskRules(), index: Optional[P
         return out
     main = min(candidates, key=lambda n: (heading_level(n) or 7, float(n["box"][1]), int(n["node_id"])))
     out.skip("not the main heading", len(candidates) - 1)
+    problem = glyph_problem(page, index.visible_text(main))   # skipped, not replaced: the next is no main heading
+    if problem:
+        out.skip(problem)
+        return out
     template_id, question = templates.instruction("heading_ocr", page["id"], int(main["node_id"]))
     out.samples.append(make_sample(page, "heading_ocr", template_id, question, index.visible_text(main),
                                    target_node=int(main["node_id"]), bbox=norm_bbox(main), box_px=main["box"]))
@@ -94,7 +100,7 @@ def _ocr_candidate_problem(node: Mapping, index: PageIndex, page: Mapping, rules
         return "trivial text"
     if len(text) > rules.max_ocr_chars:
         return "text too long"
-    return box_problem(node, page, rules.min_box_px)
+    return glyph_problem(page, text) or box_problem(node, page, rules.min_box_px)
 
 
 def element_ocr(page: Mapping, rules: TaskRules = TaskRules(), index: Optional[PageIndex] = None) -> TaskOutput:
@@ -193,8 +199,8 @@ def action_prediction(page: Mapping, distractor_titles: Sequence[str],
             problem = "empty target title"
         elif len(title) > MAX_TITLE_CHARS:
             problem = "target title too long"
-        else:
-            problem = box_problem(node, page, rules.min_box_px)
+        else:   # the question names the element: its name must show
+            problem = glyph_problem(page, node.get("name")) or box_problem(node, page, rules.min_box_px)
         if problem:
             out.skip(problem)
         else:

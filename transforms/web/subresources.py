@@ -1,0 +1,103 @@
+"""The stylesheets and images a page loaded or missed (the row's *_loaded / *_missing), the same on every run.
+
+What counts: the stylesheet and image requests the page (its document and the frames that share
+its process) makes before its settle point, two animation frames after its `load` event. `load` waits for the document's own stylesheets and
+images; the two frames let the first layout after it ask for the lazy images it shows
+(`loading=lazy`: `load` does not wait for them, and a fast page asks for them before or after
+`load`). Each is counted once, by its final outcome after redirects: loaded when its body arrived
+with a status below 400; missing when it failed, was refused, answered 4xx/5xx, or had no
+outcome by the deadline. The capture waits for those outcomes, so the screenshot also shows
+every counted image that arrived. Requests made after the settle point (a script's timers, the
+lazy images the full-page screenshot brings into range) are not counted: whether they end before
+the capture is a matter of timing.
+
+Why the page marks the settle point itself: an isolated-world script (invisible to the page's
+own scripts) calls a DevTools binding in the second frame after `load`, and that call reaches us
+on the same DevTools session as the page's Network events, in the renderer's order. So "before
+the settle point" is the renderer's order of events, not the moment our side got around to
+asking, which under load lags by hundreds of milliseconds. What timing is left is the page's own
+race: a timer set to fire in the frames after `load`. (Counting whatever had answered when the row
+was read put a lazy image or a tracker refused just after `load` on either side of that moment,
+and counted a redirect once per hop: tests/test_web_render.py, test_rows_do_not_depend_on_timing.)
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+COUNTED_TYPES = {"Stylesheet": "stylesheets", "Image": "images"}   # CDP Network.ResourceType
+COUNT_KEYS = tuple(f"{kind}_{state}" for kind in COUNTED_TYPES.values() for state in ("loaded", "missing"))
+_WORLD = "shardsmith-settle"
+_BINDING = "__shardsmithSettled"
+_SETTLE_JS = (f"if (window === window.top) addEventListener('load', () => requestAnimationFrame(() => "
+              f"requestAnimationFrame(() => {_BINDING}(''))), {{once: true}});")
+
+
+class Subresources:
+    """Counts one page's stylesheets and images from its DevTools session's events.
+
+    `start` before the navigation, `wait` after it (on the renderer thread), then `counts`. Events
+    arrive on the CDP reader thread, hence the condition variable."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._kind: dict[str, str] = {}       # requestId -> stylesheets | images, for counted requests
+        self._status: dict[str, int] = {}
+        self._outcome: dict[str, bool] = {}   # requestId -> loaded; absent while the request is open
+        self.settled = False
+
+    def start(self, conn, session: str, timeout_s: float) -> None:
+        """Listen to the page's session and plant the settle marker for the next document."""
+        conn.listen(session, self.on_event)
+        # Page and Runtime enabled: else the isolated world is not made and the binding stays silent
+        for f in [conn.send("Network.enable", {}, session), conn.send("Page.enable", {}, session),
+                  conn.send("Runtime.enable", {}, session),
+                  conn.send("Runtime.addBinding", {"name": _BINDING, "executionContextName": _WORLD}, session),
+                  conn.send("Page.addScriptToEvaluateOnNewDocument", {"source": _SETTLE_JS, "worldName": _WORLD},
+                            session)]:
+            f.result(timeout_s)
+
+    def on_event(self, msg: dict) -> None:
+        method, params = msg.get("method"), msg.get("params") or {}
+        rid = params.get("requestId")
+        with self._cond:
+            if method == "Runtime.bindingCalled" and params.get("name") == _BINDING:
+                self.settled = True
+            elif method == "Network.requestWillBeSent":
+                kind = COUNTED_TYPES.get(params.get("type"))
+                if kind and not self.settled and rid not in self._kind:   # a redirect keeps its requestId
+                    self._kind[rid] = kind
+            elif rid not in self._kind:
+                return
+            elif method == "Network.responseReceived":
+                self._status[rid] = int((params.get("response") or {}).get("status") or 0)
+            elif method == "Network.loadingFinished":
+                self._outcome[rid] = self._status.get(rid, 200) < 400
+            elif method == "Network.loadingFailed":
+                self._outcome[rid] = False
+            self._cond.notify_all()
+
+    def wait(self, deadline: float) -> bool:
+        """Wait until the settle point has passed and every counted request has its outcome, or
+        until `deadline` (time.monotonic()); whether the page reached its settle point."""
+        with self._cond:
+            while not (self.settled and len(self._outcome) == len(self._kind)):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            return self.settled
+
+    def stop(self, conn, session: str) -> None:
+        """Stop listening; the session's events stop too (not waited for: the capture goes on)."""
+        conn.listen(session, None)
+        for method in ("Network.disable", "Runtime.disable", "Page.disable"):
+            conn.send(method, {}, session)
+
+    def counts(self) -> dict:
+        """The row's stylesheets_/images_ loaded and missing; a request still open counts as missing."""
+        with self._cond:
+            out = dict.fromkeys(COUNT_KEYS, 0)
+            for rid, kind in self._kind.items():
+                out[f"{kind}_{'loaded' if self._outcome.get(rid) else 'missing'}"] += 1
+            return out
