@@ -57,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
                    "here (default: DATASET-SAMPLEID.png in the current folder)")
     i.add_argument("--sample", default=None, help="the sample id to picture (default: the first of --task)")
     i.add_argument("--task", default=None, help="picture a sample of this task")
+    i.add_argument("--pictures", default=None, metavar="DIR", help="write the pictures `shardsmith view` shows as "
+                   "PNG files into DIR: pruned-synth's accuracy against epsilon and kept/flipped mix, selfmoe's "
+                   "domains, a concretizer frame from above, a multiui page on each platform, an rmaxts search tree")
+    i.add_argument("--row", type=int, default=0, help="with --pictures: the row of a one-row picture (the "
+                   "concretizer frame, multiui page or rmaxts problem; default 0)")
     w = sub.add_parser("view", help="browse a dataset in a local web app: the run, its stages and dead letters, "
                        "every table page by page")
     w.add_argument("path", help="the dataset folder (OUT/DATASET) or its s3:// / gs:// prefix")
@@ -210,6 +215,15 @@ def _inspect(args, beam_args) -> int:
     dataset = registry.get(read_manifest(args.path)["dataset"])
     if dataset.picture is not None:
         print("\npicture: " + dataset.picture(args.path, args.png, sample_id=args.sample, task=args.task))
+    if args.pictures is not None:
+        from pipelines.viewer import gallery, pictures
+        if pictures.missing():
+            raise ConfigError(f"--pictures needs {', '.join(pictures.missing())}: pip install 'shardsmith[train]'")
+        try:
+            written = gallery.write(args.path, args.pictures, row=args.row)
+        except LookupError as exc:
+            raise ConfigError(str(exc)) from None
+        print("\n" + "\n".join(f"picture: {path}" for path in written))
     return 0
 
 

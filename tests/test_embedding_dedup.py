@@ -125,15 +125,17 @@ def test_selfmoe_dedup_stage_drops_paraphrases_with_reason_embedding(model):
     to_answer, dropped = ss.dedup_domain("knowledge", seeds, found, 0.7, answer_limit=10,
                                          embedding_threshold=0.8)
     assert [c["instruction"] for c in to_answer] == [SEA, UNRELATED[0], UNRELATED[2]]
-    reasons = {r["instruction"]: r["reject_reason"] for r in dropped}
-    assert reasons == {"What is the capital of France?": "embedding", OCEAN: "embedding",
-                       "Write a poem about the sea!": "rouge_l"}
+    reasons = {r["instruction"]: r["reject_reason"] for r in dropped}     # each names what it matched
+    assert reasons == {"What is the capital of France?": 'embedding: near-duplicate of "Name the capital city of France."',
+                       OCEAN: f'embedding: near-duplicate of "{SEA}"',
+                       "Write a poem about the sea!": f'rouge_l: near-duplicate of "{SEA}"'}
+    assert {ss.matched_instruction(r) for r in reasons.values()} == {SEA, "Name the capital city of France."}
     assert all(not r["kept"] for r in dropped)
-    assert all(r["rouge_l_max"] < 0.7 for r in dropped if r["reject_reason"] == "embedding")
+    assert all(r["rouge_l_max"] < 0.7 for r in dropped if r["reject_reason"].startswith("embedding"))
 
     # off by default: the paper's ROUGE-L only, as before
     to_answer, dropped = ss.dedup_domain("knowledge", seeds, found, 0.7, answer_limit=10)
-    assert [r["reject_reason"] for r in dropped] == ["rouge_l"] and len(to_answer) == 5
+    assert [r["reject_reason"].split(":")[0] for r in dropped] == ["rouge_l"] and len(to_answer) == 5
 
     # over_target counts only what both dedups kept
     to_answer, dropped = ss.dedup_domain("knowledge", seeds, found, 0.7, answer_limit=2,

@@ -81,3 +81,20 @@ def test_a_brainstorm_cut_at_the_token_limit_keeps_its_last_task_as_a_truncated_
     assert dropped == [("Summarise the causes of the First World", "truncated")]
     answered, dropped = rows("stop")  # a completion that ended by itself: its last task is whole
     assert len(answered) == 3 and dropped == []
+
+
+def test_a_near_duplicate_drop_names_the_instruction_it_matched():
+    """A ROUGE-L drop's reason quotes the kept instruction or seed it matched, read back exactly."""
+    from transforms.text.self_specialization import dedup_domain, matched_instruction
+    seeds = [{"id": "s0", "instruction": "Name the capital city of France.", "input": ""}]
+    texts = ['Write a poem about the "sea" at night.', 'Write a poem about the "sea" at dawn.',
+             "Name the capital city of Spain."]
+    found = [{"domain": "knowledge", "order": [0, i], "instruction": t, "input": "", "seed_ids": ["s0"], "model": "m"}
+             for i, t in enumerate(texts)]
+    to_answer, dropped = dedup_domain("knowledge", seeds, found, threshold=0.7, answer_limit=10)
+    assert [c["instruction"] for c in to_answer] == texts[:1]
+    reasons = [r["reject_reason"] for r in dropped]
+    assert reasons == ['rouge_l: near-duplicate of "Write a poem about the \\"sea\\" at night."',
+                       'rouge_l: near-duplicate of "Name the capital city of France."']
+    assert [matched_instruction(r) for r in reasons] == [texts[0], seeds[0]["instruction"]]
+    assert matched_instruction("malformed: fewer than 3 words") is None and matched_instruction(None) is None

@@ -1,10 +1,15 @@
-"""The viewer's web app (Flask): the run's overview, a table's rows page by page, one row in full.
+"""The viewer's web app (Flask): the run's overview, a table's rows page by page, one row in full,
+and what each dataset is looked at for: selfmoe's domains with every drop and its reason,
+pruned-synth's accuracy against epsilon and its kept/flipped mix, a concretizer frame from above,
+a multiui page on desktop and mobile with curation's verdict, an rmaxts search tree.
 
 Untrusted text (page titles, accessibility trees, model output, Lean code) is only ever a Jinja
 value, which Jinja escapes; no template marks anything safe, no page carries a script, and every
 response sends a Content-Security-Policy that forbids scripts, frames and foreign sources, so a
 value that escaped the escaping would still not run. Images are served only when their bytes are
-PNG, JPEG or WebP, with `nosniff`.
+PNG, JPEG or WebP, with `nosniff`. Pictures (gallery.py) are made by the app from the rows when first
+asked for and kept, one drawing at a time; a trainer's own figures are served only from the names it
+writes beside the data.
 """
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ import threading
 from flask import Flask, Response, abort, render_template, request
 
 from core.dataset_folder import read_manifest
-from pipelines.viewer.tables import Table, as_text
+from pipelines.viewer import gallery, pictures, views
+from pipelines.viewer.tables import Table, as_text, opener
 from schemas import DEAD_LETTER, SchemaError
 from schemas import get as schema_of
 
@@ -34,25 +40,25 @@ def make_app(dataset_dir: str) -> Flask:
     manifest = read_manifest(dataset_dir)
     app = Flask(__name__, template_folder=os.path.join(os.path.dirname(__file__), "templates"),
                 static_folder=os.path.join(os.path.dirname(__file__), "static"))
-    tables: dict[str, Table] = {}
-    lock = threading.Lock()
+    open_table = opener(dataset_dir, manifest)
 
     def table(name: str) -> Table:
-        if name not in manifest["tables"] and name != DEAD_TABLE:
-            abort(404, f"no table {name!r} in this dataset")
-        with lock:
-            if name not in tables:
-                split = manifest["tables"].get(name, {}).get("schema")
-                try:
-                    split = schema_of(split).split_field if split else None
-                except SchemaError:
-                    split = None
-                tables[name] = Table(dataset_dir, name, manifest, split_field=split)
-            return tables[name]
+        try:
+            return open_table(name)
+        except KeyError as exc:
+            abort(404, exc.args[0])
 
     @functools.lru_cache(maxsize=1)
     def dead_letters() -> list[dict]:       # a published run does not change: read them once
         return _dead(table, manifest)
+
+    draw_lock = threading.Lock()
+    missing = pictures.missing()
+
+    @functools.lru_cache(maxsize=128)
+    def picture(name: str, number: int | None, view: str | None) -> bytes:
+        with draw_lock:                     # one drawing at a time: matplotlib's font and text caches are shared
+            return gallery.make(manifest["dataset"], table, dataset_dir, name, number, view)
 
     @app.after_request
     def headers(response: Response) -> Response:
@@ -73,7 +79,8 @@ def make_app(dataset_dir: str) -> Flask:
             entries.append({"name": name, "entry": entry, "fields": schema.fields if schema else (),
                             "split_field": schema.split_field if schema else None})
         return render_template("overview.html", m=manifest, location=dataset_dir, tables=entries,
-                               stages=_stages(manifest), config=_config(manifest), dead=dead_letters())
+                               stages=_stages(manifest), config=_config(manifest), dead=dead_letters(),
+                               look=_look(manifest, table, dataset_dir), missing=missing)
 
     @app.route("/t/<name>")
     def rows(name: str):
@@ -106,10 +113,72 @@ def make_app(dataset_dir: str) -> Flask:
         docs = _docs(manifest, name)
         fields = [{"name": k, "doc": docs.get(k, ""), "text": _full(v), "image": _image_type(v) is not None}
                   for k, v in r.items()]
-        picture = _multiui_sample(table, r) if manifest["dataset"] == "multiui" and name == "samples" else None
-        tree_link = manifest["dataset"] == "rmaxts" and name == "problems"
+        dataset = manifest["dataset"]
+        picture = _multiui_sample(table, r) if dataset == "multiui" and name == "samples" else None
+        renders = _renders(table, number) if dataset == "multiui" and name == "pages" else None
+        frame = None
+        if dataset == "concretizer" and name == "frames":
+            frame = {"views": views.frame_views(table, r), "labels": [lab["type"] for lab in r.get("labels") or []],
+                     "trained": views.trained_frames(dataset_dir).get(r["id"], [])}
+        tree_link = dataset == "rmaxts" and name == "problems"
         return render_template("row.html", name=name, number=number, fields=fields, rows=t.rows, m=manifest,
-                               picture=picture, tree_link=tree_link)
+                               picture=picture, tree_link=tree_link, renders=renders, frame=frame, missing=missing)
+
+    @app.route("/experiments")
+    def experiments():
+        """pruned-synth's experiments: accuracy against epsilon, and each one's kept/flipped mix."""
+        if manifest["dataset"] != "pruned-synth":
+            abort(404, "experiments with a kept/flipped mix are pruned-synth's")
+        return render_template("experiments.html", m=manifest, mix=views.kept_flipped_mix(table),
+                               trained=_trained_plot(dataset_dir), location=dataset_dir, missing=missing)
+
+    @app.route("/selfmoe/<domain>")
+    def domain(domain: str):
+        """One domain's brainstormed instructions: kept ones with their responses, or the drops of
+        one kind with each reason (and, for a near-duplicate, the instruction it matched)."""
+        if manifest["dataset"] != "selfmoe":
+            abort(404, "domains are selfmoe's")
+        counts = next((d for d in views.selfmoe_domains(table) if d["domain"] == domain), None)
+        if counts is None:
+            abort(404, f"no domain {domain!r} in this dataset")
+        show = request.args.get("show") or "kept"
+        if show not in ("kept", "dropped", "seed", *counts["dropped"]):
+            abort(400, f"show one of kept, dropped, seed, {', '.join(counts['dropped'])}; not {show!r}")
+        numbers = views.selfmoe_numbers(table, domain, show)
+        pages = max(1, -(-len(numbers) // PAGE_ROWS))
+        page = min(max(1, request.args.get("page", 1, type=int)), pages)
+        shown = numbers[(page - 1) * PAGE_ROWS: page * PAGE_ROWS]
+        found = [views.selfmoe_row(r) for r in table("examples").rows_at(shown)]
+        return render_template("domain.html", m=manifest, domain=domain, counts=counts, show=show,
+                               rows=list(zip(shown, found)), page=page, pages=pages, total=len(numbers))
+
+    @app.route("/pictures/<name>.png")
+    @app.route("/pictures/<name>/<int:number>.png")
+    @app.route("/pictures/<name>/<int:number>/<view>.png")
+    def picture_png(name: str, number: int | None = None, view: str | None = None):
+        """A picture of the data (gallery.py), drawn on the first request and then kept."""
+        if missing:
+            abort(404, f"pictures need {', '.join(missing)}: pip install 'shardsmith[train]'")
+        try:
+            return Response(picture(name, number, view), mimetype="image/png")
+        except LookupError as exc:
+            abort(404, str(exc))
+
+    @app.route("/trained/<path:name>")
+    def trained(name: str):
+        """A figure `shardsmith train` wrote beside the data: accuracy.png (pruned-synth) or
+        LAYER/bev.png (concretizer: original, restored and baseline of one frame); nothing else."""
+        folder = views.train_dir(dataset_dir)
+        allowed = {"accuracy.png"} if manifest["dataset"] == "pruned-synth" else {
+            f"{layer}/bev.png" for layers in views.trained_frames(dataset_dir).values() for layer in layers}
+        path = os.path.join(folder, name) if folder and name in allowed else None
+        if path is None or not os.path.isfile(path):
+            abort(404, f"no trained figure {name!r} beside this dataset (run `shardsmith train {manifest['dataset']}`)")
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if _image_type(data) != "image/png":
+            abort(404, f"{name} is not a PNG")
+        return Response(data, mimetype="image/png")
 
     @app.route("/rmaxts/tree/<int:number>")
     def tree(number: int):
@@ -119,12 +188,10 @@ def make_app(dataset_dir: str) -> Flask:
         problems = table("problems")
         if not 0 <= number < problems.rows:
             abort(404, f"problems has {problems.rows} rows; there is no row {number}")
-        problem = problems.row(number)
-        nodes = [table("nodes").row(n) for n in table("nodes").matching("problem_id", problem["id"])]
-        attempts = [table("attempts").row(n) for n in table("attempts").matching("problem_id", problem["id"])]
+        problem, nodes, attempts = views.search(table, number)
         return render_template("tree.html", m=manifest, number=number, problem=problem,
                                roots=_tree(nodes, problem.get("proof") or ""), nodes=len(nodes),
-                               attempts=sorted(attempts, key=lambda a: a["index"]))
+                               attempts=attempts, missing=missing)
 
     @app.route("/t/<name>/<int:number>/<field>")
     def image(name: str, number: int, field: str):
@@ -166,6 +233,28 @@ def _multiui_sample(table, sample: dict) -> dict | None:
             "stroke": max(2, round(width / 300))}
 
 
+def _renders(table, number: int) -> list[dict]:
+    """A multiui page and its renders on the other platform: row, platform, viewport, verdict."""
+    return [{"number": n, "platform": p["platform"], "viewport": f"{p['viewport_width']}x{p['viewport_height']}",
+             "kept": p["kept"], "verdict": views.verdict(p), "screenshot": p["screenshot"] is not None}
+            for n, p in views.page_renders(table, number)]
+
+
+def _look(manifest: dict, table, dataset_dir: str) -> dict | None:
+    """The overview's dataset section: pruned-synth's accuracy plot (the counts behind its mix read a
+    whole table: they are on /experiments), selfmoe's domains (a few columns of a small table)."""
+    if manifest["dataset"] == "pruned-synth" and "rows" in manifest["tables"]:
+        return {"trained": _trained_plot(dataset_dir)}
+    if manifest["dataset"] == "selfmoe" and "examples" in manifest["tables"]:
+        return {"domains": views.selfmoe_domains(table)}
+    return None
+
+
+def _trained_plot(dataset_dir: str) -> bool:
+    folder = views.train_dir(dataset_dir)
+    return bool(folder) and os.path.isfile(os.path.join(folder, "accuracy.png"))
+
+
 def _tree(nodes: list[dict], proof: str) -> list[dict]:
     """Nodes as nested dicts under their parents, ordered by visits; `on_proof` marks the states
     one of whose prefixes starts the problem's proof."""
@@ -175,8 +264,7 @@ def _tree(nodes: list[dict], proof: str) -> list[dict]:
 
     def grow(node: dict) -> dict:
         children = sorted(by_parent.get(node["id"], []), key=lambda n: (-n["visits"], n["id"]))
-        on_proof = bool(proof) and any((proof + "\n").startswith(p) for p in node.get("prefixes") or [""])
-        return dict(node, children=[grow(c) for c in children], on_proof=on_proof)
+        return dict(node, children=[grow(c) for c in children], on_proof=views.on_proof(node, proof))
     ids = {n["id"] for n in nodes}
     return [grow(n) for n in nodes if n["parent_id"] is None or n["parent_id"] not in ids]
 

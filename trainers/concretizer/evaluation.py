@@ -109,26 +109,11 @@ def evaluate(model: InversionNet, loader: FrameLoader, frames: RowStore, ids: li
 
 def plot_bev(path: str, frame_id: str, original: np.ndarray, restored: np.ndarray, naive: np.ndarray,
              max_points: int, seed: int) -> str:
-    """Bird's-eye (x, y) scatter, coloured by height: original, restored, baseline side by side."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    rng = np.random.default_rng(seed)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 5), sharex=True, sharey=True)
-    zlim = (float(original[:, 2].min()), float(original[:, 2].max())) if len(original) else (0.0, 1.0)
-    for ax, (name, pts) in zip(axes, [("original", original), ("restored (model)", restored),
-                                      ("naive baseline", naive)]):
-        total = len(pts)
-        if total > max_points:
-            pts = pts[rng.choice(total, max_points, replace=False)]
-        ax.scatter(pts[:, 0], pts[:, 1], s=0.5, c=pts[:, 2], cmap="viridis", vmin=zlim[0], vmax=zlim[1],
-                   linewidths=0)
-        ax.set_title(f"{name}: {total} points" + (f" ({len(pts)} shown)" if total > len(pts) else ""))
-        ax.set_xlabel("x (m)")
-        ax.set_aspect("equal")
-    axes[0].set_ylabel("y (m)")
-    fig.suptitle(f"frame {frame_id}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    """Bird's-eye (x, y) scatter, coloured by height: original, restored, baseline side by side
+    (drawn by core/birdseye.py, as the dataset browser draws a frame)."""
+    from core.birdseye import Panel, birdseye_png
+    png = birdseye_png([Panel("original", original), Panel("restored (model)", restored),
+                        Panel("naive baseline", naive)], f"frame {frame_id}", max_points=max_points, seed=seed)
+    with open(path, "wb") as fh:
+        fh.write(png)
     return path

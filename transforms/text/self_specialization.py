@@ -19,6 +19,9 @@ from transforms.text.self_instruct import (brainstorm_prompt, instruction_proble
                                            parse_tasks, response_problem, response_prompt)
 
 
+NEAR_DUPLICATE = "near-duplicate of "   # how a dedup reason names what it matched
+
+
 def _rng(*parts) -> random.Random:
     return random.Random(int(stable_id(*parts), 16))
 
@@ -79,10 +82,11 @@ def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: f
         if problem is None:
             decision = dedup.add(cand["instruction"])
             score = decision.max_f
+            similar = embedding.add(cand["instruction"]) if decision.kept and embedding is not None else None
             if not decision.kept:
-                problem = "rouge_l"
-            elif embedding is not None and not embedding.add(cand["instruction"]).kept:
-                problem = "embedding"
+                problem = near_duplicate_reason("rouge_l", decision.most_similar)
+            elif similar is not None and not similar.kept:
+                problem = near_duplicate_reason("embedding", similar.most_similar)
             elif len(to_answer) >= answer_limit:
                 problem = "over_target"
         cand = dict(cand, rouge_l_max=score)
@@ -91,6 +95,26 @@ def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: f
         else:
             dropped.append(example_row(cand, None, "", problem, prompt_format))
     return to_answer, dropped
+
+
+def near_duplicate_reason(kind: str, matched: str | None) -> str:
+    """`KIND: near-duplicate of "TEXT"`: a dedup drop names the seed or kept instruction it matched,
+    so the decision can be checked from the shards alone (the score is the row's rouge_l_max). The
+    text is JSON-quoted so that `matched_instruction` reads it back exactly; the bare kind when the
+    dedup reported no match."""
+    return kind if matched is None else f"{kind}: {NEAR_DUPLICATE}{json.dumps(matched, ensure_ascii=False)}"
+
+
+def matched_instruction(reason: str | None) -> str | None:
+    """The instruction a near-duplicate reason names (near_duplicate_reason), else None."""
+    detail = (reason or "").partition(": ")[2]
+    if not detail.startswith(NEAR_DUPLICATE):
+        return None
+    try:
+        text = json.loads(detail[len(NEAR_DUPLICATE):])
+    except ValueError:
+        return None
+    return text if isinstance(text, str) else None
 
 
 def response_request(cand: dict, seeds: list[dict], demos: int, sampling: Sampling,
