@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests import curation_sets
 from transforms.llm.requests import Completion, Sampling
 from transforms.web import blocklist, curation, language
 
@@ -68,14 +69,6 @@ def test_judge_request_and_verdicts():
 DATA = os.path.join(os.path.dirname(__file__), "data", "curation")
 
 
-def _has_datatrove_lists() -> bool:
-    try:
-        blocklist.datatrove_assets()
-        return True
-    except ValueError:
-        return False
-
-
 def _labelled():
     with open(os.path.join(DATA, "pages.jsonl"), encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
@@ -114,10 +107,9 @@ def _print(title, per, precision, recall, wrong):
 def test_labelled_set_precision_and_recall():
     """Content rules (and the blocklists when datatrove is installed) on the labelled set, any language."""
     rows, labels = _labelled()
-    lists = tuple(blocklist.DEFAULT.split(",")) if _has_datatrove_lists() else ()
-    rules = curation.Rules(languages=None, blocklists=lists)
+    rules = curation_sets.rules(None)
     per, precision, recall, wrong = _table(rows, labels, rules, lambda label: label["decision"])
-    _print(f"curation rules, languages=any, blocklists={lists or 'none'}", per, precision, recall, wrong)
+    _print(f"curation rules, languages=any, blocklists={rules.blocklists or 'none'}", per, precision, recall, wrong)
     assert precision >= 0.9 and recall >= 0.8, wrong
     for name in ("adult", "gambling", "error", "parked", "thin"):
         n, dropped = per[name]
@@ -127,8 +119,7 @@ def test_labelled_set_precision_and_recall():
 
 def test_labelled_set_with_languages_en_drops_the_other_languages():
     rows, labels = _labelled()
-    lists = tuple(blocklist.DEFAULT.split(",")) if _has_datatrove_lists() else ()
-    rules = curation.Rules(languages=frozenset({"en"}), blocklists=lists)
+    rules = curation_sets.rules(frozenset({"en"}))
     per, precision, recall, wrong = _table(
         rows, labels, rules, lambda label: "keep" if label["decision"] == "keep" and label["language"] == "en" else "drop")
     _print("curation rules, languages=en", per, precision, recall, wrong)
@@ -241,7 +232,7 @@ def test_blocklist_settings():
         blocklist.parse(f"none,{os.path.join(DATA, 'blocklist.txt')}")
 
 
-@pytest.mark.skipif(not _has_datatrove_lists(), reason="the UT1 list ships in the datatrove wheel: pip install datatrove")
+@pytest.mark.skipif(not curation_sets.has_datatrove_lists(), reason="the UT1 list ships in the datatrove wheel: pip install datatrove")
 def test_ut1_and_url_words_from_datatrove():
     rules = curation.Rules(languages=None)
     reason = lambda url: curation.rule_reason(dict(_page(), final_url=url), rules=rules)

@@ -13,9 +13,13 @@ Chinese, Japanese, Korean, Thai and Arabic terms are specific multi-character ph
 substrings (those scripts do not separate words, or glue particles to them). A topic needs, besides
 several of its words, one that only the business itself uses (an offer, a call to action): a news
 story on gambling law or a museum's nude drawings names the topic, a casino sells it. Short pages are
-also checked for placeholders (for-sale brokers, "coming soon") and sign-in walls. The measured
-precision and recall on a labelled set of pages is printed by tests/test_web_curation.py, and on a
-held-out set written blind, rendered in Chromium, by tests/test_curation_holdout.py.
+also checked for placeholders (for-sale brokers, "coming soon") and sign-in walls. The head (title,
+meta description and keywords) is judged apart from the visible text, since a hijacked site rewrites
+only its head and the title reaches captions: a head that offers what the body does not, or is in
+another language, is dropped with a reason of its own. The measured precision and recall on a
+labelled set of pages is printed by tests/test_web_curation.py, on held-out sets written blind,
+rendered in Chromium, by tests/test_curation_holdout.py, and on hijacked heads by
+tests/test_curation_titles.py.
 """
 from __future__ import annotations
 
@@ -24,13 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from transforms.llm.requests import Completion, Request, Sampling
-from transforms.web import blocklist, language
-
-# Characters of scripts that do not put spaces between words (or glue particles to them): terms in
-# them are matched as substrings, and a character of them carries about a word's worth of text.
-_DENSE = r"\u0e00-\u0e7f\u0600-\u06ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_DENSE_CHAR = re.compile(f"[{_DENSE}]")
-_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+from transforms.web import blocklist, head, language
 
 
 def terms(words: Iterable[str]) -> re.Pattern:
@@ -38,7 +36,7 @@ def terms(words: Iterable[str]) -> re.Pattern:
     A term may be a regular expression (its letters are not escaped)."""
     parts = []
     for word in words:
-        if _DENSE_CHAR.search(word):
+        if language.DENSE_CHAR.search(word):
             parts.append(f"(?:{word})")
         else:
             parts.append(rf"(?<!\w)(?:{word})(?!\w)")
@@ -348,11 +346,11 @@ PATTERNS = {topic: terms(words) for topic, words in KEYWORDS.items()}
 INTENT = {topic: terms(vocab["intent"]) for topic, vocab in TOPICS.items()}
 
 
-def topic_hits(text: str) -> dict[str, tuple[int, int]]:
-    """Per topic: (intent hits, all hits) in `text`."""
+def topic_hits(*texts: str) -> dict[str, tuple[int, int]]:
+    """Per topic: (intent hits, all hits) in the texts together."""
     out = {}
     for topic, pattern in PATTERNS.items():
-        found = [m.group(0) for m in pattern.finditer(text)]
+        found = [m.group(0) for text in texts for m in pattern.finditer(text)]
         if found:
             out[topic] = (sum(1 for f in found if INTENT[topic].fullmatch(f)), len(found))
     return out
@@ -366,15 +364,24 @@ _SPACE = re.compile(r"\s+")
 
 
 def page_text(page: dict) -> str:
-    """The title and the visible text of the tree: what a reader of the screenshot sees. The tree's
-    StaticText nodes are its text (a heading's name repeats its StaticText child, so when the tree has
+    """The title and the visible text of the tree: what a reader of the screenshot sees."""
+    return "\n".join([page.get("title") or ""] + _body_lines(page))
+
+
+def body_text(page: dict) -> str:
+    """The visible text without the title: what the page's head is held against."""
+    return "\n".join(_body_lines(page))
+
+
+def _body_lines(page: dict) -> list[str]:
+    """The tree's StaticText nodes (a heading's name repeats its StaticText child, so when the tree has
     StaticText only those count); without a tree, the HTML's text."""
     nodes = page.get("nodes") or ()
     static = [n["name"] for n in nodes if n.get("role") == "StaticText" and n.get("name")]
     names = static or [n["name"] for n in nodes if n.get("name")]
     if not names and page.get("html"):
         names = [html_text(page["html"])]
-    return "\n".join([page.get("title") or ""] + names)
+    return names
 
 
 def html_text(html: str, limit: int = 200_000) -> str:
@@ -398,12 +405,71 @@ def effective_chars(page: dict, text: str) -> int:
     chars = page.get("text_chars")
     if chars is None:
         chars = len(text) - len(page.get("title") or "")
-    return chars + 2 * len(_CJK_CHAR.findall(text))
+    return chars + 2 * len(language.CJK_CHAR.findall(text))
 
 
 def url_text(url: str) -> str:
     """A URL's words (host and path split on punctuation), for keyword rules."""
     return re.sub(r"[\W_]+", " ", re.sub(r"^[a-z]+://", "", url or "", flags=re.I))
+
+
+# -- the head ---------------------------------------------------------------------------------------
+# A hijacked site keeps its body and rewrites its head (transforms/web/head.py): a title, description or
+# keywords that sell sex or betting over a bakery, or spam in another language. Each field is held
+# against the visible text on its own. A field that offers a topic (one intent term: a head is too short
+# for min_hits) is a lie when the body offers nothing of it; reporting and museums keep their topical
+# words. Violent words in a head are news more often than spam, so only these topics are judged:
+HEAD_TOPICS = ("adult", "gambling")
+# The title and description (not the keywords: a second language there is ordinary SEO) must be in the
+# page's language or in English (the web's lingua franca: English titles over pages in other languages
+# are common and true), whatever `languages` says. A field is foreign only when it has no part in the
+# page's language:
+#   - its own text, the words the body does not have, is at least HEAD_MIN_CHARS letters (a short title
+#     is too little to identify) and HEAD_OWN_SHARE of the field's letters (a brand or a quotation the
+#     body repeats, a quotation or a translation beside the page's own words, a description that says it
+#     twice in two languages: none is a lie);
+#   - it has none of the body's everyday words (an English description full of Japanese place names,
+#     which lingua may take for Tagalog, still says "in" and "the");
+#   - lingua, on the field, is sure of another language (HEAD_SURE) and gives the page's language and
+#     English each under HEAD_DOUBT.
+HEAD_MIN_CHARS = 24        # letters, a Chinese, Japanese or Korean character counted as three
+HEAD_OWN_SHARE = 2 / 3
+HEAD_SURE, HEAD_DOUBT = 0.5, 0.1
+
+
+def head_topic_reason(fields: dict[str, str], body_topics: dict[str, tuple[int, int]]) -> Optional[str]:
+    """'title_adult', 'description_gambling', 'keywords_adult'... when a head field has an intent term
+    of a topic whose intent terms the body lacks."""
+    for field, text in fields.items():
+        for topic in HEAD_TOPICS:
+            if not body_topics.get(topic, (0, 0))[0] and INTENT[topic].search(text):
+                return f"{field}_{topic}"
+    return None
+
+
+def head_language_reason(fields: dict[str, str], body: str, page_language: Optional[str],
+                         wanted: Optional[frozenset]) -> Optional[str]:
+    """'title_language: zh (page en)' when the title or description has no part in the page's language
+    and is in another than English (HEAD_* above). `page_language` is detected here when not given."""
+    words = None
+    for field in ("title", "description"):
+        text = fields.get(field, "")
+        if head.weight(text) < HEAD_MIN_CHARS:
+            continue
+        words = head.body_words(body) if words is None else words
+        own = head.own_text(text, body, words)
+        if head.weight(own) < HEAD_MIN_CHARS or head.letters(own) < HEAD_OWN_SHARE * head.letters(text):
+            continue
+        if head.everyday_words(words) & {w.casefold() for w in head.words(text)}:
+            continue
+        page_language = page_language or language.detect(body, wanted or frozenset())
+        if page_language is None:
+            return None
+        sure = language.confidences(text, wanted or frozenset())
+        named = max(sure, key=sure.get, default=None)
+        if named and sure[named] >= HEAD_SURE and max(sure.get(page_language, 0), sure.get("en", 0)) < HEAD_DOUBT:
+            return f"{field}_language: {named} (page {page_language})"
+    return None
 
 
 # -- the verdict --------------------------------------------------------------------------------------
@@ -421,7 +487,9 @@ class Rules:
     @classmethod
     def from_settings(cls, min_text_chars: int = 200, languages: str = "en", blocklists: str = blocklist.DEFAULT,
                       require_css: bool = False) -> "Rules":
-        """From the config's strings; raises ValueError saying what to set when one is wrong."""
+        """From the config's strings; raises ValueError saying what to set when one is wrong (and
+        ImportError without lingua, which head_language_reason needs even with languages=any)."""
+        language.supported()
         return cls(min_text_chars=min_text_chars, languages=language.wanted_languages(languages),
                    blocklists=blocklist.parse(blocklists), require_css=require_css)
 
@@ -431,13 +499,16 @@ CONTENT_ONLY = Rules(languages=None, blocklists=())
 
 def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
                 rules: Optional[Rules] = None) -> Optional[str]:
-    """Why the rules drop a page, or None. Without `rules`: the content rules only (no blocklist, no
-    language identification), with the given thresholds.
+    """Why the rules drop a page, or None. Without `rules`: the content rules only (no blocklist, any
+    language), with the given thresholds.
 
     Reasons: 'rendered without its CSS (N stylesheets missing)', 'blocklist <list>: <what>',
     error_page, parked, too_little_text (also a placeholder or a sign-in wall), adult, gambling, violent
-    (at least min_hits terms of the topic, one of them an intent term), 'language: xx (not in en)'.
-    Cheap rules run first; language identification, the costly one, last."""
+    (at least min_hits terms of the topic, one of them an intent term), title_adult, title_gambling,
+    description_adult, description_gambling, keywords_adult, keywords_gambling (the head offers what the
+    body does not), 'language: xx (not in en)' (of the visible text), 'title_language: xx (page en)',
+    'description_language: xx (page en)'. Cheap rules run first; language identification, the costly
+    one, last."""
     if rules is None:
         rules = Rules(min_text_chars=min_text_chars, min_hits=min_hits, languages=None, blocklists=())
     if rules.require_css:
@@ -452,7 +523,8 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if (ERROR_TITLES.search(title) or ERROR_PHRASES.search(title)
             or any(ERROR_PHRASES.search(h) for h in headings(page))):
         return "error_page"
-    text = page_text(page)
+    body = body_text(page)
+    text = "\n".join([title, body]) if body else title      # page_text, without reading the body twice
     flat = _SPACE.sub(" ", text)        # a sentence split over several nodes ("The domain name / x.com / is for sale")
     if PARKED.search(flat):
         return "parked"
@@ -470,10 +542,18 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
             return "too_little_text"
     if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
         return "too_little_text"
-    for topic, (intent, hits) in topic_hits(flat + "\n" + url_text(url)).items():
+    body_topics, other_topics = topic_hits(_SPACE.sub(" ", body)), topic_hits(title, url_text(url))
+    for topic in PATTERNS:
+        intent, hits = (a + b for a, b in zip(body_topics.get(topic, (0, 0)), other_topics.get(topic, (0, 0))))
         if intent and hits >= rules.min_hits:
             return topic
-    return language.language_reason(text, rules.languages)
+    fields = head.fields(page)
+    reason = head_topic_reason(fields, body_topics)
+    if reason:
+        return reason
+    found = language.detect(body, rules.languages) if rules.languages is not None else None
+    return (language.language_reason(found, rules.languages)
+            or head_language_reason(fields, body, found, rules.languages))
 
 
 JUDGE_SYSTEM = ("You review web pages for a training set. Answer with one word: KEEP if the page is a normal, "

@@ -24,6 +24,12 @@ CANDIDATES = ("en", "zh", "es", "de", "fr", "ja", "ru", "pt", "it", "ko", "ar", 
 MAX_CHARS = 2000
 ANY = "any"
 
+# Scripts that do not put spaces between words (or glue particles to them): Thai, Arabic, Chinese,
+# Japanese, Korean. Their terms are matched as substrings, and a Chinese, Japanese or Korean
+# character carries about a word's worth of text (three letters of a spaced script).
+DENSE_CHAR = re.compile(r"[\u0e00-\u0e7f\u0600-\u06ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
 
 def wanted_languages(spec: str) -> Optional[frozenset[str]]:
     """The ISO 639-1 codes of a `languages` setting ("en", "en,de", "any"); None means any language."""
@@ -51,7 +57,8 @@ def _lingua():
         import lingua
     except ImportError:
         raise ImportError("language detection needs lingua: pip install 'shardsmith[web]' "
-                          "(or lingua-language-detector), or set languages=any") from None
+                          "(or lingua-language-detector); curation holds each page's title against its "
+                          "text whatever `languages` says") from None
     return lingua
 
 
@@ -66,22 +73,34 @@ def detector(candidates: tuple[str, ...]):
 _NOT_WORDS = re.compile(r"https?://\S+|[\w.+-]+@[\w.-]+|\d+")
 
 
+def _sample(text: str) -> Optional[str]:
+    """The first MAX_CHARS characters without URLs, addresses and numbers; None when no letter is left."""
+    sample = _NOT_WORDS.sub(" ", text[:MAX_CHARS])
+    return sample if any(ch.isalpha() for ch in sample) else None
+
+
+def _detector(wanted: frozenset[str]):
+    return detector(tuple(sorted(set(CANDIDATES) | set(wanted))))
+
+
 def detect(text: str, wanted: frozenset[str] = frozenset()) -> Optional[str]:
     """The ISO 639-1 code of the language of `text` (its first MAX_CHARS characters), or None when the
     text has no letters to judge (no evidence either way: the caller keeps the page)."""
-    sample = _NOT_WORDS.sub(" ", text[:MAX_CHARS])
-    if not any(ch.isalpha() for ch in sample):
-        return None
-    candidates = tuple(sorted(set(CANDIDATES) | set(wanted)))
-    found = detector(candidates).detect_language_of(sample)
+    sample = _sample(text)
+    found = _detector(wanted).detect_language_of(sample) if sample else None
     return found.iso_code_639_1.name.lower() if found is not None else None
 
 
-def language_reason(text: str, wanted: Optional[frozenset[str]]) -> Optional[str]:
-    """'language: zh (not in en)' when the text is in a language not wanted; None to keep it."""
-    if wanted is None:
-        return None
-    found = detect(text, wanted)
-    if found is None or found in wanted:
+def confidences(text: str, wanted: frozenset[str] = frozenset()) -> dict[str, float]:
+    """lingua's confidence, per candidate language, that `text` is in it (0 to 1, summing to 1): how
+    sure it is, where a short text leaves room for doubt. Empty when the text has no letters."""
+    sample = _sample(text)
+    values = _detector(wanted).compute_language_confidence_values(sample) if sample else ()
+    return {v.language.iso_code_639_1.name.lower(): v.value for v in values}
+
+
+def language_reason(found: Optional[str], wanted: Optional[frozenset[str]]) -> Optional[str]:
+    """'language: zh (not in en)' when the detected language `found` is not wanted; None to keep the page."""
+    if wanted is None or found is None or found in wanted:
         return None
     return f"language: {found} (not in {','.join(sorted(wanted))})"

@@ -1,0 +1,129 @@
+"""Labelled page sets for curation (tests/data/curation_*/: labels.jsonl and pages/), read, rendered and
+scored one way for every test that measures the rules on them.
+
+Each page is served at its labelled URL with its labelled HTTP status and rendered in headless Chromium
+by the project's Renderer, as the pipeline renders WARC records: sub-resources are aborted, a status
+>= 400 is a RenderError (the pipeline's dead-letter row: the page never reaches the training data),
+counted as a drop. The same pages also become rows with only their HTML (curation's fallback without
+a tree).
+"""
+from __future__ import annotations
+
+import html as htmllib
+import json
+import os
+import re
+import time
+
+import pytest
+
+from transforms.web import blocklist, curation
+from transforms.web import render as R
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def has_datatrove_lists() -> bool:
+    try:
+        blocklist.datatrove_assets()
+        return True
+    except ValueError:
+        return False
+
+
+def labels(name):
+    """The set's labels, each with its page's HTML under "html"."""
+    with open(os.path.join(DATA, name, "labels.jsonl"), encoding="utf-8") as fh:
+        out = [json.loads(line) for line in fh if line.strip()]
+    for lab in out:
+        with open(os.path.join(DATA, name, "pages", lab["file"]), encoding="utf-8") as fh:
+            lab["html"] = fh.read()
+    assert len(out) >= 40
+    return out
+
+
+def rules(languages):
+    """The default config's rules (the blocklists where datatrove is installed) with these languages."""
+    lists = tuple(blocklist.DEFAULT.split(",")) if has_datatrove_lists() else ()
+    return curation.Rules(languages=languages, blocklists=lists)
+
+
+class Serve:
+    """Replay-style route handler: the page itself from its file, with its labelled status; every
+    other request aborted (nothing is fetched)."""
+
+    def __init__(self, lab):
+        self.lab = lab
+
+    def __call__(self, route, request):
+        if request.is_navigation_request() and request.url.split("#")[0] == self.lab["url"]:
+            return route.fulfill(status=self.lab["status"], content_type="text/html; charset=utf-8",
+                                 body=self.lab["html"].encode("utf-8"))
+        return route.abort("blockedbyclient")
+
+
+def render(name):
+    """(label, row or the RenderError's message) per page of the set, rendered in Chromium."""
+    if not os.path.exists(R.CHROMIUM):
+        pytest.skip(f"needs Chromium at {R.CHROMIUM}")
+    out = []
+    start = time.perf_counter()
+    renderer = R.Renderer()
+    try:
+        for lab in labels(name):
+            try:
+                row = renderer.render_page(lab["url"], "desktop", 0, route_handler=Serve(lab), timeout_ms=15000,
+                                           follow_links=0)
+                row["id"] = lab["file"]
+                out.append((lab, row))
+            except R.RenderError as e:
+                out.append((lab, f"render error: {e}"))
+    finally:
+        renderer.close()
+    print(f"\nrendered {len(out)} pages of {name} in {time.perf_counter() - start:.1f} s")
+    return out
+
+
+def html_row(lab):
+    """The page as a row with only its HTML and title (no tree, no HTTP status)."""
+    m = re.search(r"<title[^>]*>(.*?)</title>", lab["html"], re.S | re.I)
+    title = re.sub(r"\s+", " ", htmllib.unescape(m.group(1))).strip() if m else ""
+    return {"id": lab["file"], "url": lab["url"], "final_url": lab["url"], "title": title, "html": lab["html"],
+            "nodes": []}
+
+
+def reason(row, rules):
+    """Curation's verdict; a RenderError's message (a string in place of the row) is a drop."""
+    return row if isinstance(row, str) else curation.rule_reason(row, rules=rules)
+
+
+def evaluate(title, results, rules, expected=lambda lab: lab["label"]):
+    """Print the per-category table; return (precision, recall, mistakes) of 'drop'. `expected` is the
+    label a page should get under these rules."""
+    per = {}
+    tp = fp = fn = 0
+    wrong = []
+    for lab, row in results:
+        why = reason(row, rules)
+        want_drop, dropped = expected(lab) == "drop", why is not None
+        stats = per.setdefault(lab["category"], [0, 0])
+        stats[0] += 1
+        stats[1] += want_drop == dropped
+        tp, fp, fn = tp + (want_drop and dropped), fp + (dropped and not want_drop), fn + (want_drop and not dropped)
+        if want_drop != dropped:
+            wrong.append((lab["file"], expected(lab), why))
+    precision = tp / (tp + fp) if tp + fp else 1.0
+    recall = tp / (tp + fn) if tp + fn else 1.0
+    width = max(len(c) for c in per) + 1
+    print(f"\n{title}\n{'category':{width}} {'pages':>5} {'correct':>7}")
+    for c, (n, ok) in per.items():
+        print(f"{c:{width}} {n:5d} {ok:7d}")
+    print(f"{'total':{width}} {len(results):5d} {sum(ok for _, ok in per.values()):7d}")
+    print(f"drop: TP {tp} FP {fp} FN {fn}  precision {precision:.3f} recall {recall:.3f}; mistakes: {wrong or 'none'}")
+    return precision, recall, wrong
+
+
+def good_pages_dropped(results, rules):
+    """(file, reason) of each page labelled good that the rules drop."""
+    found = [(lab["file"], reason(row, rules)) for lab, row in results if lab["category"] == "good"]
+    return [f for f in found if f[1] is not None]
