@@ -61,8 +61,10 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("k_shot", int, 4, "seeds shown in each brainstorm prompt", low=1),
     Key("demos", int, 2, "seed demonstrations before each instruction to answer", low=0),
     Key("tasks_per_prompt", int, 4, "new tasks expected from one brainstorm completion (plans the prompts)", low=1),
-    Key("oversample", float, 3.0, "brainstorm this many times per_domain instructions (dedup and filters drop some)",
-        low=1.0),
+    Key("oversample", float, 3.0, "round 1 brainstorms this many times per_domain instructions (dedup and filters "
+        "drop some)", low=1.0),
+    Key("rounds", int, 4, "most brainstorm rounds per domain: each further round brainstorms for the domains still "
+        "short of per_domain, as many prompts as the yield seen so far needs (at most 8x round 1's)", low=1),
     Key("threshold", float, 0.7, "drop an instruction whose ROUGE-L F against a kept one is >= this", 0.0, 1.0),
     Key("embedding_threshold", float, None, "also drop an instruction ROUGE-L kept whose all-MiniLM-L6-v2 cosine "
         "against a kept one is >= this (off by default: the paper uses ROUGE-L only)", 1e-6, 1.0, optional=True),

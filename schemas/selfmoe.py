@@ -12,7 +12,7 @@ DATASET = "selfmoe"
 EXAMPLES = TableSchema(
     dataset=DATASET,
     table="examples",
-    version=2,
+    version=3,  # 3: round, near_duplicate; reject_reason names the kind only
     doc="Seed and self-generated (instruction, input, response) examples per domain, kept or dropped.",
     split_field="domain",
     fields=(
@@ -31,6 +31,9 @@ EXAMPLES = TableSchema(
               "Highest ROUGE-L F of the instruction against the seeds and earlier kept instructions "
               "(exact at or above the threshold; for kept rows, the highest among scored candidates); "
               "null for seeds and for instructions a filter dropped before the dedup.", nullable=True),
+        Field("near_duplicate", pa.string(),
+              "For a rouge_l or embedding drop: the seed or earlier instruction it matched (the score is "
+              "rouge_l_max); null otherwise.", nullable=True),
         Field("kept", pa.bool_(), "Whether the example is training data for the domain's expert."),
         Field("reject_reason", pa.string(),
               "Why a row was dropped: rouge_l (near-duplicate), embedding (near-duplicate by embedding cosine, "
@@ -43,6 +46,9 @@ EXAMPLES = TableSchema(
               "How the responses of this dataset were prompted, and how to format the row for training: "
               "chat (the model's chat template) or plain (the Alpaca-style text prompt of schemas/selfmoe.py, "
               "for a base model without a chat template). Seeds carry the dataset's format too."),
+        Field("round", pa.int32(),
+              "The brainstorm round that proposed the instruction (1, 2, ...: rounds run until the domain "
+              "holds per_domain kept examples or the rounds key is reached); 0 for seeds."),
     ),
 )
 

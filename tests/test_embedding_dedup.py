@@ -111,7 +111,7 @@ def _seed(i, text):
 
 def _cand(index, position, text):
     return {"domain": "knowledge", "order": [index, position], "instruction": text, "input": "",
-            "seed_ids": ["s0"], "model": "m@r"}
+            "seed_ids": ["s0"], "model": "m@r", "round": 1}
 
 
 def test_selfmoe_dedup_stage_drops_paraphrases_with_reason_embedding(model):
@@ -125,11 +125,9 @@ def test_selfmoe_dedup_stage_drops_paraphrases_with_reason_embedding(model):
     to_answer, dropped = ss.dedup_domain("knowledge", seeds, found, 0.7, answer_limit=10,
                                          embedding_threshold=0.8)
     assert [c["instruction"] for c in to_answer] == [SEA, UNRELATED[0], UNRELATED[2]]
-    reasons = {r["instruction"]: r["reject_reason"] for r in dropped}     # each names what it matched
-    assert reasons == {"What is the capital of France?": 'embedding: near-duplicate of "Name the capital city of France."',
-                       OCEAN: f'embedding: near-duplicate of "{SEA}"',
-                       "Write a poem about the sea!": f'rouge_l: near-duplicate of "{SEA}"'}
-    assert {ss.matched_instruction(r) for r in reasons.values()} == {SEA, "Name the capital city of France."}
+    reasons = {r["instruction"]: (r["reject_reason"], r["near_duplicate"]) for r in dropped}   # and what it matched
+    assert reasons == {"What is the capital of France?": ("embedding", "Name the capital city of France."),
+                       OCEAN: ("embedding", SEA), "Write a poem about the sea!": ("rouge_l", SEA)}
     assert all(not r["kept"] for r in dropped)
     assert all(r["rouge_l_max"] < 0.7 for r in dropped if r["reject_reason"].startswith("embedding"))
 

@@ -56,10 +56,10 @@ def test_a_domain_short_of_per_domain_is_counted():
     from core.rejected import Skipped
     from transforms.text.self_specialization import cap_domain_counted
     rows = [{"kept": True, "reject_reason": None, "order": [0, i]} for i in range(2)]
-    out = cap_domain_counted("math", rows, 5)
+    out = cap_domain_counted("math", rows, 5, 4)
     (short,) = [o for o in out if isinstance(o, Skipped)]
-    assert short.count == 3 and "math: kept 2 of per_domain 5" in short.reason
-    assert not any(isinstance(o, Skipped) for o in cap_domain_counted("math", rows, 2))
+    assert short.count == 3 and "math: kept 2 of per_domain 5 after 4 rounds" in short.reason
+    assert not any(isinstance(o, Skipped) for o in cap_domain_counted("math", rows, 2, 4))
 
 
 def test_a_brainstorm_cut_at_the_token_limit_keeps_its_last_task_as_a_truncated_row():
@@ -67,7 +67,7 @@ def test_a_brainstorm_cut_at_the_token_limit_keeps_its_last_task_as_a_truncated_
     from transforms.text.self_specialization import candidates, dedup_domain
     text = ("Describe how tides form.\nTask 4: List three uses of copper wire.\n"
             "Task 5: Summarise the causes of the First World")
-    meta = {"domain": "knowledge", "index": 0, "seed_ids": ["s1"], "first_number": 3}
+    meta = {"domain": "knowledge", "index": 0, "seed_ids": ["s1"], "first_number": 3, "round": 1}
     seeds = [{"id": f"s{i}", "instruction": s["instruction"], "input": s["input"]} for i, s in enumerate(SEEDS)]
 
     def rows(finish):
@@ -84,17 +84,39 @@ def test_a_brainstorm_cut_at_the_token_limit_keeps_its_last_task_as_a_truncated_
 
 
 def test_a_near_duplicate_drop_names_the_instruction_it_matched():
-    """A ROUGE-L drop's reason quotes the kept instruction or seed it matched, read back exactly."""
-    from transforms.text.self_specialization import dedup_domain, matched_instruction
+    """A ROUGE-L drop's row names the kept instruction or seed it matched; so does one matching an
+    instruction answered in an earlier round."""
+    from transforms.text.self_specialization import dedup_domain
     seeds = [{"id": "s0", "instruction": "Name the capital city of France.", "input": ""}]
     texts = ['Write a poem about the "sea" at night.', 'Write a poem about the "sea" at dawn.',
-             "Name the capital city of Spain."]
-    found = [{"domain": "knowledge", "order": [0, i], "instruction": t, "input": "", "seed_ids": ["s0"], "model": "m"}
-             for i, t in enumerate(texts)]
-    to_answer, dropped = dedup_domain("knowledge", seeds, found, threshold=0.7, answer_limit=10)
+             "Name the capital city of Spain.", "List three uses of copper wire in houses."]
+    found = [{"domain": "knowledge", "order": [0, i], "instruction": t, "input": "", "seed_ids": ["s0"], "model": "m",
+              "round": 2} for i, t in enumerate(texts)]
+    earlier = ("List three uses of copper wire in homes.",)
+    to_answer, dropped = dedup_domain("knowledge", seeds, found, threshold=0.7, answer_limit=10, answered=earlier)
     assert [c["instruction"] for c in to_answer] == texts[:1]
-    reasons = [r["reject_reason"] for r in dropped]
-    assert reasons == ['rouge_l: near-duplicate of "Write a poem about the \\"sea\\" at night."',
-                       'rouge_l: near-duplicate of "Name the capital city of France."']
-    assert [matched_instruction(r) for r in reasons] == [texts[0], seeds[0]["instruction"]]
-    assert matched_instruction("malformed: fewer than 3 words") is None and matched_instruction(None) is None
+    assert [(r["reject_reason"], r["near_duplicate"], r["round"]) for r in dropped] == [
+        ("rouge_l", texts[0], 2), ("rouge_l", seeds[0]["instruction"], 2), ("rouge_l", earlier[0], 2)]
+
+
+def test_rounds_go_on_at_the_yield_seen_until_the_domain_is_full():
+    from transforms.text import self_specialization as ss
+    seeds = [{"id": f"s{i}", "instruction": f"Seed task number {i}.", "input": "", "output": "x"} for i in range(3)]
+    state = ss.first_state("math", seeds)
+    assert ss.round_prompts(state, per_domain=8, oversample=3.0, tasks_per_prompt=4) == 6     # 24 tasks
+    plan = ss.brainstorm_plan(state, 6, 2, __import__("transforms.llm.requests", fromlist=["Sampling"]).Sampling(), 0)
+    assert [m["index"] for _, m in plan] == list(range(6)) and {m["round"] for _, m in plan} == {1}
+    state = ss.after_answers(ss.after_dedup(state, 6, [{"instruction": "A new task to answer."}]), [{"kept": True}] * 2)
+    assert (state.kept, state.prompts, state.round, state.answered) == (2, 6, 1, ("A new task to answer.",))
+    # 6 missing at 2 kept per 6 prompts: 18 prompts (more than oversample alone asks: 5)
+    assert ss.round_prompts(state, 8, 3.0, 4) == 18 and ss.answer_limit(state, 8) == 9
+    again = ss.brainstorm_plan(state, 2, 2, plan[0][0].sampling, 0)
+    assert [m["index"] for _, m in again] == [6, 7] and {m["round"] for _, m in again} == {2}
+    assert not {r.id for r, _ in again} & {r.id for r, _ in plan}         # new requests, earlier ones cached
+    nothing = ss.after_dedup(ss.first_state("math", seeds), 6, [])
+    assert ss.round_prompts(nothing, 8, 3.0, 4) == 12                     # nothing kept: twice the prompts
+    assert ss.round_prompts(ss.after_answers(nothing, [{"kept": True}] * 8), 8, 3.0, 4) == 0   # full: done
+    starved = ss.after_dedup(ss.first_state("math", seeds), 40, [])
+    assert ss.round_prompts(starved, 8, 3.0, 4) == 48                     # at most 8x round 1's prompts
+
+

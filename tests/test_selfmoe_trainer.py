@@ -46,16 +46,17 @@ def _examples(domain: str) -> list[dict]:
     pipeline writes them (the pipeline itself runs in test_selfmoe_base_model.py)."""
     with open(os.path.join(SEEDS, f"{domain}.jsonl"), encoding="utf-8") as fh:
         seeds = [json.loads(line) for line in fh if line.strip()]
-    base = {"domain": domain, "seed_ids": [], "model": "", "sampling": "", "rouge_l_max": None, "kept": True,
-            "reject_reason": None, "prompt_tokens": 0, "completion_tokens": 0, "prompt_format": "chat"}
+    base = {"domain": domain, "seed_ids": [], "model": "", "sampling": "", "rouge_l_max": None, "near_duplicate": None,
+            "kept": True, "reject_reason": None, "prompt_tokens": 0, "completion_tokens": 0, "prompt_format": "chat",
+            "round": 0}
     rows = [dict(base, id=f"{domain}-seed-{i}", source="seed", instruction=s["instruction"], input=s["input"],
                  response=s["output"]) for i, s in enumerate(seeds)]
     made = dict(base, source="generated", seed_ids=[rows[0]["id"]], model="smollm2-135m-instruct@r",
-                sampling='{"temperature": 0.7}', rouge_l_max=0.3, prompt_tokens=40, completion_tokens=12)
+                sampling='{"temperature": 0.7}', rouge_l_max=0.3, prompt_tokens=40, completion_tokens=12, round=1)
     rows += [dict(made, id=f"{domain}-gen-{i}", instruction=f"{seeds[i]['instruction']} Explain each step.",
                   input="", response=seeds[i]["output"]) for i in (1, 2)]
     rows.append(dict(made, id=f"{domain}-gen-dup", instruction=seeds[3]["instruction"], input="", response=None,
-                     kept=False, reject_reason="rouge_l", rouge_l_max=1.0))
+                     kept=False, reject_reason="rouge_l", rouge_l_max=1.0, near_duplicate=seeds[3]["instruction"]))
     return rows
 
 

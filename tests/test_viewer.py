@@ -419,7 +419,7 @@ def selfmoe(tmp_path_factory):
     try:
         manifest = run(registry.get("selfmoe"), out=str(out), sets=[
             "backend=openai", "model=scripted", f"base_url={model.url}", "domains=math", "per_domain=2",
-            "oversample=1", "k_shot=2", "demos=1", "cache="])
+            "oversample=1", "rounds=1", "k_shot=2", "demos=1", "cache="])   # one round: each drop once
     finally:
         model.close()
     server, url = serve(str(out / "selfmoe"))

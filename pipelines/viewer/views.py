@@ -77,12 +77,10 @@ def selfmoe_numbers(table: TableOf, domain: str, show: str) -> list[int]:
 
 def selfmoe_row(row: dict) -> dict:
     """A row as the domain page lists it: the reason's kind and detail apart, and the instruction a
-    near-duplicate drop matched (transforms/text/self_specialization.py writes it into the reason)."""
-    from transforms.text.self_specialization import matched_instruction
+    near-duplicate drop matched (the row's near_duplicate)."""
     reason = row.get("reject_reason")
-    detail = (reason or "").partition(": ")[2]
-    matched = matched_instruction(reason)
-    return dict(row, kind=reason_kind(reason), detail="" if matched is not None else detail, matched=matched)
+    return dict(row, kind=reason_kind(reason), detail=(reason or "").partition(": ")[2],
+                matched=row.get("near_duplicate"))
 
 
 # -- pruned-synth ----------------------------------------------------------------------------

@@ -1,0 +1,131 @@
+"""selfmoe brainstorms in rounds until each domain holds per_domain kept examples.
+
+A scripted OpenAI-compatible server stands in for the model, so the yield is known: each brainstorm
+completion proposes four tasks, of which one is usable (the others are too short, or copy a task
+already proposed), and every usable task is answered. With per_domain=6 and oversample=1, round 1
+(2 prompts) keeps 2, and round 2 asks for the missing 4 at the yield it saw (1 per prompt): 4
+prompts, 6 kept, done.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from pipelines import registry, run
+from tests.conftest import parquet_digests, read_rows
+
+pytestmark = pytest.mark.pipeline
+
+DOMAINS = ("math", "coding")
+
+
+def _task(domain: str, s: int) -> str:
+    return f"Compute quantity{s} using method{s} for {domain}{s} case{s} in region{s}."
+
+
+class ScriptedModel:
+    """Brainstorm: per request seed s, a usable task whose content words are its own (quantity<s>,
+    method<s>, ...: ROUGE-L 0.5 against any other), a two-word task and a copy of request 0's
+    usable task; answers: 'The answer is s.'"""
+
+    def __init__(self):
+        self.brainstorms, self.answers = [], []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path.endswith("/chat/completions"):
+                    asked = body["messages"][-1]["content"]
+                    outer.answers.append(asked)
+                    number = re.search(r"quantity(\d+)", asked)
+                    text = f"The answer is {number.group(1) if number else 0}."
+                    choice = {"message": {"content": text}, "finish_reason": "stop"}
+                else:
+                    outer.brainstorms.append(body["seed"])
+                    s = body["seed"]
+                    domain = "coding" if "Python" in body["prompt"] else "math"
+                    text = (f" {_task(domain, s)}\nTask 9: Add more.\nTask 10: {_task(domain, 0)}\nTask 11: ok\n")
+                    choice = {"text": text, "finish_reason": "stop"}
+                raw = json.dumps({"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 9}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def model():
+    m = ScriptedModel()
+    yield m
+    m.close()
+
+
+def _sets(model, *extra):
+    return ["backend=openai", "model=scripted", f"base_url={model.url}", f"domains={','.join(DOMAINS)}",
+            "per_domain=6", "oversample=1", "tasks_per_prompt=4", "k_shot=2", "demos=1", "seed=0", *extra]
+
+
+def _generated(path):
+    return [r for r in read_rows(path, "examples") if r["source"] == "generated"]
+
+
+def test_rounds_reach_per_domain_and_a_rerun_asks_only_what_is_new(model, tmp_path):
+    cache = tmp_path / "cache"
+    manifest = run.run(registry.get("selfmoe"), out=str(tmp_path / "a"), sets=_sets(model, f"cache={cache}"))
+    rows = _generated(str(tmp_path / "a" / "selfmoe"))
+    for domain in DOMAINS:
+        mine = [r for r in rows if r["domain"] == domain]
+        assert sum(r["kept"] for r in mine) == 6, [(r["round"], r["reject_reason"]) for r in mine]
+        assert {r["round"] for r in mine if r["kept"]} == {1, 2}          # round 1 kept 2, round 2 the other 4
+        copies = [r for r in mine if r["reject_reason"] == "rouge_l"]
+        assert copies and {r["near_duplicate"] for r in copies} == {_task(domain, 0)}
+    assert not manifest["stages"]["cap"].get("skipped")                   # no domain fell short
+    # each round's stages report under one name, summed: 2 + 4 completions a domain; all 4 rounds
+    # planned for both domains, rounds 3 and 4 asking nothing
+    assert manifest["stages"]["brainstorm"]["outputs"] == 2 * (2 + 4)
+    assert manifest["stages"]["brainstorm_plan"]["inputs"] == 2 * 4
+    asked = len(model.brainstorms) + len(model.answers)
+
+    # the same run again: every request of every round comes from the result store
+    run.run(registry.get("selfmoe"), out=str(tmp_path / "b"), sets=_sets(model, f"cache={cache}"))
+    assert len(model.brainstorms) + len(model.answers) == asked
+    assert parquet_digests(str(tmp_path / "b" / "selfmoe")) == parquet_digests(str(tmp_path / "a" / "selfmoe"))
+
+    # a raised target: the earlier requests are reused, only the new prompts and answers are asked
+    before = len(model.brainstorms)
+    run.run(registry.get("selfmoe"), out=str(tmp_path / "c"), sets=_sets(model, f"cache={cache}", "per_domain=9"))
+    assert 0 < len(model.brainstorms) - before < 2 * 9
+    assert all(sum(r["kept"] for r in _generated(str(tmp_path / "c" / "selfmoe")) if r["domain"] == d) == 9
+               for d in DOMAINS)
+
+
+def test_a_domain_the_rounds_cannot_fill_says_how_short_it_fell(model, tmp_path):
+    manifest = run.run(registry.get("selfmoe"), out=str(tmp_path), sets=_sets(model, "rounds=1", "cache="))
+    skipped = manifest["stages"]["cap"]["skipped"]
+    assert skipped == {f"{d}: kept 2 of per_domain 6 after 1 rounds (raise rounds or oversample)": 4 for d in DOMAINS}
+
+
+@pytest.mark.cluster
+def test_rounds_give_the_same_rows_on_the_multiprocess_runner(model, tmp_path):
+    sets = _sets(model, "cache=")
+    run.run(registry.get("selfmoe"), out=str(tmp_path / "local"), sets=sets)
+    run.run(registry.get("selfmoe"), out=str(tmp_path / "multi"), sets=sets, runner="multiprocess",
+            beam_args=["--direct_num_workers=2"])
+    assert parquet_digests(str(tmp_path / "multi" / "selfmoe")) == parquet_digests(str(tmp_path / "local" / "selfmoe"))
