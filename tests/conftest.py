@@ -70,6 +70,34 @@ def send_body(handler, status: int, ctype: str, body, headers=()) -> None:
     handler.wfile.write(body)
 
 
+class ScriptedOpenAI:
+    """An OpenAI-compatible server on loopback whose answers a test scripts: `answer(path, body)`
+    returns the choice for one POST (`{"text": ...}` for /v1/completions, `{"message": {"content":
+    ...}}` for /v1/chat/completions); finish_reason "stop" unless the choice says otherwise."""
+
+    def __init__(self, answer):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        import threading
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                choice = dict({"finish_reason": "stop"}, **answer(self.path, body))
+                send_body(self, 200, "application/json", json.dumps(
+                    {"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 9}}))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
 
 

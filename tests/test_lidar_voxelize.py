@@ -312,5 +312,5 @@ def test_threads_share_one_table_and_each_call_is_whole():
     for i, result in enumerate(got):
         for a, b in zip(result, want[i % len(want)]):
             assert np.array_equal(a, b)
-    tables = {id(vox._table) for vox, _ in V._CACHE.values() if vox._table is not None}
-    assert len(tables) == 1      # train and test voxelize one grid: one table for the process
+    (train, train_lock), (test, test_lock) = V._CACHE[("kitti", "train")], V._CACHE[("kitti", "test")]
+    assert train._table is test._table and train_lock is test_lock   # one grid: one table and its lock

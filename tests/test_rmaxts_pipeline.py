@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -15,7 +13,7 @@ from pipelines import registry
 from core.config import ConfigError
 from pipelines.run import run
 from pipelines.validate import validate
-from tests.conftest import read_rows
+from tests.conftest import ScriptedOpenAI, read_rows
 
 pytestmark = pytest.mark.pipeline
 
@@ -38,37 +36,17 @@ def test_without_lean_the_run_says_what_to_install(tmp_path, monkeypatch):
     assert "elan" in text and "lake build repl" in text and "lean_project" in text
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(ScriptedOpenAI):
     """An OpenAI-compatible /v1/completions server: the completion depends on the theorem in the
     prompt, so each problem meets one kind of trouble."""
 
     def __init__(self, script: dict[str, str]):
         self.script, self.prompts = script, []
-        outer = self
+        super().__init__(self._answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.prompts.append(body["prompt"])
-                text = next((v for k, v in outer.script.items() if f"theorem {k}" in body["prompt"]), "")
-                reply = json.dumps({"choices": [{"text": text, "finish_reason": "stop"}],
-                                    "usage": {"prompt_tokens": 10, "completion_tokens": 5}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def _answer(self, path, body):
+        self.prompts.append(body["prompt"])
+        return {"text": next((v for k, v in self.script.items() if f"theorem {k}" in body["prompt"]), "")}
 
 
 def _problems(tmp_path, names):

@@ -8,15 +8,12 @@ prompts, 6 kept, done.
 """
 from __future__ import annotations
 
-import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from pipelines import registry, run
-from tests.conftest import parquet_digests, read_rows
+from tests.conftest import ScriptedOpenAI, parquet_digests, read_rows
 
 pytestmark = pytest.mark.pipeline
 
@@ -27,47 +24,25 @@ def _task(domain: str, s: int) -> str:
     return f"Compute quantity{s} using method{s} for {domain}{s} case{s} in region{s}."
 
 
-class ScriptedModel:
+class ScriptedModel(ScriptedOpenAI):
     """Brainstorm: per request seed s, a usable task whose content words are its own (quantity<s>,
     method<s>, ...: ROUGE-L 0.5 against any other), a two-word task and a copy of request 0's
     usable task; answers: 'The answer is s.'"""
 
     def __init__(self):
         self.brainstorms, self.answers = [], []
-        outer = self
+        super().__init__(self._answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.path.endswith("/chat/completions"):
-                    asked = body["messages"][-1]["content"]
-                    outer.answers.append(asked)
-                    number = re.search(r"quantity(\d+)", asked)
-                    text = f"The answer is {number.group(1) if number else 0}."
-                    choice = {"message": {"content": text}, "finish_reason": "stop"}
-                else:
-                    outer.brainstorms.append(body["seed"])
-                    s = body["seed"]
-                    domain = "coding" if "Python" in body["prompt"] else "math"
-                    text = (f" {_task(domain, s)}\nTask 9: Add more.\nTask 10: {_task(domain, 0)}\nTask 11: ok\n")
-                    choice = {"text": text, "finish_reason": "stop"}
-                raw = json.dumps({"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 9}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def _answer(self, path, body):
+        if path.endswith("/chat/completions"):
+            asked = body["messages"][-1]["content"]
+            self.answers.append(asked)
+            number = re.search(r"quantity(\d+)", asked)
+            return {"message": {"content": f"The answer is {number.group(1) if number else 0}."}}
+        s = body["seed"]
+        self.brainstorms.append(s)
+        domain = "coding" if "Python" in body["prompt"] else "math"
+        return {"text": f" {_task(domain, s)}\nTask 9: Add more.\nTask 10: {_task(domain, 0)}\nTask 11: ok\n"}
 
 
 @pytest.fixture(scope="module")

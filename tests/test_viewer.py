@@ -10,14 +10,13 @@ import os
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
 from schemas import multiui as mschema
 from schemas import rmaxts as rschema
-from tests.conftest import read_rows, write_dataset
+from tests.conftest import ScriptedOpenAI, read_rows, write_dataset
 
 HOSTILE_TITLE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">Shop & "Sale"'
 BOX_RED, KEPT_GREEN, FLIPPED_RED = (224, 0, 0), (42, 157, 42), (214, 39, 40)     # pictures.py's colours
@@ -368,7 +367,7 @@ def test_pruned_synth_shows_accuracy_against_epsilon_and_its_kept_flipped_mix(br
     page.close()
 
 
-class ScriptedModel:
+class ScriptedModel(ScriptedOpenAI):
     """An OpenAI-compatible server for selfmoe: one brainstorm (a task, its near duplicate, a task
     holding a script, a task too short to keep), and answers: one kept (itself holding a script), one
     refusal."""
@@ -379,35 +378,13 @@ class ScriptedModel:
     ANSWER = "12 + 5 = 17 cows. <script>window.pwned = 2</script>"
 
     def __init__(self):
-        outer = self
+        super().__init__(self._answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.path.endswith("/chat/completions"):
-                    asked = body["messages"][-1]["content"]
-                    text = outer.ANSWER if "farmer" in asked else "I'm sorry, I can't help with that."
-                    choice = {"message": {"content": text}, "finish_reason": "stop"}
-                else:
-                    choice = {"text": f" {outer.TASK}\nTask 4: {outer.NEAR}\nTask 5: {outer.SCRIPTED}\nTask 6: I\n",
-                              "finish_reason": "stop"}
-                raw = json.dumps({"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 9}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def _answer(self, path, body):
+        if path.endswith("/chat/completions"):
+            asked = body["messages"][-1]["content"]
+            return {"message": {"content": self.ANSWER if "farmer" in asked else "I'm sorry, I can't help with that."}}
+        return {"text": f" {self.TASK}\nTask 4: {self.NEAR}\nTask 5: {self.SCRIPTED}\nTask 6: I\n"}
 
 
 @pytest.fixture(scope="module")
