@@ -80,6 +80,23 @@ def test_what_needs_a_glyph():
     assert not any(glyphs.needs_glyph(ch) for ch in " \t\n\u00a0\u3000\u200b\u200d\u200e\u00ad\ufe0f\U000e0041\x07")
 
 
+def test_the_installed_fonts_are_part_of_a_stored_renders_identity(monkeypatch):
+    """Other fonts draw other pixels and other tofu: a render stored under one set of fonts is not
+    reused under another."""
+    import shutil
+    from transforms.web import capture
+    if shutil.which(glyphs.FC_LIST) is None:
+        pytest.skip("needs fontconfig's fc-list: apt-get install fontconfig")
+    digest = glyphs.installed_fonts()
+    assert digest.startswith("sha256:") and len(digest) == 71
+    settings = capture.CaptureSettings()
+    before = capture.render_identity(settings, None)
+    assert digest in before and glyphs.installed_fonts() == digest
+    monkeypatch.setattr(capture, "installed_fonts", lambda: "sha256:" + "0" * 64)   # another worker image
+    after = capture.render_identity(settings, None)
+    assert after != before and [x for x in after if x != "sha256:" + "0" * 64] == [x for x in before if x != digest]
+
+
 def test_missing_glyphs_against_a_coverage():
     coverage = glyphs.parse_charsets("20-7e a0-ff\n4e00-4e2d 4e2e-9fff\n41-5a\n")
     assert "中" in coverage and "a" in coverage and "\u0100" not in coverage and len(coverage) == 95 + 96 + 0x5200

@@ -16,6 +16,7 @@ from typing import Optional
 from core import storage
 from transforms.io.ids import stable_id
 from transforms.web.fetch_policy import FetchPolicy
+from transforms.web.glyphs import installed_fonts
 from transforms.web.replay import ReplayHandler
 from transforms.web.targets import LOCAL_BASE, PageTarget
 
@@ -56,12 +57,13 @@ def viewport_seed(target: PageTarget, platform: str, seed: int) -> int:
 
 def render_identity(settings: CaptureSettings, html_folder: Optional[str]) -> list:
     """What a stored render depends on besides its target: the capture settings (not the restart
-    interval, which changes no page), the Chromium binary, and every file of a served HTML folder
-    (a page loads its CSS and images from there too)."""
+    interval, which changes no page), the Chromium binary, the installed fonts (they draw the
+    screenshot and decide glyphs_missing), and every file of a served HTML folder (a page loads its
+    CSS and images from there too)."""
     shaping = {k: v for k, v in asdict(settings).items() if k != "restart_after_pages"}
     browser = storage.version(settings.chromium) if os.path.isfile(settings.chromium) else settings.chromium
     folder = storage.file_infos(html_folder) if html_folder else None
-    return [shaping, browser, folder]
+    return [shaping, browser, installed_fonts(), folder]
 
 
 def target_identity(job: tuple[PageTarget, str]) -> tuple:

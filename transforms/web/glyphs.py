@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import hashlib
 import shutil
 import subprocess
 import unicodedata
@@ -77,6 +78,17 @@ def installed_coverage() -> Coverage:
     out = subprocess.run([FC_LIST, "--format", "%{charset}\n"], capture_output=True, text=True, check=True,
                          timeout=120).stdout
     return parse_charsets(out)
+
+
+@functools.lru_cache(maxsize=1)
+def installed_fonts() -> str | None:
+    """A digest of the installed fonts (each file and its version), or None without fontconfig: part
+    of what a stored render depends on, since other fonts draw other pixels and other tofu."""
+    if shutil.which(FC_LIST) is None:
+        return None
+    out = subprocess.run([FC_LIST, "--format", "%{file}|%{fontversion}\n"], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    return "sha256:" + hashlib.sha256("\n".join(sorted(set(out.splitlines()))).encode()).hexdigest()
 
 
 def missing_glyphs(texts: Iterable[str], coverage: Coverage | None = None) -> str:
