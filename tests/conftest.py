@@ -70,14 +70,24 @@ def send_body(handler, status: int, ctype: str, body, headers=()) -> None:
     handler.wfile.write(body)
 
 
+def loopback_server(handler):
+    """(server, base URL): a threaded HTTP server for `handler` on 127.0.0.1 at a free port, serving
+    from a daemon thread; the caller shuts it down."""
+    from http.server import ThreadingHTTPServer
+    import threading
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
 class ScriptedOpenAI:
     """An OpenAI-compatible server on loopback whose answers a test scripts: `answer(path, body)`
     returns the choice for one POST (`{"text": ...}` for /v1/completions, `{"message": {"content":
     ...}}` for /v1/chat/completions); finish_reason "stop" unless the choice says otherwise."""
 
     def __init__(self, answer):
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        import threading
+        from http.server import BaseHTTPRequestHandler
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
@@ -89,9 +99,8 @@ class ScriptedOpenAI:
                 send_body(self, 200, "application/json", json.dumps(
                     {"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 9}}))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.server, base = loopback_server(Handler)
+        self.url = base + "/v1"
 
     def close(self):
         self.server.shutdown()

@@ -9,10 +9,10 @@ from __future__ import annotations
 import http.server
 import io
 import os
-import threading
 
 import pytest
 
+from tests.conftest import loopback_server
 from transforms.web import glyphs
 from transforms.web.tasks import rule_samples
 
@@ -121,10 +121,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv, url = loopback_server(_Handler)
+    yield url
     srv.shutdown()
 
 

@@ -18,6 +18,7 @@ import zlib
 
 import pytest
 
+from tests.conftest import loopback_server
 from transforms.web import render as R
 from transforms.io.transient import is_transient
 from transforms.web.fetch_policy import Admission, FetchPolicy
@@ -153,10 +154,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv, url = loopback_server(_Handler)
+    yield url
     _release.set()
     srv.shutdown()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import threading
 
 import pytest
 
@@ -17,6 +16,7 @@ pytest.importorskip("playwright")
 if not os.path.exists("/usr/bin/chromium"):
     pytest.skip("needs Debian's chromium: apt-get install chromium", allow_module_level=True)
 
+from tests.conftest import loopback_server  # noqa: E402
 from transforms.web.render import Renderer  # noqa: E402
 from transforms.web.tasks import rule_tasks  # noqa: E402
 from transforms.web.tasks.elements import PageIndex, TaskRules  # noqa: E402
@@ -62,12 +62,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def page():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv, url = loopback_server(_Handler)
     try:
         with Renderer() as renderer:
-            row = renderer.render_page(f"http://127.0.0.1:{srv.server_address[1]}/", "desktop", 1,
+            row = renderer.render_page(url + "/", "desktop", 1,
                                        follow_links=0, timeout_ms=20000)
     finally:
         srv.shutdown()
