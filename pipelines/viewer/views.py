@@ -28,7 +28,7 @@ TRAIN_SUFFIX = "-train"     # `shardsmith train` writes beside local data: DATA-
 # -- selfmoe ---------------------------------------------------------------------------------
 
 def reason_kind(reason: str | None) -> str:
-    """`rouge_l` of `rouge_l: near-duplicate of "..."`, `malformed` of `malformed: fewer than 3 words`."""
+    """A reject reason without its detail: `malformed` of `malformed: fewer than 3 words`; `kept` for none."""
     return "kept" if reason is None else reason.split(":", 1)[0]
 
 

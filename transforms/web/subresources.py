@@ -1,10 +1,10 @@
 """The stylesheets and images a page loaded or missed (the row's *_loaded / *_missing), the same on every run.
 
 What counts: the stylesheet and image requests the page (its document and the frames that share
-its process) makes before its settle point, two animation frames after its `load` event. `load` waits for the document's own stylesheets and
-images; the two frames let the first layout after it ask for the lazy images it shows
-(`loading=lazy`: `load` does not wait for them, and a fast page asks for them before or after
-`load`). Each is counted once, by its final outcome after redirects: loaded when its body arrived
+its process) makes before its settle point, two animation frames after its `load` event. `load`
+waits for the document's own stylesheets and images; the two frames let the first layout after it
+ask for the lazy images it shows (`loading=lazy`: `load` does not wait for them, and a fast page
+asks for them before or after `load`). Each is counted once, by its final outcome after redirects: loaded when its body arrived
 with a status below 400; missing when it failed, was refused, answered 4xx/5xx, or had no
 outcome by the deadline. The capture waits for those outcomes, so the screenshot also shows
 every counted image that arrived. Requests made after the settle point (a script's timers, the

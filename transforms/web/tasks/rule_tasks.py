@@ -79,12 +79,13 @@ def heading_ocr(page: Mapping, rules: TaskRules = TaskRules(), index: Optional[P
         return out
     main = min(candidates, key=lambda n: (heading_level(n) or 7, float(n["box"][1]), int(n["node_id"])))
     out.skip("not the main heading", len(candidates) - 1)
-    problem = glyph_problem(page, index.visible_text(main))   # skipped, not replaced: the next is no main heading
+    answer = index.visible_text(main)
+    problem = glyph_problem(page, answer)   # skipped, not replaced: the next is no main heading
     if problem:
         out.skip(problem)
         return out
     template_id, question = templates.instruction("heading_ocr", page["id"], int(main["node_id"]))
-    out.samples.append(make_sample(page, "heading_ocr", template_id, question, index.visible_text(main),
+    out.samples.append(make_sample(page, "heading_ocr", template_id, question, answer,
                                    target_node=int(main["node_id"]), bbox=norm_bbox(main), box_px=main["box"]))
     return out
 
