@@ -270,6 +270,37 @@ def pytest_runtest_logreport(report):
             fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
 
 
+def _tree_cpu_s() -> float:
+    """CPU seconds of this process and every process below it, the exited ones included (their time
+    is in their parent's children_* figures once reaped)."""
+    import psutil
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With SHARDSMITH_TEST_CPU=FILE, each test's CPU seconds (its setup, call and teardown, in its
+    own process tree: browsers, clusters and subprocesses included) and wall seconds are appended
+    there. On a machine where every core is busy, CPU seconds are what the suite's time is made of."""
+    path = os.environ.get("SHARDSMITH_TEST_CPU")
+    if not path:
+        yield
+        return
+    import time
+    cpu, wall = _tree_cpu_s(), time.perf_counter()
+    yield
+    with open(path, "a") as fh:
+        fh.write(f"{_tree_cpu_s() - cpu:.2f}\t{time.perf_counter() - wall:.2f}\t{item.nodeid}\n")
+
+
 # a test that uses one of these fixtures is heavy for the fixture's reason
 FIXTURE_MARKS = {"browser": "browser", "converted_model_cache": "model", "run_dataset": "pipeline", "s3_store": "store",
                  "gcs_store": "store"}

@@ -107,6 +107,9 @@ PAGES = {
     "/dl-link": ("text/html", "<title>Has download</title><a id=d href=/download download>get</a>"
                               "<script>addEventListener('load', () => document.getElementById('d').click())</script>"),
     "/settle": ("text/html", SETTLE),
+    # a script navigates away while an image of the page is still open (it never answers)
+    "/to-b": ("text/html", "<title>To B</title><img src=/hang/held.png><script>location.href = '/b.html'</script>"),
+    "/to-gone": ("text/html", "<title>To gone</title><script>location.href = '/gone/page.html'</script>"),
 }
 
 
@@ -134,6 +137,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == "/download":
             return self._send(200, "application/octet-stream", b"\0" * 100,
                               [("Content-Disposition", "attachment; filename=x.bin")])
+        if path == "/cut":   # a chunked page whose server goes away mid-body
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            part = b"<title>cut</title>" + b"<p>some words</p>" * 200
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.flush()
+            self.close_connection = True
+            return
         if path == "/hang" or path.startswith("/hang/"):
             _release.wait(30)  # hold the connection, send nothing
             return
@@ -272,6 +285,8 @@ BAD = [
     ("/png", "non-HTML document: image/png"),
     ("/download", "download"),
     ("/to-file-redirect", ""),
+    ("/cut", "cut off mid-body (net::ERR_INCOMPLETE_CHUNKED_ENCODING)"),   # at once, not at the timeout
+    ("/to-gone", "the page navigated itself to a failed document: HTTP 404"),
 ]
 
 
@@ -289,6 +304,11 @@ def test_bad_page_raises_then_recovers(renderer, site, path, reason):
 def test_blocked_schemes(renderer, url):
     with pytest.raises(RenderError, match="blocked scheme"):
         renderer.render_page(url, "desktop", 1)
+
+
+def test_a_page_that_navigates_itself_is_captured_as_the_page_it_went_to(renderer, site):
+    row = renderer.render_page(site + "/to-b", "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)
+    assert row["title"] == "Page B" and row["final_url"] == site + "/b.html"
 
 
 @pytest.mark.parametrize("path,title", [("/popup", "Opener"), ("/to-data", "To data"), ("/to-file", "To file"),

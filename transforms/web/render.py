@@ -329,14 +329,20 @@ def _navigation_error(reason: str) -> RenderError:
     return (NameServerDown if DNS_UNAVAILABLE in reason else RenderError)(reason)
 
 
+def _cut_reason(doc: dict) -> str:
+    """Why the document stopped: the proxy's record (a refusal, the byte budget) or the browser's error."""
+    return (_navigation_records(doc, doc.get("since", ()), doc.get("url"))
+            or f"the page's document was cut off mid-body ({doc.get('cut')})")
+
+
 def _error_reason(err: Exception, doc: dict) -> str:
     """A clear reason for a failed navigation, from Playwright's message and what the main
     document's response said."""
     msg = str(err).split("\n", 1)[0]
     ctype = doc.get("content_type")
     recorded = _navigation_records(doc, doc.get("since", ()), doc.get("url"))
-    if recorded:
-        return recorded
+    if recorded or doc.get("cut"):
+        return _cut_reason(doc)
     if "Download is starting" in msg or doc.get("download"):
         return f"download blocked (the page is a download{': ' + ctype if ctype else ''})"
     if ctype and not ctype.startswith(HTML_TYPES):
@@ -487,6 +493,8 @@ class _Worker:
             raise _navigation_error(reason) from None
         if doc.get("crashed"):
             raise RenderError("the page crashed the renderer")
+        if doc.get("cut"):
+            raise _navigation_error(_cut_reason(doc))
         status = resp.status if resp is not None else doc.get("status")
         if status is not None and status >= 400:
             # the proxy answers a refused request with 403: say why, not just "HTTP 403"
@@ -535,11 +543,17 @@ class _Worker:
                                      timeout=timeout_ms / 1000)["sessionId"]
             resources = Subresources()
             resources.start(self.conn, session, timeout_ms / 1000)
+            conn = self.conn
+            # a document cut mid-body never fires `load`: leave it now, not at the timeout
+            resources.on_cut = lambda error: (doc.__setitem__("cut", error),
+                                              _quietly(lambda: conn.send("Page.navigate", {"url": "about:blank"},
+                                                                         session)))
             self.navigate(page, url, doc, timeout_ms)
             if not resources.wait(time.monotonic() + timeout_ms / 1000):
                 raise RenderError(f"timeout: the page did not settle after load (> {timeout_ms} ms: two "
                                   "animation frames); a script that does not stop?")
             resources.stop(self.conn, session)
+            self.check_document(resources, doc)
             row = self.capture(session, options, max_shot_h, timeout_ms)
             row["url"] = url
             row.update(resources.counts())
@@ -575,6 +589,18 @@ class _Worker:
             raise RenderError(f"page too large: {over[0][1]} ({over[0][0][:200]})")
         row["render_ms"] = (time.perf_counter() - t0) * 1000
         return {k: row[k] for k in RESULT_KEYS}
+
+    @staticmethod
+    def check_document(resources: Subresources, doc: dict) -> None:
+        """The document shown at the settle point is the page's: not one cut off mid-body, nor, for a
+        page that navigated itself (a script set `location`, a form submitted itself), a failed one
+        (the row would show the proxy's refusal or an error page)."""
+        if doc.get("cut"):
+            raise _navigation_error(_cut_reason(doc))
+        if len(resources.documents) > 1 and resources.documents[-1][1] >= 400:
+            url, status = resources.documents[-1]
+            reason = _navigation_records(doc, doc["since"], url) or f"HTTP {status}"
+            raise _navigation_error(f"the page navigated itself to a failed document: {reason}")
 
     def died(self) -> bool:
         """Whether the browser itself is gone (its process exited, or Playwright lost it): asked

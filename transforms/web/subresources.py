@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 COUNTED_TYPES = {"Stylesheet": "stylesheets", "Image": "images"}   # CDP Network.ResourceType
 COUNT_KEYS = tuple(f"{kind}_{state}" for kind in COUNTED_TYPES.values() for state in ("loaded", "missing"))
@@ -44,6 +45,11 @@ class Subresources:
         self._kind: dict[str, str] = {}       # requestId -> stylesheets | images, for counted requests
         self._status: dict[str, int] = {}
         self._outcome: dict[str, bool] = {}   # requestId -> loaded; absent while the request is open
+        self._loader: dict[str, tuple] = {}   # requestId -> (frameId, loaderId): whose document asked
+        self._main: str | None = None         # the main frame's id: the frame of the first document
+        self.documents: list[tuple[str, int]] = []   # (url, status) of each document the main frame got
+        self._committed: set[str] = set()     # the main frame's documents that were shown
+        self.on_cut: Callable[[str], None] | None = None   # a shown main document failed mid-body
         self.settled = False
 
     def start(self, conn, session: str, timeout_s: float) -> None:
@@ -67,6 +73,19 @@ class Subresources:
                 kind = COUNTED_TYPES.get(params.get("type"))
                 if kind and not self.settled and rid not in self._kind:   # a redirect keeps its requestId
                     self._kind[rid] = kind
+                    self._loader[rid] = (params.get("frameId"), params.get("loaderId"))
+            elif method in ("Page.frameNavigated", "Page.frameDetached"):
+                self._abandon(params)
+                frame = params.get("frame") or {}
+                if method == "Page.frameNavigated" and not frame.get("parentId"):
+                    self._committed.add(frame.get("loaderId"))   # a navigation's requestId is its loaderId
+            elif method == "Network.responseReceived" and params.get("type") == "Document":
+                self._main = self._main or params.get("frameId")
+                if params.get("frameId") == self._main:
+                    response = params.get("response") or {}
+                    self.documents.append((response.get("url", ""), int(response.get("status") or 0)))
+            elif method == "Network.loadingFailed" and rid in self._committed and self.on_cut is not None:
+                self.on_cut(params.get("errorText") or "failed")
             elif rid not in self._kind:
                 return
             elif method == "Network.responseReceived":
@@ -76,6 +95,16 @@ class Subresources:
             elif method == "Network.loadingFailed":
                 self._outcome[rid] = False
             self._cond.notify_all()
+
+    def _abandon(self, params: dict) -> None:
+        """A frame that navigated (a script set `location`, submitted a form) or went away drops its
+        old document's open requests without an event for them: they are missing, not waited for
+        until the deadline."""
+        frame = params.get("frame") or {}
+        fid, keep = frame.get("id") or params.get("frameId"), frame.get("loaderId")
+        for rid, (f, loader) in self._loader.items():
+            if f == fid and loader != keep and rid not in self._outcome:
+                self._outcome[rid] = False
 
     def wait(self, deadline: float) -> bool:
         """Wait until the settle point has passed and every counted request has its outcome, or
