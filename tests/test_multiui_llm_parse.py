@@ -10,7 +10,7 @@ import pytest
 
 from core.rejected import Rejected
 from transforms.llm.requests import Completion
-from transforms.web.tasks import llm_tasks
+from transforms.web.tasks import llm_parse, llm_tasks
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "data", "multiui_llm_outputs.json")
 with open(FIXTURES, encoding="utf-8") as fh:
@@ -24,7 +24,7 @@ def _meta(task: str) -> dict:
 
 
 def _parse(task: str, text: str, finish: str = "stop"):
-    return llm_tasks.parse_completion(_meta(task), Completion("r1", text, finish, 10, 10, "test-model", "test"))
+    return llm_parse.parse_completion(_meta(task), Completion("r1", text, finish, 10, 10, "test-model", "test"))
 
 
 def _turns(samples: list) -> tuple[list, list]:
@@ -35,7 +35,7 @@ def _turns(samples: list) -> tuple[list, list]:
 @pytest.mark.parametrize("case", RECORDED, ids=[f"{c['task']}-{i}" for i, c in enumerate(RECORDED)])
 def test_recorded_completions_of_the_default_model(case):
     meta = dict(_meta(case["task"]), example_words=case.get("example_words", []))
-    result = llm_tasks.parse_completion(meta, Completion("r1", case["text"], case["finish_reason"], 10, 10, "m", "t"))
+    result = llm_parse.parse_completion(meta, Completion("r1", case["text"], case["finish_reason"], 10, 10, "m", "t"))
     if not case["usable"]:
         assert isinstance(result, Rejected) and result.reason == case["reason"], case["note"]
         assert result.excerpt["text"] == case["text"][:300]          # the dead letter shows the output
@@ -67,7 +67,7 @@ def test_recorded_completions_of_the_default_model(case):
     ("1. What does the shop sell? Outdoor gear.", [("What does the shop sell?", "Outdoor gear.")]),
 ])
 def test_qa_near_misses_are_read(text, pairs):
-    assert llm_tasks.qa_pairs(text) == pairs
+    assert llm_parse.qa_pairs(text) == pairs
 
 
 def test_qa_drops_unanswered_questions():
@@ -129,13 +129,13 @@ def test_output_that_copies_the_example_page_is_rejected():
     meta = dict(_meta("webpage_caption"), example_words=["bakery", "sourdough"])
     copied = ("The webpage is the home page of Cedar Field Bakery, a bakery that sells fresh bread. A top bar has "
               "links to the menu.")            # recorded when the caption prompt showed an example
-    result = llm_tasks.parse_completion(meta, Completion("r1", copied, "stop", 1, 1, "m", "b"))
-    assert result.reason == llm_tasks.COPIED
+    result = llm_parse.parse_completion(meta, Completion("r1", copied, "stop", 1, 1, "m", "b"))
+    assert result.reason == llm_parse.COPIED
     own_page = dict(meta, example_words=[])     # a bakery's own page may say bakery
-    assert isinstance(llm_tasks.parse_completion(own_page, Completion("r1", copied, "stop", 1, 1, "m", "b")), list)
+    assert isinstance(llm_parse.parse_completion(own_page, Completion("r1", copied, "stop", 1, 1, "m", "b")), list)
     qa = dict(_meta("webpage_qa"), example_words=["cake"])
     text = "Q: How can a customer order a cake?\nA: Customers can order a cake.\nQ: Where is it?\nA: On Quay Street."
-    samples = llm_tasks.parse_completion(qa, Completion("r1", text, "stop", 1, 1, "m", "b"))
+    samples = llm_parse.parse_completion(qa, Completion("r1", text, "stop", 1, 1, "m", "b"))
     assert _turns(samples)[1] == ["On Quay Street."]
 
 

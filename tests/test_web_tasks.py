@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw
 from schemas.multiui import PAGES, SAMPLES, TASKS
 from core.rejected import Rejected
 from transforms.llm.requests import Completion, Request
-from transforms.web.tasks import draw, llm_tasks, rule_tasks, templates
+from transforms.web.tasks import draw, llm_parse, llm_tasks, rule_tasks, templates, vision_tasks
 from transforms.web.tasks.elements import TaskRules, format_box
 from transforms.web.tasks.tree_text import tree_text
 
@@ -316,7 +316,7 @@ def test_no_samples_from_dropped_or_screenshotless_pages():
                                                                   screenshot_height=0)):
         outs = list(rule_tasks.rule_samples(page, POOL).values())
         outs += list(llm_tasks.llm_requests(page).values())
-        outs += list(llm_tasks.embedded_image_tasks(page, vision=False).values())
+        outs += list(vision_tasks.embedded_image_tasks(page, vision=False).values())
         for out in outs:
             assert not out.samples and not out.requests and not out.rejected and sum(out.skipped.values()) == 1
 
@@ -351,7 +351,7 @@ def test_caption_request_and_parser():
     assert request == llm_tasks.caption_requests(page).requests[0][0]
     good = completion("Caption: This is the home page of an online shop selling fresh apples. A dark banner "
                       "holds the title and an About us link. Below, products are listed with buttons.")
-    samples = llm_tasks.parse_completion(meta, good)
+    samples = llm_parse.parse_completion(meta, good)
     check_samples(samples, "webpage_caption")
     assert samples[0]["generator"] == "llm:test-model" and samples[0]["target_node"] is None
     assert samples[0]["conversations"][1]["value"].startswith("This is the home page")
@@ -361,10 +361,10 @@ def test_caption_request_and_parser():
                         (completion("asdf qwer"), "caption too short"),
                         (completion("This page shows a shop with many apples and a banner at the top of the "
                                     "page and a", "length"), "caption cut off at max_tokens")):
-        result = llm_tasks.parse_completion(meta, bad)
+        result = llm_parse.parse_completion(meta, bad)
         assert isinstance(result, Rejected) and result.reason == reason
     cut = completion(good.text + " It also has a search", "length")
-    assert llm_tasks.parse_completion(meta, cut)[0]["conversations"][1]["value"].endswith("with buttons.")
+    assert llm_parse.parse_completion(meta, cut)[0]["conversations"][1]["value"].endswith("with buttons.")
 
 
 def test_qa_parser():
@@ -376,21 +376,21 @@ def test_qa_parser():
             "Q1: Where can you learn about the shop?\nA1: Through the About us link\nin the banner.\n"
             "Q: A question without an answer\n"
             "Q: What does the shop sell?\nA: A duplicate question.\n")
-    samples = llm_tasks.parse_completion(meta, completion(text))
+    samples = llm_parse.parse_completion(meta, completion(text))
     check_samples(samples, "webpage_qa")
     assert len(samples) == 2
     assert "What does the shop sell?" in samples[0]["conversations"][0]["value"]
     assert samples[0]["conversations"][1]["value"] == "Fresh apples from local farms."
     assert samples[1]["conversations"][1]["value"] == "Through the About us link\nin the banner."
     for bad in ("", "lorem ipsum dolor sit amet", "Q: only a question", "A: only an answer"):
-        result = llm_tasks.parse_completion(meta, completion(bad))
+        result = llm_parse.parse_completion(meta, completion(bad))
         assert isinstance(result, Rejected)
-    assert llm_tasks.parse_completion(meta, completion("nonsense")).reason == "no Q/A pair in model output"
+    assert llm_parse.parse_completion(meta, completion("nonsense")).reason == "no Q/A pair in model output"
     # a completion cut at max_tokens loses its last (maybe partial) pair
-    cut = llm_tasks.parse_completion(meta, completion("Q: One?\nA: Yes.\nQ: Two?\nA: Partial", "length"))
+    cut = llm_parse.parse_completion(meta, completion("Q: One?\nA: Yes.\nQ: Two?\nA: Partial", "length"))
     assert [s["conversations"][1]["value"] for s in cut] == ["Yes."]
     capped = dict(meta, max_samples=1)
-    assert len(llm_tasks.parse_completion(capped, completion(text))) == 1
+    assert len(llm_parse.parse_completion(capped, completion(text))) == 1
 
 
 def test_action_grounding_requests_and_parser():
@@ -402,7 +402,7 @@ def test_action_grounding_requests_and_parser():
     assert len({request.id for request, _ in out.requests}) == 3
     request, meta = metas[8]
     assert 'button "Add to cart" [300,100,380,130]' in request.prompt[-1]["content"]
-    samples = llm_tasks.parse_completion(meta, completion("Instruction: Put the apples in my shopping cart."))
+    samples = llm_parse.parse_completion(meta, completion("Instruction: Put the apples in my shopping cart."))
     check_samples(samples, "action_grounding")
     sample = samples[0]
     assert "Put the apples in my shopping cart" in sample["conversations"][0]["value"]
@@ -410,7 +410,7 @@ def test_action_grounding_requests_and_parser():
     assert sample["bbox"] == node_bbox(page, 8) and sample["target_node"] == 8
     assert sample["generator"] == "llm:test-model"
     for bad in ("", "  \n ", "Instruction: click [300, 100]", "Instruction: x", "As an AI, I cannot do that."):
-        assert isinstance(llm_tasks.parse_completion(meta, completion(bad)), Rejected), bad
+        assert isinstance(llm_parse.parse_completion(meta, completion(bad)), Rejected), bad
 
 
 def test_llm_requests_are_deterministic():
@@ -425,19 +425,19 @@ def test_llm_requests_are_deterministic():
 # -- vision tasks -----------------------------------------------------------------------------
 
 def test_vision_tasks_never_make_samples_without_a_vision_backend():
-    outputs = llm_tasks.embedded_image_tasks(make_page(), vision=False)
+    outputs = vision_tasks.embedded_image_tasks(make_page(), vision=False)
     assert set(outputs) == {"embedded_image_caption", "embedded_image_qa"}
     for task, out in outputs.items():
         assert out.samples == [] and out.requests == []
-        assert out.rejected == [] and out.skipped == {llm_tasks.NEEDS_VISION: 1}
+        assert out.rejected == [] and out.skipped == {vision_tasks.NEEDS_VISION: 1}
     no_images = make_page(nodes=[n for n in make_page()["nodes"] if n["role"] != "image"])
-    for out in llm_tasks.embedded_image_tasks(no_images).values():
+    for out in vision_tasks.embedded_image_tasks(no_images).values():
         assert out.rejected == [] and out.skipped["no embedded images"] == 1
 
 
 def test_vision_requests_carry_the_cropped_image():
     page = make_page()
-    out = llm_tasks.vision_requests(page, "embedded_image_caption")
+    out = vision_tasks.vision_requests(page, "embedded_image_caption")
     assert out.samples == [] and len(out.requests) == 1
     request, meta = out.requests[0]
     assert request.has_images
@@ -447,11 +447,11 @@ def test_vision_requests_carry_the_cropped_image():
     assert parts[1]["type"] == "image_url" and url.startswith("data:image/png;base64,")
     crop = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
     assert crop.size == (140, 110)
-    samples = llm_tasks.parse_completion(meta, completion("A wicker basket full of red apples."))
+    samples = llm_parse.parse_completion(meta, completion("A wicker basket full of red apples."))
     check_samples(samples, "embedded_image_caption")
     assert samples[0]["bbox"] == node_bbox(page, 11) and samples[0]["target_node"] == 11
-    qa_request, qa_meta = llm_tasks.vision_requests(page, "embedded_image_qa").requests[0]
-    qa = llm_tasks.parse_completion(qa_meta, completion("Q: What fruit is shown?\nA: Apples."))
+    qa_request, qa_meta = vision_tasks.vision_requests(page, "embedded_image_qa").requests[0]
+    qa = llm_parse.parse_completion(qa_meta, completion("Q: What fruit is shown?\nA: Apples."))
     check_samples(qa, "embedded_image_qa")
     assert format_box(qa[0]["bbox"]) in qa[0]["conversations"][0]["value"]
 
