@@ -56,6 +56,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
+from transforms.web import chromium
 from transforms.web import render as R
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.local_site import LocalSite
@@ -639,7 +640,7 @@ class Env:
             flags = ("--disable-quic", "--force-webrtc-ip-handling-policy", "--webrtc-ip-handling-policy",
                      "--host-resolver-rules")
             mp = pytest.MonkeyPatch()
-            mp.setattr(R, "_BASE_ARGS", tuple(a for a in R._BASE_ARGS if not a.startswith(flags)))
+            mp.setattr(chromium, "BASE_ARGS", tuple(a for a in chromium.BASE_ARGS if not a.startswith(flags)))
             try:
                 # no mDNS names for host candidates: gathering must not send multicast announcements
                 self._unrestricted = Renderer(args=(*R.DEFAULT_ARGS, "--allow-loopback-in-peer-connection",

@@ -52,6 +52,7 @@ from tests.conftest import send_body
 from tests.test_fetch_attacks import (BOMB_BUDGET, BY_NAME, LOCAL, PNG_1PX, SITE, VECTORS, Vector, _fetch,
                                       _resolve, blocked_policy, control_policy)
 from tests.test_fetch_attacks import env  # noqa: F401  (the suite's fixture, used by `blind`)
+from transforms.web import chromium
 from transforms.web import render as R
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.render import Renderer
@@ -473,7 +474,7 @@ def _renderer(env, kind: str) -> Renderer:
         try:
             trust = TRUST + env.tls_bomb.spki
             if kind == "wide":
-                mp.setattr(R, "_BASE_ARGS", tuple(a for a in R._BASE_ARGS if not a.startswith("--host-resolver-rules")))
+                mp.setattr(chromium, "BASE_ARGS", tuple(a for a in chromium.BASE_ARGS if not a.startswith("--host-resolver-rules")))
                 rules = " , ".join(["MAP * ~NOTFOUND"] + [f"EXCLUDE {a}" for a in (
                     "127.0.0.1", "127.0.0.2", "127.0.0.3", "0.0.0.0", "[::]", "[::1]", "[::ffff:0:0]", "::", "::1",
                     "::ffff:0:0")])

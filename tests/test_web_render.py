@@ -22,6 +22,7 @@ from tests.conftest import loopback_server
 from transforms.web import render as R
 from transforms.io.transient import is_transient
 from transforms.web.fetch_policy import Admission, FetchPolicy
+from transforms.web.page_errors import NameServerDown
 from transforms.web.render import BrowserCrashed, Renderer, RenderError, viewport_for
 from transforms.web.subresources import Subresources
 from tests.conftest import send_body
@@ -421,7 +422,7 @@ def test_a_name_server_that_does_not_answer_is_a_transient_fault(renderer):
         raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
 
     policy = FetchPolicy(resolver=flaky)
-    with pytest.raises(R.NameServerDown, match="name server temporarily unavailable") as err:
+    with pytest.raises(NameServerDown, match="name server temporarily unavailable") as err:
         renderer.render_page("http://flaky.test/", "desktop", 1, policy=policy)
     assert is_transient(err.value)  # the stage retries the page instead of writing it off
     assert "name server" in policy.check_url("http://flaky.test/") and calls == ["flaky.test"] * 2  # not cached

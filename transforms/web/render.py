@@ -21,6 +21,9 @@ How the work is split, and why:
   kills the browser's process group, which unblocks that thread, and the next page gets a new
   browser. So a bad page costs at most its deadline, never the worker.
 
+The browser process (flags, launch, kill) is chromium.py; the errors and their reasons are
+page_errors.py.
+
 Bad pages raise `RenderError` with the reason (the pipeline turns it into a dead-letter row):
 HTTP errors ("HTTP 500"), redirect loops, timeouts, non-HTML documents ("non-HTML document:
 application/pdf"), downloads, schemes other than http(s), pages over the size caps, and pages
@@ -38,51 +41,29 @@ import os
 import queue
 import random
 import shutil
-import signal
 import subprocess
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Callable
 from urllib.parse import urldefrag, urlsplit
 
-from transforms.io.transient import Transient
+from transforms.web import chromium
 from transforms.web.ax_tree import TEXT_ROLES, SnapshotIndex, build_nodes
-from core.process_tree import tied_to_parent
 from transforms.web.cdp import CDPConnection, CDPError
-from transforms.web.fetch_policy import DNS_UNAVAILABLE
+from transforms.web.chromium import CHROMIUM, DEFAULT_ARGS, kill_group
 from transforms.web.glyphs import FC_LIST, missing_glyphs
+from transforms.web.page_errors import (HTML_TYPES, BrowserCrashed, RenderError,
+                                        check_scheme, cut_reason, error_reason, navigation_error,
+                                        navigation_records, same_site)
 from transforms.web.policy_proxy import PolicyProxy
 from transforms.web.subresources import Subresources
-
-CHROMIUM = "/usr/bin/chromium"
-DEFAULT_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run")
-# what Playwright's own launcher adds and a screenshot depends on
-_BASE_ARGS = ("--headless", "--hide-scrollbars", "--mute-audio", "--force-color-profile=srgb",
-              "--disable-dev-shm-usage", "--no-default-browser-check", "--disable-extensions",
-              "--disable-background-timer-throttling", "--disable-backgrounding-occluded-windows",
-              "--disable-renderer-backgrounding", "--disable-breakpad", "--password-store=basic",
-              "--use-mock-keychain", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-              "--disable-features=HttpsUpgrades",
-              *("--disable-quic", "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
-                "--webrtc-ip-handling-policy=disable_non_proxied_udp",
-                "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"))
-# HttpsUpgrades off: Chromium would turn an http:// navigation into https://, which an archive of
-# the http:// page does not hold and a live site may not serve. The last four keep the browser's
-# own traffic off the network: pages rendered under a fetch policy
-# reach it only through the policy proxy (policy_proxy.py). No QUIC (it would not use the proxy),
-# WebRTC only through the proxy (no direct UDP, no host candidates), and Chromium's own resolver
-# answers "not found" for every name, so nothing that slips past the proxy can even resolve one.
-# 127.0.0.1 stays reachable: the proxy and DevTools listen there.
 
 PLATFORMS = ("desktop", "mobile")
 DESKTOP_WIDTH = 1280
 DESKTOP_RATIO = (0.5, 1.5)   # H/W, docs/papers/multiui.md
 MOBILE_DEVICE = "iPhone 12 Pro"
 MOBILE_RATIO = (1.5, 2.5)
-HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 RESULT_KEYS = ("url", "final_url", "title", "html", "screenshot", "screenshot_width", "screenshot_height",
                "viewport_width", "viewport_height", "device_scale_factor", "nodes", "actions", "text_chars",
@@ -101,21 +82,6 @@ _PAGE_STATE_JS = """(() => {
     w: window.innerWidth, h: Math.max(e ? e.scrollHeight : 0, d.body ? d.body.scrollHeight : 0, window.innerHeight),
   });
 })()"""
-
-
-class RenderError(RuntimeError):
-    """A page that cannot be rendered into a row; the message says why."""
-
-
-class NameServerDown(RenderError, Transient):
-    """The page's host could not be resolved because the name server did not answer: no verdict
-    on the page, so the stage tries it again."""
-
-
-class BrowserCrashed(RenderError, Transient):
-    """The browser died during the page or could not start: not the page's fault. The stage retries
-    the page (the next try starts a fresh browser) and, if the browser keeps dying, fails the run
-    rather than writing the page off as a dead letter."""
 
 
 class Renderer:
@@ -222,7 +188,7 @@ class Renderer:
 
     def _kill_browser(self) -> None:
         if self._proc is not None:
-            _kill_group(self._proc)
+            kill_group(self._proc)
 
     # ------------------------------------------------------------ the work
 
@@ -232,11 +198,11 @@ class Renderer:
         """Render one page; see `render_page` (module level) for the result."""
         if platform not in PLATFORMS:
             raise ValueError(f"platform must be one of {PLATFORMS}, not {platform!r}")
-        _check_scheme(target_url)
+        check_scheme(target_url)
         if policy is not None and route_handler is None:
             reason = policy.check_url(target_url)
             if reason:
-                raise _navigation_error(f"refused by fetch policy: {reason}: {target_url}")
+                raise navigation_error(f"refused by fetch policy: {reason}: {target_url}")
         # goto, capture and each followed link get timeout_ms; past this the browser is killed
         budget_s = timeout_ms / 1000 * (3 + follow_links) + self.watchdog_slack_s
         return self._submit(lambda w: w.render(target_url, platform, seed, route_handler, policy, timeout_ms,
@@ -297,63 +263,6 @@ def viewport_for(platform: str, seed: int, devices: dict | None = None) -> dict:
     return d
 
 
-def _check_scheme(url: str) -> None:
-    scheme = urlsplit(url).scheme.lower()
-    if scheme not in ("http", "https"):
-        raise RenderError(f"blocked scheme {scheme or '(none)'!r}: only http and https pages are rendered "
-                          f"({url[:100]})")
-
-
-def _same_site(a: str, b: str) -> bool:
-    ha, hb = (urlsplit(a).hostname or ""), (urlsplit(b).hostname or "")
-    strip = lambda h: h[4:] if h.startswith("www.") else h  # noqa: E731
-    return bool(ha) and strip(ha) == strip(hb)
-
-
-def _navigation_records(doc: dict, since: list[int], *urls_: str | None) -> str | None:
-    """Why the proxy or the replay handler refused (or failed) the navigation: the records made
-    since it started, about its own URLs first, else the first one (a redirect hop)."""
-    records = []
-    for log, start in zip(doc.get("logs", ()), since):
-        records += log.refusals[start[0]:] + [(u, r) for u, r in log.failures[start[1]:]]
-    if not records:
-        return None
-    wanted = {u.split("#", 1)[0] for u in urls_ if u}
-    url, reason = next(((u, r) for u, r in records if u.split("#", 1)[0] in wanted), records[0])
-    refused = any((url, reason) == r for log in doc.get("logs", ()) for r in log.refusals)
-    return f"{'refused by fetch policy' if refused else 'fetch failed'}: {reason}: {url[:200]}"
-
-
-def _navigation_error(reason: str) -> RenderError:
-    """The error for a page that could not be loaded: transient when only the name server failed."""
-    return (NameServerDown if DNS_UNAVAILABLE in reason else RenderError)(reason)
-
-
-def _cut_reason(doc: dict) -> str:
-    """Why the document stopped: the proxy's record (a refusal, the byte budget) or the browser's error."""
-    return (_navigation_records(doc, doc.get("since", ()), doc.get("url"))
-            or f"the page's document was cut off mid-body ({doc.get('cut')})")
-
-
-def _error_reason(err: Exception, doc: dict) -> str:
-    """A clear reason for a failed navigation, from Playwright's message and what the main
-    document's response said."""
-    msg = str(err).split("\n", 1)[0]
-    ctype = doc.get("content_type")
-    recorded = _navigation_records(doc, doc.get("since", ()), doc.get("url"))
-    if recorded or doc.get("cut"):
-        return _cut_reason(doc)
-    if "Download is starting" in msg or doc.get("download"):
-        return f"download blocked (the page is a download{': ' + ctype if ctype else ''})"
-    if ctype and not ctype.startswith(HTML_TYPES):
-        return f"non-HTML document: {ctype}"
-    if "ERR_TOO_MANY_REDIRECTS" in msg:
-        return "redirect loop (net::ERR_TOO_MANY_REDIRECTS)"
-    if "Timeout" in type(err).__name__ or "Timeout" in msg:
-        return f"timeout: {msg}"
-    return msg
-
-
 class _Worker:
     """Lives on the renderer thread; owns Playwright, the browser process and the CDP socket."""
 
@@ -401,34 +310,15 @@ class _Worker:
             self.owner.restarts += 1
         self.started = True
         self.stop_browser()
-        self.profile_dir = tempfile.mkdtemp(prefix="shardsmith-chromium-")
-        cmd = [self.owner.executable_path, *self.owner.args, *_BASE_ARGS,
-               f"--user-data-dir={self.profile_dir}", "about:blank"]
-        # its own group (to kill it whole), tied to this thread (a SIGKILLed worker runs no
-        # teardown and no atexit: the kernel ends the browser with it)
-        self.proc = subprocess.Popen(tied_to_parent(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            self.proc, self.profile_dir, ws = chromium.launch(self.owner.executable_path, self.owner.args,
+                                                              self.owner.launch_timeout_s)
+        except chromium.LaunchError as e:
+            raise RenderError(str(e)) from None
         # a worker that exits without teardown must not leave a browser behind
-        self._atexit = functools.partial(_kill_group, self.proc)
+        self._atexit = functools.partial(kill_group, self.proc)
         atexit.register(self._atexit)
         self.owner._proc = self.proc
-        port_file = os.path.join(self.profile_dir, "DevToolsActivePort")
-        deadline = time.monotonic() + self.owner.launch_timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise RenderError(f"Chromium exited at start with code {self.proc.returncode}: "
-                                  f"{' '.join(cmd[:3])} ...; check executable_path and args")
-            try:
-                with open(port_file) as fh:
-                    port, path = fh.read().split()[:2]
-                break
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                self.stop_browser()
-                raise RenderError(f"Chromium did not open DevTools within {self.owner.launch_timeout_s:.0f} s")
-            time.sleep(0.05)
-        ws = f"ws://127.0.0.1:{port}{path}"
         self.conn = CDPConnection(ws)
         self.browser = self.pw.chromium.connect_over_cdp(ws, timeout=self.owner.launch_timeout_s * 1000)
         self.ua_version = self.browser.version.split(".")[0] + ".0.0.0"
@@ -442,7 +332,7 @@ class _Worker:
                 except Exception:  # noqa: BLE001 - best effort, the kill below is the guarantee
                     pass
         if self.proc is not None:
-            _kill_group(self.proc)
+            kill_group(self.proc)
             atexit.unregister(self._atexit)
             try:
                 self.proc.wait(timeout=10)
@@ -489,23 +379,23 @@ class _Worker:
         try:
             resp = page.goto(url, wait_until="load", timeout=timeout_ms)
         except Exception as e:  # noqa: BLE001 - Playwright's errors, turned into a reason
-            reason = _error_reason(e, doc)
-            raise _navigation_error(reason) from None
+            reason = error_reason(e, doc)
+            raise navigation_error(reason) from None
         if doc.get("crashed"):
             raise RenderError("the page crashed the renderer")
         if doc.get("cut"):
-            raise _navigation_error(_cut_reason(doc))
+            raise navigation_error(cut_reason(doc))
         status = resp.status if resp is not None else doc.get("status")
         if status is not None and status >= 400:
             # the proxy answers a refused request with 403: say why, not just "HTTP 403"
-            reason = _navigation_records(doc, doc["since"], url, resp and resp.url) or f"HTTP {status}"
-            raise _navigation_error(reason)
+            reason = navigation_records(doc, doc["since"], url, resp and resp.url) or f"HTTP {status}"
+            raise navigation_error(reason)
         ctype = doc.get("content_type") or ""
         if resp is not None:
             ctype = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
         if ctype and not ctype.startswith(HTML_TYPES):
             raise RenderError(f"non-HTML document: {ctype}")
-        _check_scheme(page.url)
+        check_scheme(page.url)
         return resp
 
     def render(self, url, platform, seed, route_handler, policy, timeout_ms, max_shot_h, follow_links,
@@ -596,11 +486,11 @@ class _Worker:
         page that navigated itself (a script set `location`, a form submitted itself), a failed one
         (the row would show the proxy's refusal or an error page)."""
         if doc.get("cut"):
-            raise _navigation_error(_cut_reason(doc))
+            raise navigation_error(cut_reason(doc))
         if len(resources.documents) > 1 and resources.documents[-1][1] >= 400:
             url, status = resources.documents[-1]
-            reason = _navigation_records(doc, doc["since"], url) or f"HTTP {status}"
-            raise _navigation_error(f"the page navigated itself to a failed document: {reason}")
+            reason = navigation_records(doc, doc["since"], url) or f"HTTP {status}"
+            raise navigation_error(f"the page navigated itself to a failed document: {reason}")
 
     def died(self) -> bool:
         """Whether the browser itself is gone (its process exited, or Playwright lost it): asked
@@ -681,7 +571,7 @@ class _Worker:
             if n["role"] != "link" or not href or urlsplit(href).scheme not in ("http", "https"):
                 continue
             target = urldefrag(href)[0]
-            if target == here or target in seen or not _same_site(target, row["final_url"]):
+            if target == here or target in seen or not same_site(target, row["final_url"]):
                 continue
             if policy is not None and policy.check_url(href):
                 continue
@@ -724,15 +614,6 @@ def _through(proxy: PolicyProxy | None) -> dict | None:
     it unless PLAYWRIGHT_DISABLE_FORCED_CHROMIUM_PROXIED_LOOPBACK is set): Chromium would
     otherwise send loopback requests around the proxy."""
     return None if proxy is None else {"server": proxy.url, "bypass": "<-loopback>"}
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the browser's process group: ours alone, it was started with start_new_session."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _first_line(e: BaseException) -> str:
