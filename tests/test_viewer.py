@@ -1,9 +1,12 @@
 """`shardsmith view`, used as a person uses it: the real server on loopback, Debian's Chromium
-through Playwright, on runs made here (pruned-synth and concretizer, each trained too; selfmoe with
-a scripted model whose instructions are hostile) and hand-written multiui and rmaxts datasets whose
-crawled text and Lean goals are hostile. Every picture is fetched and checked for what it draws."""
+through Playwright, on runs made here: pruned-synth and concretizer, each trained too; selfmoe with
+a scripted model whose instructions are hostile; multiui over a small site whose page title is
+hostile, on desktop and mobile; rmaxts with the stand-in REPL and a scripted policy whose proof
+carries a script. Every picture is fetched and checked for what it draws. One hand-written rmaxts
+dataset remains, for a tree shape the stand-in cannot make (see `branched`)."""
 from __future__ import annotations
 
+import collections
 import io
 import json
 import os
@@ -14,12 +17,14 @@ import threading
 import numpy as np
 import pytest
 
-from schemas import multiui as mschema
 from schemas import rmaxts as rschema
 from tests.conftest import ScriptedOpenAI, read_rows, write_dataset
 
-HOSTILE_TITLE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">Shop & "Sale"'
+HOSTILE_TITLE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">Shop & Sale'
 BOX_RED, KEPT_GREEN, FLIPPED_RED = (224, 0, 0), (42, 157, 42), (214, 39, 40)     # pictures.py's colours
+HERE = os.path.dirname(os.path.abspath(__file__))
+# module fixtures that run a pipeline (the browser fixture marks every test that opens a page)
+FIXTURE_MARKS = {"pruned": "pipeline", "multiui": "pipeline", "search": "pipeline"}
 
 
 def serve(dataset_dir: str):
@@ -55,112 +60,6 @@ def pruned(tmp_path_factory):
     yield url, _manifest(path), path
     server.shutdown()
 
-
-def _name_dead_letters(root: str) -> None:
-    """A hand-written manifest's dead letters named by their schema, as a run names them (inspect reads it)."""
-    from schemas import DEAD_LETTER
-    manifest = _manifest(root)
-    manifest["dead_letters"].update(schema=DEAD_LETTER.name, version=DEAD_LETTER.version)
-    with open(os.path.join(root, "_manifest.json"), "w") as fh:
-        json.dump(manifest, fh)
-
-
-def _png(width: int, height: int, color=(30, 120, 200), inner=(250, 200, 40)) -> bytes:
-    """A screenshot: one colour with a block of another in its middle."""
-    from PIL import Image, ImageDraw
-    buf = io.BytesIO()
-    image = Image.new("RGB", (width, height), color)
-    ImageDraw.Draw(image).rectangle((width // 4, height // 4, 3 * width // 4, 3 * height // 4), fill=inner)
-    image.save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def _page(pid: str, title: str, url: str | None = None, platform: str = "desktop", size=(64, 48),
-          color=(30, 120, 200), reject_reason: str | None = None) -> dict:
-    url = url or f"https://example.test/{pid}"
-    width, height = size if reject_reason is None else (0, 0)
-    return {"id": pid, "url": url, "final_url": url,
-            "source": "warc", "source_ref": "crawl.warc.gz", "platform": platform, "viewport_width": size[0],
-            "viewport_height": size[1], "device_scale_factor": 1.0, "title": title,
-            "html": f"<html><head><title>{title}</title></head><body><script>alert(1)</script></body></html>",
-            "screenshot": None if reject_reason else _png(*size, color=color),
-            "screenshot_width": width, "screenshot_height": height,
-            "nodes": [{"node_id": 0, "parent": -1, "depth": 0, "role": "RootWebArea", "name": title, "tag": "html",
-                       "box": [0.0, 0.0, 64.0, 48.0], "box_norm": [0.0, 0.0, 1.0, 1.0], "interactive": False,
-                       "href": None, "src": None, "alt": None}],
-            "actions": [], "text_chars": 20, "glyphs_missing": "", "stylesheets_loaded": 0, "stylesheets_missing": 0, "images_loaded": 0,
-            "images_missing": 0, "kept": reject_reason is None, "reject_reason": reject_reason}
-
-
-MOBILE_BLUE, MOBILE_RED = (20, 40, 160), (200, 60, 40)
-
-
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory):
-    """A page rendered on desktop and on mobile (same URL), and a page curation dropped; samples of the first."""
-    root = str(tmp_path_factory.mktemp("hostile") / "multiui")
-    sample = {"id": "s0", "page_id": "p0", "task": "webpage_qa", "platform": "desktop", "template_id": 0,
-              "generator": "llm:m", "target_node": None, "bbox": None, "box_px": None,
-              "conversations": [{"from": "human", "value": "<image>\nWhat is the title?"},
-                                {"from": "gpt", "value": HOSTILE_TITLE}]}
-    grounding = dict(sample, id="s1", task="element_grounding", generator="rule", target_node=0,
-                     bbox=[0.25, 0.5, 0.75, 1.0], box_px=[16, 24, 48, 48],
-                     conversations=[{"from": "human", "value": "<image>\nWhere is the sale banner?"},
-                                    {"from": "gpt", "value": "[0.25, 0.5, 0.75, 1.0]"}])
-    pages = [_page("p0", HOSTILE_TITLE), _page("p0m", HOSTILE_TITLE, url="https://example.test/p0", platform="mobile",
-                                               size=(30, 60), color=MOBILE_BLUE),
-             _page("p1", "Thin", reject_reason="too_little_text")]
-    write_dataset(root, "multiui", {mschema.PAGES: [[pages]], mschema.SAMPLES: [[[sample, grounding]]]})
-    _name_dead_letters(root)
-    server, url = serve(root)
-    yield url, root
-    server.shutdown()
-
-
-def _node(nid, parent, goal, depth, prefixes, visits):
-    return {"id": nid, "problem_id": "pr0", "goal": goal, "parent_id": parent, "depth": depth,
-            "prefixes": prefixes, "visits": visits, "reward": visits / 2, "value": 0.5}
-
-
-@pytest.fixture(scope="module")
-def search(tmp_path_factory):
-    """One solved problem: a root, two states under it (one on the proof's path), one below that."""
-    root = str(tmp_path_factory.mktemp("rmaxts") / "rmaxts")
-    proof = "  intro h\n  omega"
-    problem = {"id": "pr0", "name": "mathd_t", "split": "valid", "source": "jsonl", "header": "import Mathlib\n",
-               "informal_prefix": "", "formal_statement": "theorem mathd_t (c : ℕ) : c = c := by\n", "goal": "⊢ c = c",
-               "attempts": 2, "solved": True, "proof": proof}
-    nodes = [_node("n0", None, "", 0, [""], 4), _node("n1", "n0", "h : x\n⊢ c = c", 1, ["  intro h\n"], 3),
-             _node("n2", "n0", "<script>window.pwned = 3</script>⊢ c = c", 1, ["  simp\n"], 1),
-             _node("n3", "n1", "no goals", 2, ["  intro h\n  omega\n"], 1)]
-    attempt = {"problem_id": "pr0", "node_id": "n0", "prefix": "", "completion": "", "passed": True,
-               "messages": [], "verify_time": 0.1, "new_nodes": 1}
-    attempts = [dict(attempt, id="a0", index=0, proof_code="x", outcome="fail", complete=False, passed=False,
-                     reason="line 2:2: unknown identifier"),
-                dict(attempt, id="a1", index=1, proof_code="y", outcome="complete", complete=True, reason="")]
-    write_dataset(root, "rmaxts", {rschema.PROBLEMS: [[[problem]]], rschema.ATTEMPTS: [[attempts]],
-                                   rschema.NODES: [[nodes]], rschema.TRANSITIONS: [[[]]]})
-    _name_dead_letters(root)
-    server, url = serve(root)
-    yield url, root
-    server.shutdown()
-
-
-def test_an_rmaxts_problem_shows_its_search_tree_and_proof_path(browser, search):
-    url, _ = search
-    page = browser.new_page()
-    page.goto(url + "/t/problems/0")
-    page.click("#tree-link")
-    nodes = page.locator("#tree li.node")
-    assert nodes.count() == 4
-    assert [int(v) for v in nodes.evaluate_all("ns => ns.map(n => n.dataset.visits)")] == [4, 3, 1, 1]
-    on_path = page.locator("#tree li.node.proof > pre").all_inner_texts()
-    assert on_path == ["(root)", "h : x\n⊢ c = c", "no goals"]             # n2 (simp) is off the proof's path
-    assert "<script>window.pwned = 3</script>" in page.inner_text("#tree") and page.evaluate("window.pwned") is None
-    assert page.locator("#attempts tr.attempt").all_inner_texts()[1].split("\t")[:2] == ["1", "complete"]
-    tree = _picture(page, "#tree-picture")
-    assert _near(tree, KEPT_GREEN) > 300 and _near(tree, (31, 119, 180)) > 100     # 3 states on the proof's path, 1 off
-    page.close()
 
 
 def test_the_overview_shows_the_runs_funnel_and_tables_as_the_manifest_says(browser, pruned):
@@ -239,37 +138,6 @@ def test_a_split_link_filters_the_rows(browser, pruned):
     assert sources and set(sources) == {"synthetic"}
     page.close()
 
-
-def test_hostile_page_text_shows_as_text_and_runs_nothing(browser, hostile):
-    url, _ = hostile
-    page = browser.new_page()
-    page.goto(url + "/t/pages/0")
-    assert page.locator("dd[data-field='title'] pre").inner_text() == HOSTILE_TITLE
-    assert page.evaluate("window.pwned") is None
-    assert page.locator("main script, main img[src='x']").count() == 0
-    image = page.locator("dd[data-field='screenshot'] img")
-    assert image.evaluate("img => img.naturalWidth") == 64              # the screenshot, served as a PNG
-    page.goto(url + "/t/samples")
-    assert "<script>window.pwned = 1</script>" in page.inner_text("#rows") and page.evaluate("window.pwned") is None
-    assert page.locator("script").count() == 0
-    page.close()
-
-
-def test_a_multiui_sample_shows_its_screenshot_with_its_box(browser, hostile):
-    url, _ = hostile
-    page = browser.new_page()
-    page.goto(url + "/t/samples/1")
-    picture = page.locator("#sample-picture")
-    boxes = picture.locator("rect.box")
-    assert boxes.count() == 1                                    # the sample has one box
-    box = {k: float(boxes.first.get_attribute(k)) for k in ("x", "y", "width", "height")}
-    assert box == {"x": 16.0, "y": 24.0, "width": 32.0, "height": 24.0}   # bbox of a 64 x 48 screenshot
-    assert picture.locator("image").evaluate("i => i.getBBox().width") == 64
-    assert "Where is the sale banner?" in page.inner_text(".turns")
-    page.goto(url + "/t/samples/0")                              # a page-level sample: no box
-    assert page.locator("#sample-picture rect.box").count() == 0
-    assert page.evaluate("window.pwned") is None and HOSTILE_TITLE in page.inner_text(".turns")
-    page.close()
 
 
 def test_what_is_not_there_is_a_404_that_says_so(browser, pruned):
@@ -470,23 +338,278 @@ def test_a_concretizer_frame_shows_its_points_voxels_occupancy_and_inversion(bro
     page.close()
 
 
-def test_a_multiui_page_shows_desktop_and_mobile_with_curations_verdict(browser, hostile):
-    url, _ = hostile
+# -- multiui: the real pipeline over a two-page site ----------------------------------------------
+
+DESKTOP_BG, MOBILE_BG = (30, 120, 200), (20, 40, 160)     # the shop page's background, by viewport width
+SHOP_PAGE = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{HOSTILE_TITLE}</title>
+<style>body {{ background: rgb{DESKTOP_BG}; color: #fff; font: 18px sans-serif }} a {{ color: #fff }}
+@media (max-width: 600px) {{ body {{ background: rgb{MOBILE_BG} }} }}</style></head>
+<body><h1>Harbour shop sale</h1>
+<p>The harbour shop sells rope, lanterns and waxed jackets to walkers who come down from the cliff path.</p>
+<p>Every Saturday the owners open the back room for repairs: bring a torn tent or a broken stove and they
+will look at it while you wait.</p>
+<p>Prices are written on slate boards above the counter, and the sale this week covers boots and socks.</p>
+<p><a href="thin.html">Opening hours</a></p>
+<script>window.pwned = 4</script></body></html>
+"""
+THIN_PAGE = '<!doctype html><html lang="en"><head><title>Closed</title></head><body><p>Closed today.</p></body></html>'
+QA_ANSWER = f"Q: What is the title of this page?\nA: {HOSTILE_TITLE}"
+
+
+@pytest.fixture(scope="module")
+def multiui(tmp_path_factory):
+    """`shardsmith run multiui` on desktop and mobile over a folder of two pages, served by the
+    pipeline's own loopback server: a shop page (hostile <title>, a script of its own, a background
+    that changes with the viewport), kept on both; a page with too little text, dropped on both.
+    Rule tasks, and a webpage QA pair from a scripted model that repeats the hostile title."""
+    from pipelines import registry
+    from pipelines.run import run
+    base = tmp_path_factory.mktemp("multiui")
+    site = base / "site"
+    site.mkdir()
+    (site / "index.html").write_text(SHOP_PAGE, encoding="utf-8")
+    (site / "thin.html").write_text(THIN_PAGE, encoding="utf-8")
+    model = ScriptedOpenAI(lambda path, body: {"message": {"content": QA_ANSWER}})
+    try:    # curation's language and blocklist checks are left out: they load large data, and decide nothing here
+        manifest = run(registry.get("multiui"), out=str(base / "out"), sets=[
+            f"html_dir={site}", "platforms=desktop,mobile", "follow_links=0", "max_per_task=1",
+            "tasks=heading_ocr,element_grounding,webpage_qa", "llm_pages=1", "backend=openai", "model=scripted",
+            f"base_url={model.url}", "cache=", "languages=any", "blocklist=none"])
+    finally:
+        model.close()
+    path = str(base / "out" / "multiui")
+    server, url = serve(path)
+    yield url, manifest, path
+    server.shutdown()
+
+
+def _renders(path: str) -> dict[tuple[str, str], int]:
+    """{(file name, platform): row number} of the multiui run's pages."""
+    return {(p["url"].rsplit("/", 1)[1], p["platform"]): n for n, p in enumerate(read_rows(path, "pages"))}
+
+
+def test_hostile_page_text_shows_as_text_and_runs_nothing(browser, multiui):
+    url, _, path = multiui
+    pages = read_rows(path, "pages")
+    hostile = [n for n, p in enumerate(pages) if p["title"] == HOSTILE_TITLE]
+    assert len(hostile) == 2                     # the shop page on desktop and on mobile, as Chromium read it
     page = browser.new_page()
-    page.goto(url + "/t/pages/0")
+    response = page.goto(url + f"/t/pages/{hostile[0]}")
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    assert page.locator("dd[data-field='title'] pre").inner_text() == HOSTILE_TITLE
+    assert "<script>window.pwned = 4</script>" in page.locator("dd[data-field='html'] pre").inner_text()
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("main script, main img[src='x']").count() == 0
+    image = page.locator("dd[data-field='screenshot'] img")
+    assert image.evaluate("img => img.naturalWidth") == pages[hostile[0]]["screenshot_width"] > 0   # served as a PNG
+    page.goto(url + "/t/pages")
+    assert HOSTILE_TITLE in page.inner_text("#rows") and page.evaluate("window.pwned") is None
+    assert page.locator("script").count() == 0
+    page.close()
+
+
+def test_a_multiui_sample_shows_its_screenshot_with_its_box(browser, multiui):
+    url, _, path = multiui
+    pages = {p["id"]: p for p in read_rows(path, "pages")}
+    samples = read_rows(path, "samples")
+    assert {s["task"] for s in samples} == {"heading_ocr", "element_grounding", "webpage_qa"}
+    (qa,) = [s for s in samples if s["task"] == "webpage_qa"]
+    assert qa["bbox"] is None and "<script>window.pwned = 1</script>" in qa["conversations"][1]["value"]
+    page = browser.new_page()
+    for number, sample in enumerate(samples):
+        page.goto(url + f"/t/samples/{number}")
+        picture = page.locator("#sample-picture")
+        boxes = picture.locator("rect.box")
+        assert boxes.count() == (0 if sample["bbox"] is None else 1), sample["task"]    # the sample's boxes
+        if sample["bbox"] is not None:                          # drawn over the element the pipeline boxed
+            left, top, right, bottom = sample["box_px"]
+            drawn = [float(boxes.first.get_attribute(k)) for k in ("x", "y", "width", "height")]
+            assert drawn == pytest.approx([left, top, right - left, bottom - top], abs=2), sample["task"]
+        width = pages[sample["page_id"]]["screenshot_width"]
+        assert picture.locator("image").evaluate("i => i.getBBox().width") == width     # its page's screenshot
+        assert page.locator(".turns pre").all_inner_texts() == [t["value"] for t in sample["conversations"]]
+        assert page.evaluate("window.pwned") is None
+    page.close()
+
+
+def test_a_multiui_page_shows_desktop_and_mobile_with_curations_verdict(browser, multiui):
+    from pipelines.viewer.pictures import PAIR_BAR, PAIR_GAP, PAIR_HEIGHT, TILE_MIN_WIDTH
+    url, manifest, path = multiui
+    pages, renders = read_rows(path, "pages"), _renders(path)
+    page = browser.new_page()
+    page.goto(url + "/")
+    _the_funnel_is_the_manifests(page, manifest)
+    page.goto(url + f"/t/pages/{renders['index.html', 'mobile']}")        # the mobile row: desktop still comes first
     verdicts = {r.get_attribute("data-platform"): r.locator(".verdict").inner_text()
                 for r in page.locator(".verdicts li.render").all()}
     assert verdicts == {"desktop": "kept", "mobile": "kept"}
-    from pipelines.viewer.pictures import PAIR_BAR
-    pair = _picture(page, "#pair-picture")     # both 480 px high under their bars: desktop 640 wide, a gap, mobile
-    desktop, mobile = pair[:, :640], pair[:, 652:]
-    assert pair.shape[1] == 912 and _near(desktop, (30, 120, 200)) > 1000 and _near(desktop, MOBILE_BLUE) == 0
-    assert _near(mobile, MOBILE_BLUE) > 1000 and _near(mobile, (250, 200, 40)) > 500
+    shots = [pages[renders["index.html", p]] for p in ("desktop", "mobile")]
+    widths = [max(TILE_MIN_WIDTH, round(s["screenshot_width"] * PAIR_HEIGHT / s["screenshot_height"])) for s in shots]
+    pair = _picture(page, "#pair-picture")     # both PAIR_HEIGHT high under their bars, a gap between
+    assert pair.shape[:2] == (PAIR_BAR + PAIR_HEIGHT, widths[0] + PAIR_GAP + widths[1])
+    desktop, mobile = pair[:, :widths[0]], pair[:, widths[0] + PAIR_GAP:]
+    assert _near(desktop[PAIR_BAR:], DESKTOP_BG) > 10000 and _near(desktop, MOBILE_BG) < 100     # each its own
+    assert _near(mobile[PAIR_BAR:], MOBILE_BG) > 10000 and _near(mobile, DESKTOP_BG) < 100
     assert _near(desktop[:PAIR_BAR], KEPT_GREEN) > 500 and _near(mobile[:PAIR_BAR], KEPT_GREEN) > 500   # the verdicts
-    page.goto(url + "/t/pages/2")
-    assert page.locator(".verdicts .verdict").all_inner_texts() == ["dropped: too_little_text"]
-    assert _near(_picture(page, "#pair-picture")[:PAIR_BAR], FLIPPED_RED) > 500
+    page.goto(url + f"/t/pages/{renders['thin.html', 'desktop']}")
+    assert page.locator(".verdicts .verdict").all_inner_texts() == ["dropped: too_little_text"] * 2
+    thin = _picture(page, "#pair-picture")
+    assert _near(thin[:PAIR_BAR], FLIPPED_RED) > 1000 and _near(thin[:PAIR_BAR], KEPT_GREEN) == 0
     assert page.evaluate("window.pwned") is None
+    page.close()
+
+
+# -- rmaxts: the real pipeline with the stand-in REPL ---------------------------------------------
+
+STANDIN = f"{sys.executable} {os.path.join(HERE, 'lean_standin.py')}"
+LEAN_SAMPLE = os.path.join(HERE, "..", "pipelines", "samples", "lean", "minif2f_sample.jsonl")
+SOLVED, UNSOLVED = "mathd_numbertheory_81", "mathd_numbertheory_739"
+FAILING = "\n  exact fail_me\n```"                 # the stand-in: "unknown identifier 'fail_me'"
+PROOF = "\n  -- <script>window.pwned = 3</script>\n  norm_num\n  rfl\n```"
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory):
+    """`shardsmith run rmaxts` on two bundled problems, the stand-in REPL (tests/lean_standin.py)
+    behind the real pool, and a scripted policy: SOLVED fails once, then is proved by a proof with
+    a script in a comment; UNSOLVED fails every time."""
+    from pipelines import registry
+    from pipelines.run import run
+    base = tmp_path_factory.mktemp("rmaxts")
+    with open(LEAN_SAMPLE, encoding="utf-8") as fh:
+        bundled = {r["name"]: r for r in map(json.loads, fh)}
+    problems = base / "problems.jsonl"
+    problems.write_text("".join(json.dumps(bundled[n]) + "\n" for n in (SOLVED, UNSOLVED)), encoding="utf-8")
+    script, asked = {SOLVED: [FAILING, PROOF], UNSOLVED: [FAILING, FAILING]}, collections.Counter()
+
+    def answer(path, body):
+        (name,) = [n for n in script if f"theorem {n} :" in body["prompt"]]
+        asked[name] += 1
+        return {"text": script[name][min(asked[name], len(script[name])) - 1]}
+
+    policy = ScriptedOpenAI(answer)
+    try:
+        manifest = run(registry.get("rmaxts"), out=str(base / "out"), sets=[
+            f"problems={problems}", f"repl_command={STANDIN}", "backend=openai", f"base_url={policy.url}",
+            "model=scripted", "budget=2", "batch=1", "pool_size=1", "check_timeout_s=30", "cache="])
+    finally:
+        policy.close()
+    path = str(base / "out" / "rmaxts")
+    server, url = serve(path)
+    yield url, manifest, path
+    server.shutdown()
+
+
+def _problem(path: str, name: str) -> tuple[int, dict, list[dict], list[dict]]:
+    """Row number, row, nodes and attempts (in order) of one problem of the rmaxts run."""
+    problems = read_rows(path, "problems")
+    (number,) = [n for n, p in enumerate(problems) if p["name"] == name]
+    pid = problems[number]["id"]
+    nodes = [n for n in read_rows(path, "nodes") if n["problem_id"] == pid]
+    attempts = sorted((a for a in read_rows(path, "attempts") if a["problem_id"] == pid), key=lambda a: a["index"])
+    return number, problems[number], nodes, attempts
+
+
+def _shown_tree(page) -> list[tuple[str, str, str]]:
+    """(goal, visits, stats) of every state the tree page lists."""
+    states = page.locator("#tree li.node")
+    return list(zip(page.locator("#tree li.node > pre").all_inner_texts(),
+                    states.evaluate_all("ns => ns.map(n => n.dataset.visits)"),
+                    page.locator("#tree li.node > .stats").all_inner_texts()))
+
+
+def _as_shown(node: dict) -> tuple[str, str, str]:
+    return (node["goal"] or "(root)", str(node["visits"]),
+            f"N={node['visits']} value={node['value']:.3f} depth={node['depth']}")
+
+
+def _attempts_shown(page) -> list[list[str]]:
+    return [row.split("\t") for row in page.locator("#attempts tr.attempt").all_inner_texts()]
+
+
+def _as_listed(attempt: dict) -> list[str]:
+    return [str(attempt["index"]), attempt["outcome"], attempt["reason"], str(attempt["new_nodes"])]
+
+
+def test_an_rmaxts_problem_shows_its_search_tree_and_proof_path(browser, search):
+    url, manifest, path = search
+    number, problem, nodes, attempts = _problem(path, SOLVED)
+    assert problem["solved"] and [a["outcome"] for a in attempts] == ["fail", "complete"]
+    page = browser.new_page()
+    page.goto(url + "/")
+    _the_funnel_is_the_manifests(page, manifest)
+    page.goto(url + f"/t/problems/{number}")
+    page.click("#tree-link")
+    assert sorted(_shown_tree(page)) == sorted(map(_as_shown, nodes)) and len(nodes) == 3   # the run's states
+    root = next(n for n in nodes if n["parent_id"] is None)
+    assert root["visits"] == problem["attempts"] == 2 and root["reward"] > 0          # every expansion went through it
+    by_id, path_up = {n["id"]: n for n in nodes}, [next(n for n in nodes if n["goal"] == "no goals")]
+    while path_up[-1]["parent_id"] is not None:
+        path_up.append(by_id[path_up[-1]["parent_id"]])
+    on_path = page.locator("#tree li.node.proof > pre").all_inner_texts()
+    assert on_path == [n["goal"] for n in reversed(path_up)] == [root["goal"], "⊢ True", "no goals"]   # the proof's
+    assert _attempts_shown(page) == [_as_listed(a) for a in attempts]
+    assert page.inner_text("#proof").strip() == problem["proof"].strip()
+    assert "<script>window.pwned = 3</script>" in page.inner_text("#proof")           # the policy's comment, as text
+    assert page.evaluate("window.pwned") is None and page.locator("main script").count() == 0
+    tree = _picture(page, "#tree-picture")
+    assert _near(tree, KEPT_GREEN) > 300                                  # its 3 states, on the proof's path
+    page.close()
+
+
+def test_an_unsolved_problem_shows_its_tree_with_no_proof_path(browser, search):
+    url, _, path = search
+    number, problem, nodes, attempts = _problem(path, UNSOLVED)
+    assert not problem["solved"] and [a["outcome"] for a in attempts] == ["fail", "fail"]
+    page = browser.new_page()
+    page.goto(url + f"/rmaxts/tree/{number}")
+    assert _shown_tree(page) == [_as_shown(n) for n in nodes] and nodes[0]["visits"] == 2    # the root alone
+    assert page.locator("#tree li.node.proof").count() == 0 and page.locator("#proof").count() == 0
+    assert _attempts_shown(page) == [_as_listed(a) for a in attempts]
+    assert all("unknown identifier 'fail_me'" in a["reason"] for a in attempts)
+    tree = _picture(page, "#tree-picture")
+    assert _near(tree, (31, 119, 180)) > 100 and _near(tree, KEPT_GREEN) == 0
+    page.close()
+
+
+def _node(nid, parent, goal, depth, prefixes, visits):
+    return {"id": nid, "problem_id": "pr0", "goal": goal, "parent_id": parent, "depth": depth,
+            "prefixes": prefixes, "visits": visits, "reward": visits / 2, "value": 0.5}
+
+
+@pytest.fixture(scope="module")
+def branched(tmp_path_factory):
+    """A solved problem whose tree holds a state off the proof's path, written by hand: the stand-in
+    REPL reports tactic states only for a proof it accepts whole, so every state a run with it
+    reaches is on the proof's path. A root, two states under it (the busier one off the path), one
+    below the other."""
+    root = str(tmp_path_factory.mktemp("branched") / "rmaxts")
+    problem = {"id": "pr0", "name": "mathd_t", "split": "valid", "source": "jsonl", "header": "import Mathlib\n",
+               "informal_prefix": "", "formal_statement": "theorem mathd_t (c : ℕ) : c = c := by\n", "goal": "⊢ c = c",
+               "attempts": 2, "solved": True, "proof": "  intro h\n  omega"}
+    nodes = [_node("n0", None, "", 0, [""], 4), _node("n1", "n0", "h : x\n⊢ c = c", 1, ["  intro h\n"], 1),
+             _node("n2", "n0", "<script>window.pwned = 3</script>⊢ c = c", 1, ["  simp\n"], 3),
+             _node("n3", "n1", "no goals", 2, ["  intro h\n  omega\n"], 1)]
+    write_dataset(root, "rmaxts", {rschema.PROBLEMS: [[[problem]]], rschema.ATTEMPTS: [[[]]],
+                                   rschema.NODES: [[nodes]], rschema.TRANSITIONS: [[[]]]})
+    server, url = serve(root)
+    yield url, root
+    server.shutdown()
+
+
+def test_a_state_off_the_proofs_path_is_not_marked(browser, branched):
+    url, _ = branched
+    page = browser.new_page()
+    page.goto(url + "/rmaxts/tree/0")
+    nodes = page.locator("#tree li.node")
+    assert [int(v) for v in nodes.evaluate_all("ns => ns.map(n => n.dataset.visits)")] == [4, 3, 1, 1]
+    on_path = page.locator("#tree li.node.proof > pre").all_inner_texts()
+    assert on_path == ["(root)", "h : x\n⊢ c = c", "no goals"]             # n2 (simp) is off the proof's path
+    assert "<script>window.pwned = 3</script>" in page.inner_text("#tree") and page.evaluate("window.pwned") is None
+    tree = _picture(page, "#tree-picture")
+    assert _near(tree, KEPT_GREEN) > 300 and _near(tree, (31, 119, 180)) > 100     # 3 states on the proof's path, 1 off
     page.close()
 
 
@@ -501,11 +624,14 @@ def _inspect_writes(page, path: str, url: str, pictures: dict[str, str], folder)
         assert written[:8] == b"\x89PNG\r\n\x1a\n" and written == page.request.get(url + route).body(), name
 
 
-def test_inspect_writes_the_pictures_the_viewer_shows(browser, pruned, hostile, search, tmp_path):
+def test_inspect_writes_the_pictures_the_viewer_shows(browser, pruned, multiui, search, tmp_path):
     """`shardsmith inspect --pictures`, for use without a browser: the same pictures, as files."""
     page = browser.new_page()
     _inspect_writes(page, pruned[2], pruned[0], {"pruned-synth-phase.png": "/pictures/phase.png",
                                                  "pruned-synth-mix.png": "/pictures/mix.png"}, tmp_path / "p")
-    _inspect_writes(page, hostile[1], hostile[0], {"multiui-pair-p0.png": "/pictures/pair/0.png"}, tmp_path / "m")
-    _inspect_writes(page, search[1], search[0], {"rmaxts-tree-pr0.png": "/pictures/tree/0.png"}, tmp_path / "r")
+    first_page, first_problem = read_rows(multiui[2], "pages")[0], read_rows(search[2], "problems")[0]
+    _inspect_writes(page, multiui[2], multiui[0], {f"multiui-pair-{first_page['id']}.png": "/pictures/pair/0.png"},
+                    tmp_path / "m")
+    _inspect_writes(page, search[2], search[0], {f"rmaxts-tree-{first_problem['id']}.png": "/pictures/tree/0.png"},
+                    tmp_path / "r")
     page.close()
