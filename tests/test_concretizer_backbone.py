@@ -112,6 +112,30 @@ def test_matching_and_average_precision_by_hand():
     assert average_precision(np.array([0.3]), np.array([False]), 3) == 0.0
 
 
+def test_the_training_loss_is_one_mean_over_the_peaks_and_reaches_every_head():
+    """detection_loss_sum is detection_loss as sums and a count (peaks) the training loop adds up over
+    micro-batches and processes; a batch without objects still sends a (zero) gradient to every
+    regression head, as data parallel needs every parameter used in a step."""
+    from trainers.concretizer.detector import CenterHead, detection_loss, detection_loss_sum
+    torch.manual_seed(0)
+    head = CenterHead(8, 3)
+    out = head(torch.randn(2, 8, 200, 176))
+    t = [frame_targets(BOXES[:k], KINDS[:k], CLASSES, BEV_HW, RANGE, VOXEL) for k in (3, 1)]
+    targets = {"heatmap": torch.from_numpy(np.stack([x["heatmap"] for x in t])),
+               "batch": torch.tensor([0, 0, 0, 1]), "index": torch.from_numpy(np.concatenate([x["index"] for x in t])),
+               "reg": torch.from_numpy(np.concatenate([x["reg"] for x in t]))}
+    mean, parts = detection_loss(out, targets)
+    total, peaks, sum_parts = detection_loss_sum(out, targets)
+    assert peaks == 4 and float(total) / peaks == pytest.approx(float(mean), rel=1e-6)
+    assert sum_parts == pytest.approx(parts, rel=1e-6)
+    empty = {"heatmap": torch.zeros(2, 3, 200, 176), "batch": torch.zeros(0, dtype=torch.int64),
+             "index": torch.zeros(0, dtype=torch.int64), "reg": torch.zeros(0, 8)}
+    total, peaks, _ = detection_loss_sum(out, empty)
+    assert peaks == 1
+    total.backward()
+    assert all(p.grad is not None for p in head.parameters())
+
+
 @pytest.mark.model
 def test_the_checkpoint_is_an_openpcdet_one_the_pipeline_loads(tmp_path):
     from trainers.concretizer.pretraining import save_openpcdet
@@ -148,6 +172,9 @@ def test_the_checkpoint_is_an_openpcdet_one_the_pipeline_loads(tmp_path):
 
 # the tests that use `chain` run two pipelines and train two models (once for the module)
 FIXTURE_MARKS = {"chain": "model,pipeline"}
+# the chain's pre-training; narrow models (BEV width 16, inversion width 0.5) train the same code in
+# about 2/3 of the time
+PRE = {"max_steps": 20, "batch_size": 2, "width": 16, "eval_fraction": 0.2, "checkpoint_every": 0, "device": "cpu"}
 
 
 @pytest.fixture(scope="module")
@@ -160,16 +187,14 @@ def chain(tmp_path_factory):
     scans = f"scans={os.path.join(KITTI_SCANS, '*.bin')}"
     data_sets = [scans, "simulated=6", "layers=conv2"]
     run(registry.get("concretizer"), out=str(root / "seed"), sets=data_sets)
-    # narrow models (BEV width 16, inversion width 0.5) train the same code in about 2/3 of the time
-    pre = pretraining.train(str(root / "seed" / "concretizer"), str(root / "pre"), {
-        "max_steps": 20, "batch_size": 2, "width": 16, "eval_fraction": 0.2, "checkpoint_every": 0, "device": "cpu"})
+    pre = pretraining.train(str(root / "seed" / "concretizer"), str(root / "pre"), PRE)
     weights = pre["weights"]
     run(registry.get("concretizer"), out=str(root / "trained"), sets=data_sets + [f"weights={weights}"])
     data = str(root / "trained" / "concretizer")
     inv = inversion.train(data, str(root / "inv"), {
         "layer": "conv2", "max_steps": 28, "batch_size": 2, "lr": 3e-3, "eval_sources": "kitti", "eval_fraction": 0.1,
         "checkpoint_every": 0, "device": "cpu", "seed": 0, "chamfer_points": 5000, "width": 0.5})
-    return {"pre": pre, "weights": weights, "data": data, "inv": inv}
+    return {"pre": pre, "weights": weights, "data": data, "inv": inv, "seed_data": str(root / "seed" / "concretizer")}
 
 
 def test_pretraining_learns_and_writes_a_checkpoint(chain):
@@ -216,6 +241,31 @@ def test_inversion_beats_the_baseline_on_held_out_real_and_simulated_frames(chai
               f"gt->pred {model['gt_to_pred']:.4f} vs {base['gt_to_pred']:.4f})")
         assert model["f1"] > base["f1"], (source, model, base)
         assert model["chamfer"] < base["chamfer"], (source, model, base)
+
+
+def test_pretraining_on_two_processes_takes_the_steps_of_one_with_the_doubled_batch(chain, tmp_path):
+    """`--nproc 2` (gloo), one frame a process, against the chain's pre-training with two frames a step
+    (the first two steps: the first update's learning rate is `lr` whatever max_steps is): the same
+    frames and objects a step, the same model at the start. The losses agree after the first
+    update within the DDP tests' tolerance; the first step's within 15%: BatchNorm's statistics
+    are each process's own frame's (SyncBatchNorm needs CUDA), and the random network's first
+    heatmap is all BatchNorm."""
+    from tests.test_fit_ddp import MINI_TOLERANCE
+    from trainers import distributed
+    from trainers.concretizer import pretraining
+    one = chain["pre"]
+    two = distributed.launch(pretraining.train, 2, chain["seed_data"], str(tmp_path),
+                             dict(PRE, max_steps=2, batch_size=PRE["batch_size"] // 2), device="cpu")
+    a, b = one["train"], two["train"]
+    assert two["world_size"] == 2 and b["step"] == [1, 2]
+    assert [sorted(f) for f in b["frames"]] == [sorted(f) for f in a["frames"][:2]]
+    assert all(len(f) == 2 for f in b["frames"]) and b["objects"] == a["objects"][:2]
+    assert two["eval"][0]["loss"] == pytest.approx(one["eval"][0]["loss"], rel=1e-5)
+    assert b["loss"][0] == pytest.approx(a["loss"][0], rel=0.15)
+    assert b["loss"][1] == pytest.approx(a["loss"][1], rel=MINI_TOLERANCE)
+    assert b["loss"][1] < 0.5 * b["loss"][0]
+    assert os.path.isfile(two["weights"]) and sorted(os.listdir(os.path.join(str(tmp_path), "checkpoints"))) == \
+        ["step-00000002"]
 
 
 def test_pretraining_errors_are_one_line(tmp_path, chain):

@@ -91,10 +91,11 @@ def _features(occ1: np.ndarray, sites: np.ndarray, proj: np.ndarray, rng) -> np.
     return np.maximum(bits @ proj + 0.05 * rng.standard_normal((len(sites), proj.shape[1])), 0).astype(np.float16)
 
 
-def write_concretizer(root, frames: int = FRAMES, truncate_values: bool = False) -> None:
+def write_concretizer(root, frames: int = FRAMES, truncate_values: bool = False, order: list[int] | None = None) -> None:
+    """`frames` frames, two a row group in the order `order` (default: frame-00, frame-01, ...)."""
     proj = np.random.default_rng(123).standard_normal((8, 32)).astype(np.float32)
     frame_rows, feature_rows, occ_rows = [], [], []
-    for i in range(frames):
+    for i in (range(frames) if order is None else order):
         rng = np.random.default_rng(i)
         pts = _scan(rng)
         fid = f"frame-{i:02d}"
@@ -278,3 +279,30 @@ def test_eval_sources_hold_out_whole_sources():
     assert tc_frames.split_by_source(ids, sources, [], 0.1, 50) == tc_frames.split_frames(ids, 0.1, 50)
     with pytest.raises(ConfigError, match=r"eval_sources waymo: no frame of that source; sources here: \['kitti', 'sim'\]"):
         tc_frames.split_by_source(ids, sources, ["waymo"], 0.1, 50)
+
+
+@pytest.mark.model
+def test_two_processes_train_like_one_with_the_doubled_batch(tmp_path):
+    """`--nproc 2` (gloo): two processes with one frame each take the steps one process takes with
+    both: the same two frames a step, the same candidates, losses within the DDP tests' tolerance
+    (each process's stage losses are means over its own candidates). The frames are written so
+    that the two training frames share a row group: were the table cut between the processes
+    before the held-out frames are passed over, one process would hold both and the other none."""
+    from tests.test_fit_ddp import MINI_TOLERANCE
+    from trainers import distributed
+    root = str(tmp_path / "concretizer")
+    write_concretizer(root, order=[0, 3, 1, 2])
+    run = dict(RUN, max_steps=3, checkpoint_every=0, width=0.25, tune_threshold=False, chamfer_points=500)
+    one = tc_inv.train(root, str(tmp_path / "one"), run)["per_layer"]["conv2"]
+    split = one["split"]
+    assert sorted(set(f"frame-{i:02d}" for i in range(FRAMES)) - set(split["eval_ids"]) - set(split["val_ids"])) == \
+        ["frame-00", "frame-03"]                                   # the training frames: one row group
+    two = distributed.launch(tc_inv.train, 2, root, str(tmp_path / "two"), dict(run, batch_size=1),
+                             device="cpu")["per_layer"]["conv2"]
+    a, b = one["train"], two["train"]
+    assert two["world_size"] == 2 and b["step"] == [1, 2, 3]
+    assert [sorted(f) for f in b["frames"]] == [sorted(f) for f in a["frames"]] == [["frame-00", "frame-03"]] * 3
+    # the same model before the first step: the cascade makes the same candidates from both ranks' frames
+    assert {s: v[0] for s, v in b["candidates"].items()} == {s: v[0] for s, v in a["candidates"].items()}
+    assert b["loss"] == pytest.approx(a["loss"], rel=MINI_TOLERANCE)
+    assert b["loss"][-1] < b["loss"][0]

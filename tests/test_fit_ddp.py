@@ -2,6 +2,8 @@
 
 The recipe is the smallest there is (a linear model on pruned-synth rows read with ShardDataset), so
 the two processes start once for the module and the whole file takes seconds beyond that start.
+Each trainer's own `--nproc 2` test lives in its test module and takes MINI_TOLERANCE from here;
+the LoRA trainers' ones train `tiny_causal_lm`.
 """
 from __future__ import annotations
 
@@ -24,6 +26,39 @@ FIXTURE_MARKS = {"runs": "model"}
 LAYOUT = [[8, 8], [8, 8]]           # 32 rows in four row groups
 STEPS, LR = 8, 0.05                 # mini-batch runs: two epochs
 MINI_TOLERANCE = 0.05               # relative: same rows per epoch, grouped into other steps
+
+
+def tiny_causal_lm(tokenizer_dir: str, folder: str) -> str:
+    """A randomly initialised one-layer Llama, 16 wide, with the tokenizer (and chat template) of
+    `tokenizer_dir`, saved to `folder` as a base_model for the LoRA trainers (selfmoe, rmaxts): their
+    data-parallel tests compare two runs in seconds, where SmolLM2 would take minutes."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         tie_word_embeddings=True, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def lora_weights(adapter_dir: str) -> dict[str, torch.Tensor]:
+    """The tensors of a saved peft adapter."""
+    from safetensors.torch import load_file
+    return load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
+
+
+def assert_same_update(two: dict[str, torch.Tensor], one: dict[str, torch.Tensor], moved: float,
+                       share: float = 1e-3) -> None:
+    """The weights two processes trained are the ones one process trained with their doubled batch:
+    apart by less than `share` of `moved`, how far training moved them (> 0). Adam's steps are near
+    lr x sign(gradient) per weight, so had a rank's gradient been lost, the half batch's update
+    would move the weights as far but elsewhere, and fail this."""
+    assert set(two) == set(one)
+    apart = sum(float((two[k] - one[k]).norm()) ** 2 for k in one) ** 0.5
+    assert moved > 0 and apart < share * moved, (apart, moved)
 
 
 class Linear(Recipe):

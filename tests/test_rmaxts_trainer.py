@@ -228,3 +228,25 @@ def test_bad_settings(data, base_model, tmp_path):
         rmaxts.train(data[0], str(tmp_path), dict(RUN, base_model=base_model, mix="tactics"))
     with pytest.raises(ConfigError, match="base_model is not set"):
         rmaxts.train(data[0], str(tmp_path), dict(RUN))
+
+
+def test_two_processes_train_like_one_with_the_doubled_batch(data, base_model, tmp_path):
+    """`--nproc 2` (gloo): two processes at half the batch take the steps one process takes with the
+    whole batch: the same examples (label tokens counted over both ranks), the same losses within
+    the DDP tests' tolerance, and the same adapter, which one rank's half batch would not give. A
+    tiny random Llama with SmolLM2's tokenizer keeps the two runs to seconds."""
+    from tests.test_fit_ddp import MINI_TOLERANCE, assert_same_update, lora_weights, tiny_causal_lm
+    from trainers import distributed
+    run = dict(RUN, base_model=tiny_causal_lm(base_model, str(tmp_path / "tiny")), max_steps=3, lr=1e-2,
+               checkpoint_every=0)
+    one = rmaxts.train(data[0], str(tmp_path / "one"), run)
+    two = distributed.launch(rmaxts.train, 2, data[0], str(tmp_path / "two"),
+                             dict(run, batch_size=RUN["batch_size"] // 2), device="cpu")
+    assert one["world_size"] == 1 and two["world_size"] == 2 and two["train"]["step"] == [1, 2, 3]
+    assert two["train"]["label_tokens"] == one["train"]["label_tokens"]
+    assert two["train"]["loss"] == pytest.approx(one["train"]["loss"], rel=MINI_TOLERANCE)
+    assert two["eval_after"]["loss"] == pytest.approx(one["eval_after"]["loss"], rel=MINI_TOLERANCE)
+    a, b = lora_weights(one["adapter"]), lora_weights(two["adapter"])
+    moved = sum(float(v.norm()) ** 2 for k, v in a.items() if "lora_B" in k) ** 0.5     # lora_B starts at 0
+    assert_same_update(b, a, moved)
+    assert os.listdir(os.path.join(str(tmp_path / "two"), "checkpoints")) == ["step-00000003"]

@@ -221,3 +221,30 @@ def test_bad_settings_are_refused(dataset, base_model, tmp_path):
         training.train(dataset, str(tmp_path), dict(TINY))
     with pytest.raises(ConfigError, match="gates get no gradient"):
         training.train(dataset, str(tmp_path), dict(TINY, base_model=base_model, top_k=1))
+
+
+def test_two_processes_train_like_one_with_the_doubled_batch(dataset, base_model, tmp_path):
+    """`--nproc 2` (gloo): two processes at half the batch train each LoRA expert and then the MiXSE
+    router as one process does with the whole batch: losses within the DDP tests' tolerance, the
+    same adapters and gates, which one rank's half batch would not give. A tiny random Llama with SmolLM2's
+    tokenizer keeps both runs (two experts, then the router) to seconds."""
+    from tests.test_fit_ddp import MINI_TOLERANCE, assert_same_update, lora_weights, tiny_causal_lm
+    from trainers import distributed
+    run = dict(TINY, base_model=tiny_causal_lm(base_model, str(tmp_path / "tiny")), max_steps=2, router_steps=2,
+               lr=1e-2, router_lr=1e-1)
+    one = training.train(dataset, str(tmp_path / "one"), run)
+    two = distributed.launch(training.train, 2, dataset, str(tmp_path / "two"),
+                             dict(run, batch_size=TINY["batch_size"] // 2), device="cpu")
+    for d in DOMAINS:
+        assert len(two["experts"][d]["train_loss"]) == 2
+        assert two["experts"][d]["train_loss"] == pytest.approx(one["experts"][d]["train_loss"], rel=MINI_TOLERANCE)
+        a = lora_weights(os.path.join(str(tmp_path / "one"), "experts", d))
+        b = lora_weights(os.path.join(str(tmp_path / "two"), "experts", d))
+        assert_same_update(b, a, sum(float(v.norm()) ** 2 for k, v in a.items() if "lora_B" in k) ** 0.5)
+        assert two["eval_loss"][d]["mixture"] == pytest.approx(one["eval_loss"][d]["mixture"], rel=MINI_TOLERANCE)
+    assert two["router"]["train_loss"] == pytest.approx(one["router"]["train_loss"], rel=MINI_TOLERANCE)
+    # the gates start at std 0.02 and move about router_lr a step: their norm is how far they moved
+    gates = [torch.load(os.path.join(str(tmp_path / out), "router.pt"), weights_only=True) for out in ("one", "two")]
+    assert one["router"]["gate_relative_change"] > 1
+    assert_same_update(gates[1], gates[0], sum(float(v.norm()) ** 2 for v in gates[0].values()) ** 0.5)
+    assert sorted(os.listdir(os.path.join(str(tmp_path / "two"), "router", "checkpoints"))) == ["step-00000002"]

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 import schemas
 from schemas import SchemaError
-from trainers.data import Position, ShardDataset, collate_rows
+from trainers.data import Position, ShardDataset, collate_rows, epochs, shared_batches
 from trainers.tables import DatasetError, open_table
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -251,3 +251,29 @@ def test_manifest_and_file_errors(tmp_path):
     os.remove(_listed(tmp_path)[2])
     with pytest.raises(FileNotFoundError, match=f"{GENERATION}/rows/part-00002-of-00005.parquet is listed"):
         open_table(tmp_path, "rows")
+
+
+def test_shared_batches_cut_one_process_batches_between_ranks(tmp_path):
+    """Rows kept after reading (source "real": 7 of 26): each rank reads the whole order and takes
+    its slice of every global batch, so two ranks with batch 2 train on one process's batches of 4,
+    step by step across epochs, and share the data position after the whole global batch."""
+    write_dataset(tmp_path)
+
+    def kept_ids():
+        def open_epoch(epoch, resume):
+            ds = ShardDataset(tmp_path, "rows", columns=["id", "source"], shuffle=True, seed=3, epoch=epoch,
+                              resume=resume, rank=0, world_size=1)
+            return ds, ds
+        return epochs(open_epoch, None, keep=lambda row: row["id"] if row["source"] == "real" else None)
+    one = shared_batches(kept_ids(), 4, rank=0, world_size=1)
+    ranks = [shared_batches(kept_ids(), 2, rank=r, world_size=2) for r in range(2)]
+    seen = []
+    for _ in range(5):                                   # 20 rows: into the third epoch
+        whole, position = next(one)
+        (a, pa_), (b, pb) = (next(r) for r in ranks)
+        assert len(a) == len(b) == 2 and a + b == whole
+        assert pa_.state_dict() == pb.state_dict() == position.state_dict()
+        seen += whole
+    assert sorted(seen[:7]) == sorted(f"r{i:04d}" for i in range(0, 26, 4))    # an epoch: each kept row once
+    with pytest.raises(ValueError, match="both"):
+        next(shared_batches(kept_ids(), 2, rank=0))

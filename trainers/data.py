@@ -29,7 +29,9 @@ and after a restart passes the saved `epoch` and `resume=saved["data"]` with the
 same seed and shuffle (checked). In DDP, every rank tracks only its own streams:
 gather them (`dist.all_gather_object`) and save `Position.merge(states)`.
 `epochs` does all of this for a trainer, epoch after epoch; `BatchStream` is the
-same for examples held in memory.
+same for examples held in memory; `shared_batches` cuts global batches between ranks instead, for
+a trainer that filters rows after reading them (a rank-first cut would share the kept rows
+unequally).
 """
 from __future__ import annotations
 
@@ -348,6 +350,27 @@ def epochs(open_epoch: Callable[[int, Mapping[str, Any] | None], tuple[ShardData
             raise DatasetError(f"{ds.info.root}: a whole epoch of `{ds.info.table}` gave nothing to train "
                                f"on{hint()}")
         epoch, resume = epoch + 1, None
+
+
+def shared_batches(items: Iterator[tuple[Any, Any]], batch_size: int, *, rank: int | None = None,
+                   world_size: int | None = None) -> Iterator[tuple[list[Any], Any]]:
+    """(this rank's items, tracker after the batch) forever, from `items` that every rank reads whole.
+
+    For a trainer that holds frames out by id after reading its order (concretizer's trainers):
+    cutting the table between ranks first (ShardDataset's default) and filtering after would give
+    the ranks unequal shares of the kept rows, or none at all in an epoch. Instead every rank reads
+    the same order (`ShardDataset(..., rank=0, world_size=1)`, a light column such as an id), makes
+    the same global batch of batch_size x world_size kept items, and takes its contiguous slice of
+    it, as BatchStream does for examples in memory; the tracker (the same on every rank) is the
+    data position after the whole global batch. N processes with batch B then train on exactly
+    the items one process with batch N*B trains on, step by step, and a checkpoint resumes on any
+    number of processes. Keep the items light (ids) and load only the slice."""
+    if (rank is None) != (world_size is None):
+        raise ValueError("pass both rank and world_size, or neither")
+    rank, world_size = (rank, world_size) if rank is not None else rank_and_world()
+    while True:
+        batch = [next(items) for _ in range(batch_size * world_size)]
+        yield [item for item, _ in batch[rank * batch_size:(rank + 1) * batch_size]], batch[-1][1]
 
 
 class BatchStream:

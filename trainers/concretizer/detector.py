@@ -153,14 +153,21 @@ def flip_y(coords: np.ndarray, feats: np.ndarray, boxes: np.ndarray, grid_y: int
 
 # ------------------------------------------------------------------------------------ loss
 
-def heatmap_focal_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """CenterNet's focal loss (alpha 2, beta 4) over all cells, divided by the number of peaks."""
+def heatmap_focal_sum(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """CenterNet's focal loss (alpha 2, beta 4) summed over all cells, and the number of peaks
+    (cells of value 1) it is divided by."""
     pred = torch.sigmoid(logits.float()).clamp(1e-4, 1 - 1e-4)
     pos = target.eq(1).float()
     neg_weight = torch.pow(1 - target, 4)
     pos_loss = (torch.log(pred) * torch.pow(1 - pred, 2) * pos).sum()
     neg_loss = (torch.log(1 - pred) * torch.pow(pred, 2) * neg_weight * (1 - pos)).sum()
-    return -(pos_loss + neg_loss) / pos.sum().clamp(min=1)
+    return -(pos_loss + neg_loss), int(pos.sum())
+
+
+def heatmap_focal_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """CenterNet's focal loss over all cells, divided by the number of peaks (at least 1)."""
+    total, peaks = heatmap_focal_sum(logits, target)
+    return total / max(peaks, 1)
 
 
 def gather_regression(out: dict, batch_index: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -170,17 +177,35 @@ def gather_regression(out: dict, batch_index: torch.Tensor, index: torch.Tensor)
     return flat[batch_index, :, index]
 
 
+def regression_sum(out: dict, targets: dict) -> torch.Tensor:
+    """L1 summed over the codes at the objects' centre cells. Without an object, a zero that still
+    goes through every regression head: data parallel (DDP) needs every parameter used in a step."""
+    if len(targets["index"]):
+        pred = gather_regression(out, targets["batch"], targets["index"]).float()
+        return torch.nn.functional.l1_loss(pred, targets["reg"], reduction="sum")
+    return sum(out[name].float().sum() for name in REGRESSION) * 0.0
+
+
 def detection_loss(out: dict, targets: dict) -> tuple[torch.Tensor, dict]:
     """Heatmap focal loss + L1 on the codes at the centre cells (both weight 1, as OpenPCDet's
-    KITTI CenterPoint); (total, {"hm": .., "loc": ..})."""
+    KITTI CenterPoint), the first divided by the peaks, the second by objects x CODE_SIZE;
+    (total, {"hm": .., "loc": ..})."""
     hm = heatmap_focal_loss(out["hm"], targets["heatmap"])
-    n = len(targets["index"])
-    if n:
-        pred = gather_regression(out, targets["batch"], targets["index"]).float()
-        loc = torch.nn.functional.l1_loss(pred, targets["reg"], reduction="sum") / (n * CODE_SIZE)
-    else:
-        loc = out["center"].sum() * 0.0
+    loc = regression_sum(out, targets) / (max(len(targets["index"]), 1) * CODE_SIZE)
     return hm + loc, {"hm": float(hm.detach()), "loc": float(loc.detach())}
+
+
+def detection_loss_sum(out: dict, targets: dict) -> tuple[torch.Tensor, int, dict]:
+    """detection_loss as the training loop takes it: (heatmap focal sum + L1 sum / CODE_SIZE, the
+    peaks, at least 1, that sum is divided by, {"hm": .., "loc": ..} per peak). The loop divides the
+    sums of all micro-batches and processes by their summed count, so N processes with batch B
+    take the loss one process with batch N*B takes; a mean per process would weigh a process whose
+    frames hold one object like one whose frames hold twenty. The same as detection_loss when each
+    object has a peak of its own."""
+    hm, peaks = heatmap_focal_sum(out["hm"], targets["heatmap"])
+    loc = regression_sum(out, targets) / CODE_SIZE
+    count = max(peaks, 1)
+    return hm + loc, count, {"hm": float(hm.detach()) / count, "loc": float(loc.detach()) / count}
 
 
 # ------------------------------------------------------------------------------------ decoding

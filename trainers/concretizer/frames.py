@@ -108,6 +108,23 @@ class FrameLoader:
     def frame_ids(self) -> list[str]:
         return [k[0] for k in self.features.keys()]
 
+    def complete(self, frame_ids: list[str]) -> list[str]:
+        """The frames of `frame_ids` with features and occupancy at every stride, from the indexes
+        alone (no row group is read); the others are counted in `skipped`. Trainers choose their
+        frames with it before training, so every process agrees on them and `load` finds them."""
+        features = {k[0] for k in self.features.keys()}
+        occupancy = set(self.occupancy.keys())
+        out = []
+        for f in frame_ids:
+            missing = [s for s in self.strides if (f, str(s)) not in occupancy]
+            if f not in features:
+                self.skipped["no_features"] += 1
+            elif missing:
+                self.skipped[f"no_occupancy_s{missing[0]}"] += 1
+            else:
+                out.append(f)
+        return out
+
     def load(self, frame_id: str) -> dict | None:
         """The frame's arrays, or None (counted in `skipped`) when an occupancy stride is missing."""
         got = self.features.get((frame_id,))

@@ -6,13 +6,19 @@ docs/papers/concretizer.md; the network and its supervision are in model.py. Ste
    raw `values` of `dtype`), the `occupancy` rows of every stride from the layer's down to 1
    (coords and spatial_shape), and for evaluation the `frames` rows (points, voxel_size,
    point_cloud_range). The training order is `features` streamed with ShardDataset (shuffled per
-   epoch, split across processes, resumable mid-epoch); the heavy columns are read by row group
-   through the trainers' RowStore (trainers/rowstore.py), never a whole table. Frames whose id hashes below `eval_fraction` are held out
-   (at least one when there are two frames or more); with a single frame, or eval_fraction=0,
-   the evaluation runs on the training frames and metrics say so (`eval_on_train`). Of the
-   remaining frames, those hashing below eval_fraction + `val_fraction` (at least one when two or
-   more remain) are validation frames, also never trained on: the occupancy threshold is chosen
-   on them (step 4); with a single training frame it is chosen on it (`val_on_train`).
+   epoch, resumable mid-epoch, its frame ids only); in data parallel every process reads that whole
+   order and trains on its slice of each batch of batch_size x processes training frames
+   (trainers.data.shared_batches), so N processes with batch B train on the frames one process
+   with N*B does, and no process is left without frames when the held-out ones are passed over.
+   The heavy columns of a process's own frames are read by row group through the trainers'
+   RowStore (trainers/rowstore.py), never a whole table. Training frames without occupancy at
+   every stride are left out before training (counted in `skipped`). Frames whose id hashes
+   below `eval_fraction` are held out (at least one when there are two frames or more); with a
+   single frame, or eval_fraction=0, the evaluation runs on the training frames and metrics say
+   so (`eval_on_train`). Of the remaining frames, those hashing below eval_fraction +
+   `val_fraction` (at least one when two or more remain) are validation frames, also never
+   trained on: the occupancy threshold is chosen on them (step 4); with a single training frame
+   it is chosen on it (`val_on_train`).
    `eval_sources` holds out every frame of the named sources as well (eval_sources=kitti: train
    on simulated scans, evaluate on the real ones), evaluated first; metrics and the report then
    give the figures per source too (`by_source`).
@@ -68,7 +74,7 @@ from trainers import distributed
 from trainers.concretizer.evaluation import choose_threshold, evaluate
 from trainers.concretizer.frames import FRAME_COLUMNS, FrameLoader, collate, source_of, split_by_source, split_validation
 from trainers.concretizer.model import LAYER_STRIDE, InversionNet, focal_loss
-from trainers.data import ShardDataset, epochs
+from trainers.data import ShardDataset, epochs, shared_batches
 from trainers.tables import DatasetError
 from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settings, steps_done
 from trainers.rowstore import RowStore
@@ -206,6 +212,7 @@ class Inversion(Recipe):
             cfg["eval_frames"])
         self.train_ids, self.val_ids, self.val_on_train = split_validation(
             self.train_ids, cfg["eval_fraction"], cfg["val_fraction"], cfg["val_frames"])
+        self.train_ids = self.loader.complete(self.train_ids)    # known before training: the same on every rank
         first = next((f for f in map(self.loader.load, self.train_ids[:50]) if f is not None), None)
         if first is None:
             raise DatasetError(f"{data_dir}: none of the first training frames of layer {layer} has occupancy at "
@@ -244,20 +251,23 @@ class Inversion(Recipe):
         self._metrics = metrics              # its train.step says which step a loss is for
         by_split = bool(self.loader.features.info.splits)   # the splits name the layers: read only this one
 
-        def open_epoch(epoch, resume):
+        def open_epoch(epoch, resume):       # every rank reads the whole order (ids only), see shared_batches
             ds = ShardDataset(self.data_dir, "features", columns=["frame_id"] if by_split else ["frame_id", "layer"],
                               split=layer if by_split else None, shuffle=cfg["shuffle"], seed=cfg["seed"],
-                              epoch=epoch, resume=resume)
+                              epoch=epoch, resume=resume, rank=0, world_size=1)
             return ds, ds
 
-        def keep(row):                       # eval frames and other layers are passed over
+        def keep(row):                       # eval and validation frames and other layers are passed over
             if row.get("layer", layer) != layer or row["frame_id"] not in train_set:
                 return None
-            return self.loader.load(row["frame_id"])
-        frames = epochs(open_epoch, state, keep=keep, hint=lambda: f" (skipped: {dict(self.loader.skipped)})")
-        while True:
-            batch = [next(frames) for _ in range(cfg["batch_size"])]
-            yield collate([f for f, _ in batch]), batch[-1][1]
+            return row["frame_id"]
+        ids = epochs(open_epoch, state, keep=keep, hint=lambda: f" (skipped: {dict(self.loader.skipped)})")
+        for mine, tracker in shared_batches(ids, cfg["batch_size"]):
+            frames = [f for f in map(self.loader.load, mine) if f is not None]
+            if not frames:
+                raise DatasetError(f"{self.data_dir}: frames {mine} of layer {layer} could not be read "
+                                   f"({dict(self.loader.skipped)}); regenerate the dataset")
+            yield collate(frames), tracker
 
     def loss(self, model, batch):
         force = teacher_forcing_at(steps_done(self._metrics), self.cfg)

@@ -8,9 +8,15 @@ weights=OUT/backbone.pth` loads, so the features ConcreTizer inverts are a train
 
 Data: the `voxels` table (MeanVFE features and voxel coords, exactly what the pipeline's backbone
 reads) and the `frames` table (labels, range, voxel size; points to count how many fall in a box).
-Frames without labels (unlabelled scans) are not trained on. The held-out frames are drawn from
-`eval_source` (simulated scenes by default: hash of the frame id < eval_fraction), never trained on.
-Augmentation: a left-right mirror with probability 0.5 (`flip`), on ranges symmetric in y.
+Frames without labels (unlabelled scans) or without voxels are not trained on. The held-out frames are
+drawn from `eval_source` (simulated scenes by default: hash of the frame id < eval_fraction), never
+trained on. Augmentation: a left-right mirror with probability 0.5 (`flip`), on ranges symmetric in y.
+The training loss of a step is one mean over the heatmap peaks of all its frames, on every process
+together (detector.detection_loss_sum). In data parallel every process reads the whole shuffled
+order of frame ids and trains on its slice of each batch of batch_size x processes training frames
+(trainers.data.shared_batches), mirrored as one process with that batch would mirror them.
+BatchNorm statistics are each process's own (SyncBatchNorm needs CUDA), so N processes with batch
+B come near, not exactly to, one process with N*B.
 
 Metrics (held-out frames, at the start and the end): detection loss (heatmap focal + L1) and, per
 class, over the boxes with at least `min_points` LiDAR points inside (a box the sensor did not see
@@ -36,9 +42,9 @@ import torch
 from core.config import ConfigError, ConfigSpec, Key, names
 from trainers import distributed
 from trainers.concretizer.frames import FRAME_COLUMNS, read_coords, read_points, split_frames
-from trainers.concretizer.detector import (Detector, average_precision, decode, detection_loss, flip_y,
-                                           frame_targets, match_detections, points_in_boxes)
-from trainers.data import ShardDataset, epochs
+from trainers.concretizer.detector import (Detector, average_precision, decode, detection_loss, detection_loss_sum,
+                                           flip_y, frame_targets, match_detections, points_in_boxes)
+from trainers.data import ShardDataset, epochs, rank_and_world, shared_batches
 from trainers.tables import DatasetError, read_arrow
 from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settings, steps_done, to_device
 from trainers.rowstore import RowStore
@@ -137,7 +143,13 @@ class Pretraining(Recipe):
         self.data_dir, self.cfg = data_dir, cfg
         self.classes = tuple(names(cfg["classes"]))
         self.frames = Frames(data_dir, int(cfg["cache_mb"] * 2 ** 20))
-        metas = [self.frames.meta[k[0]] for k in self.frames.voxels.keys() if k[0] in self.frames.meta]
+        # frames with voxels, chosen before training from light columns, so every process agrees on them
+        counts = read_arrow(data_dir, "voxels", columns=["frame_id", "num_voxels"])
+        empty = {f for f, n in zip(counts.column("frame_id").to_pylist(), counts.column("num_voxels").to_pylist())
+                 if not n}
+        self.frames.skipped["no_voxels"] += len(empty)
+        metas = [self.frames.meta[k[0]] for k in self.frames.voxels.keys()
+                 if k[0] in self.frames.meta and k[0] not in empty]
         if not metas:
             raise DatasetError(f"{data_dir}: no frame has voxels; run `shardsmith run concretizer` first")
         labelled = [m for m in metas if any(k in self.classes for k in m["kinds"])]
@@ -191,18 +203,24 @@ class Pretraining(Recipe):
         self._metrics = metrics
         rng = np.random.default_rng([cfg["seed"], len(metrics["train"]["step"])])   # flips differ after a resume too
 
-        def open_epoch(epoch, resume):
+        def open_epoch(epoch, resume):       # every rank reads the whole order (ids only), see shared_batches
             ds = ShardDataset(self.data_dir, "voxels", columns=["frame_id"], shuffle=True, seed=cfg["seed"],
-                              epoch=epoch, resume=resume)
+                              epoch=epoch, resume=resume, rank=0, world_size=1)
             return ds, ds
 
         def keep(row):
-            return self.frames.load(row["frame_id"]) if row["frame_id"] in train_set else None
-        frames = epochs(open_epoch, state, keep=keep, hint=lambda: f" (skipped: {dict(self.frames.skipped)})")
-        while True:
-            batch = [next(frames) for _ in range(cfg["batch_size"])]
-            flips = [self.info["flip"] and bool(rng.random() < 0.5) for _ in batch]
-            yield self.collate([f for f, _ in batch], flips), batch[-1][1]
+            return row["frame_id"] if row["frame_id"] in train_set else None
+        ids = epochs(open_epoch, state, keep=keep, hint=lambda: f" (skipped: {dict(self.frames.skipped)})")
+        rank, world = rank_and_world()
+        for mine, tracker in shared_batches(ids, cfg["batch_size"]):
+            # the flips of the whole global batch, drawn alike on every rank: this rank's are its slice
+            flips = [self.info["flip"] and bool(rng.random() < 0.5) for _ in range(cfg["batch_size"] * world)]
+            flips = flips[rank * cfg["batch_size"]:(rank + 1) * cfg["batch_size"]]
+            pairs = [(f, flip) for f, flip in zip(map(self.frames.load, mine), flips) if f is not None]
+            if not pairs:
+                raise DatasetError(f"{self.data_dir}: frames {mine} could not be read ({dict(self.frames.skipped)}); "
+                                   f"regenerate the dataset")
+            yield self.collate([f for f, _ in pairs], [flip for _, flip in pairs]), tracker
 
     def collate(self, frames: list[dict], flips: list[bool]) -> dict:
         coords, feats, heat, bidx, index, reg = [], [], [], [], [], []
@@ -223,9 +241,9 @@ class Pretraining(Recipe):
 
     def loss(self, model, batch):
         out = model(batch["feats"], batch["coords"], batch["batch_size"])
-        total, parts = detection_loss(out, batch["targets"])
-        return Loss(total, 1.0, {"hm_loss": parts["hm"], "loc_loss": parts["loc"], "objects": len(batch["targets"]["index"]),
-                                 "frames": sorted(batch["ids"])})
+        total, peaks, parts = detection_loss_sum(out, batch["targets"])
+        return Loss(total, peaks, {"hm_loss": parts["hm"], "loc_loss": parts["loc"],
+                                   "objects": len(batch["targets"]["index"]), "frames": sorted(batch["ids"])})
 
     # -- evaluation --------------------------------------------------------------------------
 
