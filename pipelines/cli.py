@@ -146,15 +146,20 @@ def summary(manifest: dict, path: str) -> str:
     dl = manifest["dead_letters"]
     lines.append(f"  {'dead letters':14s} {dl['count']:>10,}" + (
         "  (" + ", ".join(f"{k} {v}" for k, v in dl["by_stage"].items()) + ")" if dl["count"] else ""))
-    width = max([14] + [len(name) for name in manifest["stages"]])
-    lines.append(f"  {'stage':{width}s}   inputs    outputs   dead   busy s   wall s")
+    width = max([14] + [len(name) for name in manifest["stages"]]
+                + [len("write " + table) for table in manifest.get("sink") or {}])
+    lines.append(f"  {'stage':{width}s}   inputs    outputs   dead   busy s    cpu s   wall s")
     for name, s in manifest["stages"].items():
-        lines.append(f"  {name:{width}s} {s['inputs']:>8,} {s['outputs']:>10,} {s['dead']:>6,} {s['busy_s']:>8.2f} {s['span_s']:>8.2f}")
+        lines.append(f"  {name:{width}s} {s['inputs']:>8,} {s['outputs']:>10,} {s['dead']:>6,} {s['busy_s']:>8.2f} "
+                     f"{s.get('cpu_s', 0.0):>8.2f} {s['span_s']:>8.2f}")
         notes = ["skipped: " + ", ".join(f"{k} {v}" for k, v in s["skipped"].items())] if s.get("skipped") else []
         notes += [f"retried {s['retries']} transient fault(s)"] if s.get("retries") else []
         notes += [f"reused {s['reused']} stored result(s), computed {s['computed']}"] if "reused" in s else []
         if notes:
             lines.append(" " * (width + 4) + "; ".join(notes))
+    for table, w in (manifest.get("sink") or {}).items():
+        lines.append(f"  {'write ' + table:{width}s} {w['parts']:>8,} {w['rows']:>10,} {'':>6s} {w['busy_s']:>8.2f} "
+                     f"{w['cpu_s']:>8.2f}   {w['bytes_written'] / 2**20:,.1f} MB written")
     if manifest.get("stale_generations_removed"):
         lines.append(f"  removed {len(manifest['stale_generations_removed'])} folder(s) left by killed runs: "
                      + ", ".join(manifest["stale_generations_removed"]))

@@ -102,6 +102,7 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
         storage.delete_file(record_path)
         storage.delete_tree(storage.join(gen_dir, layout.SPILL_DIR))
         manifest = _manifest(dataset, resolved, runner, inputs, specs, record["files"], record["stages"])
+        manifest["sink"] = sink_costs(record["files"], record.get("spills", {}))
         manifest["wall_time_s"] = {"pipeline": round(pipeline_s, 3)}
         manifest["stale_generations_removed"] = stale
         worst = _worst_stage({k: v for k, v in record["stages"].items() if k not in dataset.filter_stages})
@@ -220,7 +221,8 @@ def _manifest(dataset: Dataset, resolved, runner: str, inputs: dict, specs: dict
 
 def _stage_entry(s: dict) -> dict:
     entry = {"inputs": s["inputs"], "outputs": s["outputs"], "dead": s["dead"],
-             "busy_s": round(s["busy_s"], 3), "span_s": round(s["end"] - s["start"], 3)}
+             "busy_s": round(s["busy_s"], 3), "cpu_s": round(s.get("cpu_s", 0.0), 3),
+             "span_s": round(s["end"] - s["start"], 3)}
     if s.get("skipped"):
         entry["skipped"] = dict(sorted(s["skipped"].items()))
     if s.get("retries"):
@@ -228,6 +230,25 @@ def _stage_entry(s: dict) -> dict:
     if s.get("reused") or s.get("computed"):  # a resumable stage with the result store on
         entry["reused"], entry["computed"] = s.get("reused", 0), s.get("computed", 0)
     return entry
+
+
+def sink_costs(files: list[dict], spills: dict) -> dict:
+    """What the sink spent per table (dead letters as `_dead_letter`): parts, rows and Parquet bytes
+    written, and the busy and CPU seconds of spilling the table's batches and writing its parts
+    (`spill_cpu_s`: the spilling's share of `cpu_s`). Like a stage's busy_s and cpu_s these vary
+    from run to run; parts, rows and bytes do not."""
+    out = {}
+    for table in sorted({f["table"] for f in files} | set(spills)):
+        mine = [f for f in files if f["table"] == table]
+        spill = spills.get(table, {})
+        out[table] = {
+            "parts": len(mine), "rows": sum(f["rows"] for f in mine),
+            "bytes_written": sum(f["bytes"] for f in mine),
+            "busy_s": round(spill.get("busy_s", 0.0) + sum(f.get("busy_s", 0.0) for f in mine), 3),
+            "cpu_s": round(spill.get("cpu_s", 0.0) + sum(f.get("cpu_s", 0.0) for f in mine), 3),
+            "spill_cpu_s": round(spill.get("cpu_s", 0.0), 3),
+        }
+    return out
 
 
 def _worst_stage(stages: dict):

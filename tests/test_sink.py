@@ -83,8 +83,9 @@ def test_bad_tokens_and_raising_inputs_become_dead_letters(tmp_path):
     assert by_type["ValueError"]["message"].startswith("boom is not a number: fix the input file (at test_sink.py:")
     assert by_type["ValueError"]["excerpt"] == "boom" and by_type["ValueError"]["stage"] == "parse"
     assert by_type["ValueError"]["occurrences"] == 1
-    assert record["stages"]["parse"] | {"busy_s": 0, "start": 0, "end": 0} == \
-        {"inputs": 3, "outputs": 3, "dead": 2, "busy_s": 0, "start": 0, "end": 0, "skipped": {}, "retries": 0, "reused": 0, "computed": 0}
+    assert record["stages"]["parse"] | {"busy_s": 0, "cpu_s": 0, "start": 0, "end": 0} == \
+        {"inputs": 3, "outputs": 3, "dead": 2, "busy_s": 0, "cpu_s": 0, "start": 0, "end": 0, "skipped": {}, "retries": 0,
+         "reused": 0, "computed": 0}
 
 
 def test_skipped_inputs_are_counted_by_reason_not_dead_letters(tmp_path):
@@ -164,3 +165,37 @@ def test_payload_bytes_ignore_chunking_and_slicing():
     chunked = pa.concat_tables([table.slice(0, 1), table.slice(1, 2), table.slice(3)])
     assert payload_bytes(chunked) == whole
     assert payload_bytes(table.slice(1, 2)) == 2 + 0 + 8 * 2
+
+
+def test_big_row_dicts_are_spilled_where_they_were_made_and_write_the_same_parts(tmp_path, monkeypatch):
+    """A row dict of DICT_ALONE_BYTES or more is a spill file of its own, never shuffled; the parts
+    are the bytes the bucket shuffle writes."""
+    lines = [" ".join(map(str, range(i, i + 10))) for i in range(1, 200, 10)]
+    out_a, rec_a = write(tmp_path, lines, name="shuffled", part_bytes=2000)
+    monkeypatch.setattr(shards, "DICT_ALONE_BYTES", 1)
+    out_b, rec_b = write(tmp_path, lines, name="alone", part_bytes=2000)
+    spilled = os.listdir(os.path.join(out_b, layout.SPILL_DIR, "items"))
+    assert len(spilled) == 200 and len(os.listdir(os.path.join(out_a, layout.SPILL_DIR, "items"))) < 200
+    files_a = [f for f in rec_a["files"] if f["table"] == "items"]
+    assert [f["path"] for f in files_a] == [f["path"] for f in rec_b["files"] if f["table"] == "items"]
+    for f in files_a:
+        with open(os.path.join(out_a, f["path"]), "rb") as a, open(os.path.join(out_b, f["path"]), "rb") as b:
+            assert a.read() == b.read()
+
+
+def test_a_part_writer_holds_the_ids_of_its_own_part_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(shards, "SPILL_BATCH_BYTES", 256)       # many record batches
+    rows = [{"id": stable_id("toy", n), "kind": "odd" if n % 2 else "even", "value": n} for n in range(1000)]
+    ref = shards.spill(TOY.to_arrow(rows), str(tmp_path))
+    ids = sorted(r["id"] for r in rows)
+    for part in range(4):
+        low, high = part_range(part, 4)
+        mine = [i for i in ids if low <= i and (high is None or i < high)]
+        source = shards._SpillFile(ref, low, high)
+        try:
+            assert [i.decode() for i in source.ids] == mine        # not the 1,000 ids of the file
+            a, b = source.span(low, high)
+            assert source.read(a, b).column("id").to_pylist() == mine
+            assert [i.decode() for i in source.ids_of(a, b)] == mine
+        finally:
+            source.close()

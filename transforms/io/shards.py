@@ -7,9 +7,10 @@ are hashes, so the ranges hold equal shares; the payload is counted the same
 way on every runner, so the same rows give byte-identical files everywhere.
 
 Bulk rows do not travel through the runner's shuffle: the worker that made a
-batch spills it, sorted by id, as an Arrow IPC file of small record batches
-under the run's `_spill/` folder (local or in the object store), and only a
-reference (path, rows, bytes, first and last id) travels on. One small step per
+batch (or a big row dict) spills it, sorted by id, as an Arrow IPC file of small
+record batches under the run's `_spill/` folder (local or in the object store),
+and only a reference (path, rows, bytes, first and last id) travels on; small
+row dicts are gathered into spill files per bucket of ids. One small step per
 table adds up the references and plans the parts; each part writer then reads,
 from every spill file whose id range meets its own, just the rows of its range,
 one row group at a time (by value ranges of id), and streams them to the
@@ -19,10 +20,15 @@ ROW_GROUP_BYTES of payload) and one spill batch, at any data volume.
 The sink ends in a single step that depends on every part write: the
 DaskRunner computes only the last step of a graph, and Beam's own file sinks
 write empty shards there.
+
+What writing costs is recorded per table as it is for a stage: the busy and CPU
+seconds of spilling its batches and of writing its parts, and the bytes of
+Parquet written (`_run.json`'s "sink", the manifest's "sink").
 """
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -44,6 +50,7 @@ ROW_GROUP_BYTES = 64 << 20    # payload of one row group: what a part writer hol
 SPILL_BATCH_BYTES = 1 << 20   # payload of one record batch of a spill file: the unit a writer reads
 DICT_BUCKETS = 64             # row dicts are spilled per id bucket (not per part: the count is unknown yet)
 DICT_CHUNK_BYTES = 32 << 20   # ... in chunks of about this much payload
+DICT_ALONE_BYTES = 64 << 10   # a row dict this big is spilled on its own where it was made, never shuffled
 ID_SPACE = 16 ** 16           # parts split the first 16 hex digits of the id
 
 
@@ -144,28 +151,51 @@ def _approx_bytes(value) -> int:
     return 8
 
 
-class _SpillFile:
-    """Random access to the rows of one spill file: its ids once, then row ranges by record batch.
-    The file stays open (only its footer is held) until close()."""
+def _id_bytes(ids: pa.Array) -> np.ndarray:
+    """Ids as a numpy array of their UTF-8 bytes: a fifth of the memory of numpy's str, and the same
+    order (UTF-8 bytes sort as the code points do, as Arrow's sort_by sorts strings)."""
+    return np.asarray(pc.cast(ids, pa.binary()).to_numpy(zero_copy_only=False), dtype=bytes)
 
-    def __init__(self, ref: SpillRef):
+
+class _SpillFile:
+    """Random access to the rows of one spill file that fall in one part's id range [low, high):
+    their ids, then row ranges by record batch. Only the ids in the range are kept: ids are hashes,
+    so every spill file spans the whole id space, and a writer that kept each file's ids whole would
+    hold every id of the table, growing with the data, not with its part. The file stays open (only
+    its footer is held) until close(). Positions are rows of the whole file."""
+
+    def __init__(self, ref: SpillRef, low: str, high: str | None):
         self.ref = ref
         self.fh = storage.open_input(ref.path)
         self.reader = pa.ipc.open_file(self.fh)
         only_id = pa.ipc.IpcReadOptions(included_fields=[self.reader.schema.get_field_index("id")])
         id_reader = pa.ipc.open_file(self.fh, options=only_id)
-        ids = [id_reader.get_batch(i).column(0) for i in range(id_reader.num_record_batches)]
-        self.ids = np.asarray(pa.chunked_array(ids, pa.string()).to_numpy(zero_copy_only=False), dtype=str)
-        self.starts = np.concatenate([[0], np.cumsum([len(c) for c in ids])]).astype(np.int64)
+        low_b, high_b = low.encode(), None if high is None else high.encode()
+        counts, kept, self.first = [], [], None
+        for i in range(id_reader.num_record_batches):
+            ids = _id_bytes(id_reader.get_batch(i).column(0))
+            a = int(np.searchsorted(ids, low_b, side="left"))
+            b = len(ids) if high_b is None else int(np.searchsorted(ids, high_b, side="left"))
+            if a < b:
+                self.first = sum(counts) + a if self.first is None else self.first
+                kept.append(ids[a:b])
+            counts.append(len(ids))
+        self.first = sum(counts) if self.first is None else self.first
+        self.ids = np.concatenate(kept) if kept else np.array([], dtype=bytes)
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     def close(self) -> None:
         self.fh.close()
 
     def span(self, low: str, high: str | None) -> tuple[int, int]:
-        """Rows [a, b) whose ids are in [low, high)."""
-        a = int(np.searchsorted(self.ids, low, side="left"))
-        b = len(self.ids) if high is None else int(np.searchsorted(self.ids, high, side="left"))
-        return a, b
+        """Rows [a, b) whose ids are in [low, high) (within the range the file was opened for)."""
+        a = int(np.searchsorted(self.ids, low.encode(), side="left"))
+        b = len(self.ids) if high is None else int(np.searchsorted(self.ids, high.encode(), side="left"))
+        return self.first + a, self.first + b
+
+    def ids_of(self, a: int, b: int) -> np.ndarray:
+        """The ids (UTF-8 bytes) of rows [a, b), a span inside the file's range."""
+        return self.ids[a - self.first:b - self.first]
 
     def read(self, a: int, b: int) -> pa.Table | None:
         """Rows [a, b), copied out of the record batches so those can be released."""
@@ -182,6 +212,14 @@ class _SpillFile:
         return pa.Table.from_batches(pieces)
 
 
+def timed(fn):
+    """(fn(), StageStats of one input: its wall and CPU seconds). How the sink's steps measure their work."""
+    start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
+    value = fn()
+    busy = time.perf_counter() - t0
+    return value, StageStats(1, 0, 0, busy, start, start + busy, cpu_s=time.process_time() - c0)
+
+
 def _count_repeats(table: pa.Table) -> pa.Table:
     """One row per id (the first), its `occurrences` summed over the repeats. `table` is sorted by id."""
     ids = table.column("id").to_numpy(zero_copy_only=False)
@@ -195,14 +233,14 @@ def _count_repeats(table: pa.Table) -> pa.Table:
 
 
 def _group_bounds(ids: np.ndarray, rows_per_group: int) -> list[str]:
-    """Id values that cut the sorted `ids` into groups of about rows_per_group rows, never between
-    two equal ids."""
+    """Id values that cut the sorted `ids` (UTF-8 bytes) into groups of about rows_per_group rows,
+    never between two equal ids."""
     cuts, at = [], rows_per_group
     while at < len(ids):
         while at < len(ids) and ids[at] == ids[at - 1]:
             at += 1
         if at < len(ids):
-            cuts.append(str(ids[at]))
+            cuts.append(ids[at].decode())
         at += rows_per_group
     return cuts
 
@@ -216,7 +254,7 @@ def write_part(dataset_dir: str, folder: str, spec: TableSpec, part: int, parts:
     try:
         for ref in sorted(refs, key=lambda r: r.path):
             if ref.meets(low, high):
-                sources.append(_SpillFile(ref))
+                sources.append(_SpillFile(ref, low, high))
         return _write_part(dataset_dir, folder, spec, part, parts, sources, low, high)
     finally:
         for source in sources:
@@ -227,11 +265,11 @@ def _write_part(dataset_dir: str, folder: str, spec: TableSpec, part: int, parts
                 sources: list[_SpillFile], low: str, high: str | None) -> dict:
     spans = [source.span(low, high) for source in sources]
     sources, spans = [s for s, (a, b) in zip(sources, spans) if a < b], [(a, b) for a, b in spans if a < b]
-    ids = np.sort(np.concatenate([s.ids[a:b] for s, (a, b) in zip(sources, spans)])) if sources \
-        else np.array([], dtype=str)
+    ids = np.sort(np.concatenate([s.ids_of(a, b) for s, (a, b) in zip(sources, spans)])) if sources \
+        else np.array([], dtype=bytes)
     if not spec.count_repeats and len(ids) > 1 and (dup := np.flatnonzero(ids[1:] == ids[:-1])).size:
         raise SchemaError(
-            f"{spec.schema.name}: two rows share id {str(ids[dup[0]])!r}; ids hash a row's inputs and "
+            f"{spec.schema.name}: two rows share id {ids[dup[0]].decode()!r}; ids hash a row's inputs and "
             f"config, so the pipeline produced the same input twice (dedupe it upstream)")
     size = sum(s.ref.bytes * (b - a) / s.ref.rows for s, (a, b) in zip(sources, spans))
     rows_per_group = max(1, min(spec.row_group_rows, int(ROW_GROUP_BYTES * len(ids) // max(size, 1))))
@@ -268,26 +306,38 @@ def _write_part(dataset_dir: str, folder: str, spec: TableSpec, part: int, parts
 # -- Beam wiring --------------------------------------------------------------------------------
 
 class _SpillBatches(beam.DoFn):
-    """Arrow batches -> (table, SpillRef); row dicts -> ((table, bucket), row) for _SpillRows."""
+    """Arrow batches and big row dicts -> (table, SpillRef) and the spill's cost; other row dicts ->
+    ((table, bucket), row) for _SpillRows.
+
+    A row dict of DICT_ALONE_BYTES or more (a page with its screenshot, a frame's features) is a
+    spill file of its own, written by the worker that made it: sent through the bucket shuffle
+    instead, every such row would cross the runner (the in-process runners hold a whole shuffle in
+    the driver), so memory and shuffle volume would grow with the data."""
 
     def __init__(self, table: str, spec: TableSpec, spill_dir: str):
         self.table, self.spec, self.spill_dir = table, spec, spill_dir
 
     def process(self, element):
+        where = storage.join(self.spill_dir, self.table)
         if isinstance(element, dict):
             self.spec.schema.check_keys(element)
-            yield "row", ((self.table, int(element["id"][:4], 16) % DICT_BUCKETS), element)
-            return
-        if not element.schema.equals(self.spec.schema.arrow):
-            raise SchemaError(f"{self.spec.schema.name}: a batch's schema differs from the table's: "
-                              f"{element.schema.names} vs {self.spec.schema.arrow.names}")
-        ref = spill(element, storage.join(self.spill_dir, self.table))
+            if _approx_bytes(element) < DICT_ALONE_BYTES:
+                yield "row", ((self.table, int(element["id"][:4], 16) % DICT_BUCKETS), element)
+                return
+            ref, cost = timed(lambda: spill(self.spec.schema.to_arrow([element]), where))
+        else:
+            if not element.schema.equals(self.spec.schema.arrow):
+                raise SchemaError(f"{self.spec.schema.name}: a batch's schema differs from the table's: "
+                                  f"{element.schema.names} vs {self.spec.schema.arrow.names}")
+            ref, cost = timed(lambda: spill(element, where))
         if ref is not None:
             yield "ref", (self.table, ref)
+            yield "cost", (self.table, cost)
 
 
 class _SpillRows(beam.DoFn):
-    """One bucket of row dicts -> spill files of about DICT_CHUNK_BYTES each."""
+    """One bucket of row dicts -> spill files of about DICT_CHUNK_BYTES each: ("ref", (table, SpillRef))
+    and ("cost", (table, the chunk's StageStats)) events."""
 
     def __init__(self, specs: dict[str, TableSpec], spill_dir: str):
         self.specs, self.spill_dir = specs, spill_dir
@@ -299,10 +349,16 @@ class _SpillRows(beam.DoFn):
             chunk.append(row)
             size += _approx_bytes(row)
             if size >= DICT_CHUNK_BYTES:
-                yield table, spill(self.specs[table].schema.to_arrow(chunk), storage.join(self.spill_dir, table))
+                yield from self._spill(table, chunk)
                 chunk, size = [], 0
         if chunk:
-            yield table, spill(self.specs[table].schema.to_arrow(chunk), storage.join(self.spill_dir, table))
+            yield from self._spill(table, chunk)
+
+    def _spill(self, table: str, chunk: list[dict]):
+        schema, where = self.specs[table].schema, storage.join(self.spill_dir, table)
+        ref, cost = timed(lambda: spill(schema.to_arrow(chunk), where))
+        yield "ref", (table, ref)
+        yield "cost", (table, cost)
 
 
 def plan_parts(table: str, refs: list[SpillRef], part_bytes: int) -> list[tuple[tuple[str, int, int], list]]:
@@ -323,26 +379,29 @@ class _WritePart(beam.DoFn):
     def process(self, planned):
         (table, part, parts), refs = planned
         folder = layout.table_folder(table, self.specs)
-        yield "file", write_part(self.dataset_dir, folder, self.specs[table], part, parts, refs)
+        record, cost = timed(lambda: write_part(self.dataset_dir, folder, self.specs[table], part, parts, refs))
+        yield "file", dict(record, busy_s=cost.busy_s, cpu_s=cost.cpu_s)
 
 
 class _RecordRun(beam.DoFn):
-    """Write `_run.json`: every file written and every stage's statistics."""
+    """Write `_run.json`: every file written (with what writing it cost), every stage's statistics
+    and what spilling cost per table."""
 
     def __init__(self, dataset_dir: str):
         self.dataset_dir = dataset_dir
 
     def process(self, keyed):
-        files, stages = [], {}
+        files, stages, spills = [], {}, {}
         for kind, record in keyed[1]:
             if kind == "file":
                 files.append(record)
             else:
                 name, stats = record
-                stages[name] = vars(stats)
+                (stages if kind == "stat" else spills)[name] = vars(stats)
         storage.write_json(storage.join(self.dataset_dir, layout.RUN_RECORD),
                            {"files": sorted(files, key=lambda f: f["path"]),
-                            "stages": dict(sorted(stages.items()))})
+                            "stages": dict(sorted(stages.items())),
+                            "spills": dict(sorted(spills.items()))})
         yield self.dataset_dir
 
 
@@ -376,14 +435,23 @@ class WriteDataset(beam.PTransform):
                    for name, pcolls in sorted(tables.items())
                    for i, pcoll in enumerate(pcolls if isinstance(pcolls, tuple) else (pcolls,))]
         events = tuple(spilled) | "AllSpilled" >> beam.Flatten()
-        row_refs = (events
-                    | "Rows" >> beam.Filter(lambda ev: ev[0] == "row")
-                    | "UnwrapRows" >> beam.Map(lambda ev: ev[1])
-                    | "GroupRows" >> beam.GroupByKey()
-                    | "SpillRows" >> beam.ParDo(_SpillRows(self.specs, spill_dir)))
+        row_events = (events
+                      | "Rows" >> beam.Filter(lambda ev: ev[0] == "row")
+                      | "UnwrapRows" >> beam.Map(lambda ev: ev[1])
+                      | "GroupRows" >> beam.GroupByKey()
+                      | "SpillRows" >> beam.ParDo(_SpillRows(self.specs, spill_dir)))
+        row_refs = (row_events
+                    | "RowRefs" >> beam.Filter(lambda ev: ev[0] == "ref")
+                    | "UnwrapRowRefs" >> beam.Map(lambda ev: ev[1]))
         batch_refs = (events
                       | "Refs" >> beam.Filter(lambda ev: ev[0] == "ref")
                       | "UnwrapRefs" >> beam.Map(lambda ev: ev[1]))
+        spill_costs = ((events, row_events)
+                       | "AllSpillEvents" >> beam.Flatten()
+                       | "Costs" >> beam.Filter(lambda ev: ev[0] == "cost")
+                       | "UnwrapCosts" >> beam.Map(lambda ev: ev[1])
+                       | "SumCosts" >> beam.CombinePerKey(_merge_stats)
+                       | "TagCosts" >> beam.Map(lambda kv: ("spill", kv)))
         # every table gets a plan, even one with no rows: it still writes part-00000-of-00001
         every_table = pipeline | "Tables" >> beam.Create([(name, None) for name in sorted(self.specs)])
         part_bytes = self.part_bytes
@@ -399,7 +467,7 @@ class WriteDataset(beam.PTransform):
                  | "FlattenStats" >> beam.Flatten()
                  | "SumStats" >> beam.CombinePerKey(_merge_stats)
                  | "TagStats" >> beam.Map(lambda kv: ("stat", kv)))
-        return ((files, stats)
+        return ((files, stats, spill_costs)
                 | "AllRecords" >> beam.Flatten()
                 | "OneKey" >> beam.Map(lambda r: (None, r))
                 | "Gather" >> beam.GroupByKey()

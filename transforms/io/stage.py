@@ -67,8 +67,16 @@ def _describe(exc: BaseException) -> str:
 @dataclass
 class StageStats:
     """What one stage did: inputs, output records, dead letters, busy seconds, first start, last end,
-    the inputs it skipped by reason, the calls it retried after a transient fault, and the inputs
-    whose results came from the result store instead of being computed."""
+    the inputs it skipped by reason, the calls it retried after a transient fault, the inputs
+    whose results came from the result store instead of being computed, and the CPU seconds its
+    work took.
+
+    `busy_s` and `cpu_s` cover the stage's own work on each input (its function, or the store
+    lookup), not the stages Beam fused after it: those run while it hands its outputs on, and are
+    counted by their own stages. `cpu_s` is the worker process's CPU time (every thread of it:
+    torch's and BLAS's too) over that work; helper processes a stage drives (Chromium, a Lean
+    REPL, a vLLM server) are not in it. Neither figure is deterministic, so nothing compares them
+    across runs or runners."""
 
     inputs: int = 0
     outputs: int = 0
@@ -80,6 +88,7 @@ class StageStats:
     retries: int = 0
     reused: int = 0     # inputs of a resumable stage whose outputs came from the result store
     computed: int = 0   # inputs of a resumable stage computed (and stored) in this run
+    cpu_s: float = 0.0  # CPU seconds of the worker process over the stage's work
 
     def merge(self, other: "StageStats") -> "StageStats":
         skipped = dict(self.skipped)
@@ -89,7 +98,7 @@ class StageStats:
                           self.dead + other.dead, self.busy_s + other.busy_s,
                           min(self.start, other.start), max(self.end, other.end), skipped,
                           self.retries + other.retries, self.reused + other.reused,
-                          self.computed + other.computed)
+                          self.computed + other.computed, self.cpu_s + other.cpu_s)
 
 
 class _StageDoFn(beam.DoFn):
@@ -108,7 +117,7 @@ class _StageDoFn(beam.DoFn):
             self.fn.teardown()
 
     def process(self, element):
-        start, t0 = time.time(), time.perf_counter()
+        start, t0, c0 = time.time(), time.perf_counter(), time.process_time()
         retries = []
 
         def retrying(exc: BaseException, retry: int, delay: float) -> None:
@@ -131,22 +140,26 @@ class _StageDoFn(beam.DoFn):
             if gave_up is not None:     # its producer already retried with back-off: no dead letter, raise
                 raise Transient(f"stage {self.name}: {gave_up.error_type}: {gave_up.reason}")
             self._store(key, outputs)
-        if retries:
-            yield STAT, (self.name, StageStats(retries=len(retries)))
         dead = records = 0
         skipped: dict = {}
+        events = []
         for out in outputs:
             if isinstance(out, Skipped):
                 skipped[out.reason] = skipped.get(out.reason, 0) + out.count
             elif isinstance(out, Rejected):
                 dead += 1
-                yield DEAD, dead_letter(self.name, out.excerpt, out.error_type, out.reason)
+                events.append((DEAD, dead_letter(self.name, out.excerpt, out.error_type, out.reason)))
             else:
                 records += record_count(out)
-                yield OK, out
-        busy = time.perf_counter() - t0
+                events.append((OK, out))
+        # clocks stop before the outputs are handed on: the stages fused after this one run inside
+        # each `yield`, and their time is theirs
+        busy, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if retries:
+            yield STAT, (self.name, StageStats(retries=len(retries)))
+        yield from events
         yield STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy, skipped, reused=int(reused),
-                                                computed=int(key is not None and not reused)))
+                                                computed=int(key is not None and not reused), cpu_s=cpu))
         self.meter.record(records, dead, sum(skipped.values()), start)
 
     def _key(self, element) -> str | None:
