@@ -58,6 +58,9 @@ SMOKE = {
     "llm_generate.py": ("llm_generate.json", _needs("torch", "transformers")),
     "dask_workers.py": ("dask_workers.json", _needs("distributed", "moto", "torch")),
     "view_page.py": ("view_page.json", _needs("apache_beam", "flask")),
+    "long_render.py": ("long_render.json", _needs("playwright", paths=(
+        (CHROMIUM, "Debian's chromium (apt-get install -y chromium)"),))),
+    "long_rmaxts.py": ("long_rmaxts.json", _needs()),
     "scale.py": ("scale.json", _needs("apache_beam", "pyarrow", "psutil")),
 }
 TIMEOUT_S = 300   # one benchmark; each takes 2-40 s on 2 quiet cores, a few times that on a busy machine

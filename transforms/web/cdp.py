@@ -71,6 +71,7 @@ class CDPConnection:
                 msg["sessionId"] = session_id
             self._pending[self._next_id] = fut
             fut.cdp_method = method  # type: ignore[attr-defined]
+            fut.cdp_session = session_id  # type: ignore[attr-defined]
             try:
                 self._sock.sendall(_frame(json.dumps(msg).encode()))
             except OSError as e:
@@ -157,6 +158,8 @@ class CDPConnection:
                 msg = json.loads(self._read_message())
                 mid = msg.get("id")
                 if mid is None:  # an event: to its session's listener, if any
+                    if msg.get("method") == "Target.detachedFromTarget" and not msg.get("sessionId"):
+                        self._detached((msg.get("params") or {}).get("sessionId"))
                     fn = self._listeners.get(msg.get("sessionId"))
                     if fn is not None:
                         try:
@@ -181,6 +184,20 @@ class CDPConnection:
             for fut in pending.values():
                 if not fut.done():
                     fut.set_exception(CDPError(f"CDP connection closed: {reason}"))
+
+    def _detached(self, session_id: str | None) -> None:
+        """A session went away (its page closed): commands still waiting on it get no reply, so
+        fail them now rather than keep them (and their listener) for the life of the connection."""
+        if not session_id:
+            return
+        with self._lock:
+            gone = [mid for mid, fut in self._pending.items() if getattr(fut, "cdp_session", None) == session_id]
+            futs = [self._pending.pop(mid) for mid in gone]
+            self._listeners.pop(session_id, None)
+        for fut in futs:
+            if not fut.done():
+                fut.set_exception(CDPError(f"{getattr(fut, 'cdp_method', '?')}: the session was detached "
+                                           "(its target closed) before it answered"))
 
 
 def _frame(payload: bytes, opcode: int = 0x1) -> bytes:
