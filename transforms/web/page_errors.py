@@ -64,8 +64,11 @@ def navigation_error(reason: str) -> RenderError:
 
 def cut_reason(doc: dict) -> str:
     """Why the document stopped: the proxy's record (a refusal, the byte budget) or the browser's error."""
-    return (navigation_records(doc, doc.get("since", ()), doc.get("url"))
-            or f"the page's document was cut off mid-body ({doc.get('cut')})")
+    return navigation_records(doc, doc.get("since", ()), doc.get("url")) or _cut_off(doc)
+
+
+def _cut_off(doc: dict) -> str:
+    return f"the page's document was cut off mid-body ({doc.get('cut')})"
 
 
 def error_reason(err: Exception, doc: dict) -> str:
@@ -74,8 +77,10 @@ def error_reason(err: Exception, doc: dict) -> str:
     msg = str(err).split("\n", 1)[0]
     ctype = doc.get("content_type")
     recorded = navigation_records(doc, doc.get("since", ()), doc.get("url"))
-    if recorded or doc.get("cut"):
-        return cut_reason(doc)
+    if recorded:
+        return recorded
+    if doc.get("cut"):
+        return _cut_off(doc)
     if "Download is starting" in msg or doc.get("download"):
         return f"download blocked (the page is a download{': ' + ctype if ctype else ''})"
     if ctype and not ctype.startswith(HTML_TYPES):

@@ -434,10 +434,13 @@ class _Worker:
             resources = Subresources()
             resources.start(self.conn, session, timeout_ms / 1000)
             conn = self.conn
-            # a document cut mid-body never fires `load`: leave it now, not at the timeout
-            resources.on_cut = lambda error: (doc.__setitem__("cut", error),
-                                              _quietly(lambda: conn.send("Page.navigate", {"url": "about:blank"},
-                                                                         session)))
+
+            def leave_cut_document(error: str) -> None:
+                """A document cut mid-body never fires `load`: leave it now, not at the timeout."""
+                doc["cut"] = error
+                _quietly(lambda: conn.send("Page.navigate", {"url": "about:blank"}, session))
+
+            resources.on_cut = leave_cut_document
             self.navigate(page, url, doc, timeout_ms)
             if not resources.wait(time.monotonic() + timeout_ms / 1000):
                 raise RenderError(f"timeout: the page did not settle after load (> {timeout_ms} ms: two "
