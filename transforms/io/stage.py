@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 import apache_beam as beam
 import pyarrow as pa
 
+from transforms.io import dofn_specs
 from transforms.io.ids import stable_id
 from transforms.io.meter import StageMeter
 from core.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
@@ -34,6 +35,7 @@ EXCERPT_CHARS = 1000
 OK, DEAD, STAT = "ok", "dead", "stat"
 DUPLICATE = "duplicate input"   # the Skipped reason of inputs `Ledger.unique` drops
 log = logging.getLogger(__name__)
+dofn_specs.install()   # Beam's per-DoFn introspection, once per class (transforms/io/dofn_specs.py)
 
 
 def record_count(output: Any) -> int:
