@@ -5,15 +5,17 @@ Set-up (all on loopback, all started here; nothing else is ever contacted):
   (`/v/<name>`) and the helpers the attacks need: `/wait?ms=N` (a slow image that holds the
   page's load event until the attack's requests have gone out), `/hop?to=URL&code=N` (a
   redirect whose Location is written byte for byte), worker scripts (`/w/...`), helper pages
-  (`/h/<name>`), `/ran?v=<name>` (the page reports that its attack script ran) and `/again`
-  (the DNS rebinding page's refetches);
+  (`/h/<name>`), `/ran?v=<name>` (the page reports that its attack script ran), `/again`
+  (the DNS rebinding page's refetches) and `/g/<group>/<kind>` (a page shared by a group's
+  vectors);
 - the canary: raw TCP listeners on 127.0.0.3:P (same port as the site: DNS rebinding) and
   127.0.0.3:Q, and on 127.0.0.1:R (the address the proxy and DevTools share), that count every
-  accepted connection (a TLS handshake, a CONNECT tunnel, a WebSocket all count), plus UDP
+  accepted connection (a TLS handshake, a CONNECT tunnel, a WebSocket all count) and keep its
+  first bytes (for plain HTTP and ws://, the request line: which vector asked), plus UDP
   sockets on 127.0.0.3:U (WebRTC STUN) and 127.0.0.3:Q (WebTransport, QUIC) that count
   datagrams.
 
-Every vector is rendered twice:
+Every vector gets two tests, each judging one render:
 - `test_blocked[<vector>]`: with `FetchPolicy(allow_addresses={"127.0.0.2"})`. The canary must
   count 0, the page must have run (it reported to `/ran`), and, where the control shows the
   vector really reaches the network, the policy proxy must have refused a request naming the
@@ -26,6 +28,14 @@ Every vector is rendered twice:
   itself never sends even when allowed (`browser_drops`: popups without a gesture, cross-site
   prerender, ...) keep a control that asserts exactly that, so a Chromium that starts sending
   them fails here and the vector gets a real control.
+
+Those renders are shared where the vectors allow it (see "shared renders" below): vectors that
+do not navigate their page and whose requests the canary and the proxy can tell apart by path
+share a group page, `/g/<group>/<kind>`, rendered once per kind for the module; each vector keeps
+its own `test_blocked[...]` and `test_control[...]`, which look in the shared outcome for its own
+path (a hit at the canary, a refusal at the proxy) and its own report to `/ran`. The rest (a
+redirect chain, a page that navigates, TLS or UDP, `browser_drops`, no control, ...) get pages of
+their own, each for a reason `alone_reason` gives.
 
 A vector that gets through is marked `xfail_blocked=<diagnosis>` (strict), never fixed here.
 
@@ -46,6 +56,7 @@ import functools
 import gzip
 import http.server
 import os
+import re
 import socket
 import threading
 import time
@@ -99,6 +110,11 @@ class Vector:
     ran: bool = True                # the page reports to /ran (not a bare redirect)
     xfail_blocked: str | None = None
     xfail_control: str | None = None
+    # set from GROUPS (see "shared renders"): the group whose page this vector shares, the path
+    # its request asks for there, and why its blocked render is its own nonetheless
+    group: str = ""
+    path: str = ""
+    blocked_alone: str = ""
 
 
 def _fetch(url: str, extra: str = "") -> str:
@@ -307,14 +323,140 @@ CONTROLLED = [v for v in VECTORS if not v.no_control]
 
 
 # ---------------------------------------------------------------------------------------------
+# shared renders
+#
+# A render costs about 0.8 CPU-seconds, nearly all of it Chromium's (a fresh browser context and
+# renderer process), so vectors that do not navigate their page and whose request the canary and
+# the proxy can tell apart by its path share a page: `/g/<group>/<kind>` holds each member's head
+# and body, each body followed by its own report to `/ran`; a member's own `ran(...)` calls report
+# under its name. Each group's page is rendered once per kind (blocked, control) and the outcome
+# is kept for the module (`Env.render_group`); every member keeps its own `test_blocked[...]` and
+# `test_control[...]`, which judge that member alone in the shared outcome:
+# - control: a connection to the member's canary listener whose request line asks for the
+#   member's path (the canary keeps each connection's first bytes; for plain HTTP and a ws://
+#   tunnel they start with the request line);
+# - blocked: no connection to a canary other than those whose request line asks for another
+#   member's path (one that names nobody counts against every member), the member's part of the
+#   page ran, and the proxy refused a request for the member's path naming a canary.
+# One member cannot mask another: a member that does not run, or whose request is never made
+# (a neighbour that stalls the page, a connection limit), fails its own tests, as no request for
+# its path reaches the canary (control) or the proxy's refusals (blocked); a hit is never
+# explained away, only attributed. The page's slow image waits for the longest `wait_ms` of its
+# members, and every member keeps its default timeout.
+#
+# Vectors keep renders of their own when a shared page could not judge them (`alone_reason`):
+# a redirect chain as the page (the render ends at the refused hop), a page that navigates itself
+# (its neighbours would go with it), TLS, UDP or TURN (the canary sees no request path, so it
+# could not tell whose connection it is), a control in another browser for UDP, a control that
+# asserts that nothing named the canary (`browser_drops`: its neighbours do name it), no control
+# (its blocked render has no refusal to find by path, so it keeps a page nothing else can
+# disturb), a response header or element that acts on the whole page, an xfail marker. A
+# member whose request leaves through a CONNECT tunnel (ws://) shares its control, but its blocked
+# render is its own (`BLOCKED_ALONE`): a refused CONNECT names a host and port, not a path.
+
+GROUPS: dict[str, dict[str, str]] = {   # group: {vector: the path its request asks for, {{P}} allowed}
+    # script fetches of URL forms; each normalizes to a canary address
+    "url_forms": {"fetch_tab_in_host": "/tab", "fetch_newline_in_host": "/nl", "fetch_crlf_in_host": "/crlf",
+                  "fetch_percent_host": "/pct", "fetch_decimal_host": "/dec", "fetch_hex_host": "/hex",
+                  "fetch_octal_host": "/oct", "fetch_short_host": "/short", "fetch_trailing_dot_host": "/dot",
+                  "fetch_fullwidth_host": "/fw"},
+    # names and mapped addresses (the control allows the union of the members' `control_allow`)
+    "url_names": {"fetch_ipv6_mapped_dotted": "/v6d", "fetch_ipv6_mapped_hex": "/v6h",
+                  "fetch_name_to_loopback": "/name", "dns_answer_with_loopback": "/multi",
+                  "loopback_127_0_0_1": "/lo", "localhost_name": "/lh"},
+    "elements": {"redirect_backslash_subresource": "/@127.0.0.2:{{P}}/img", "img": "/img.png",
+                 "img_srcset": "/srcset.png", "svg_image": "/svg.png", "input_image": "/input.png",
+                 "iframe": "/frame", "iframe_srcdoc": "/srcdoc", "object": "/object", "embed": "/embed.png",
+                 "video_src": "/video.mp4", "audio_src": "/audio.mp3"},
+    "links_css": {"css_import": "/import.css", "css_url": "/bg.png", "css_link_stylesheet": "/style.css",
+                  "font_face": "/font.woff2", "link_icon": "/favicon.png", "link_prefetch": "/prefetch",
+                  "link_preload": "/preload.png", "link_modulepreload": "/preload.js",
+                  "link_header_preload": "/link-header.png"},
+    "scripts": {"fetch": "/fetch", "xhr": "/xhr", "script_src": "/script.js", "dynamic_import": "/module.js",
+                "eventsource": "/events", "send_beacon": "/beacon", "fetch_post_307": "/post307",
+                "websocket": "/ws"},
+    # frames that navigate themselves (the page stays), and workers
+    "frames_workers": {"meta_refresh_iframe": "/frame-refresh", "refresh_header_iframe": "/header-refresh",
+                       "a_ping": "/ping", "shared_worker": "/shared", "dedicated_worker": "/worker",
+                       "worker_import_scripts": "/imported.js", "blob_worker": "/blob"},
+}
+ALONE_TLS = "TLS: the canary sees a ClientHello, no request path"
+ALONE_NAVIGATES = "navigates the page itself: a shared page's other members would go with it"
+ALONE_TUNNEL = "a CONNECT tunnel (ws://): the proxy's refusal names host and port, not the path"
+ALONE = {   # vectors that keep their own renders for a reason their fields do not say
+    "redirect_to_https": ALONE_TLS, "payment_method_manifest": ALONE_TLS, "fedcm": ALONE_TLS,
+    "websocket_tls": ALONE_TLS, "https_fetch": ALONE_TLS, "https_ipv6_mapped": ALONE_TLS,
+    "webrtc_turns_tcp": ALONE_TLS,
+    "webrtc_turn_tcp": "TURN in a CONNECT tunnel: the canary sees STUN bytes, no request path",
+    "meta_refresh": ALONE_NAVIGATES, "location_href": ALONE_NAVIGATES, "form_post": ALONE_NAVIGATES,
+    "form_post_307": ALONE_NAVIGATES, "download_link": ALONE_NAVIGATES,
+    "base_href": "<base href> rebases every relative URL of the page, its neighbours' too",
+    "csp_report_uri": "its Content-Security-Policy header rules the whole page (img-src 'self' stops "
+                      "its neighbours' images)",
+}
+BLOCKED_ALONE = {"websocket": ALONE_TUNNEL}   # shares its control render, not its blocked one
+GROUP_MEMBERS: dict[str, list[Vector]] = {}   # every module's groups: the site serves /g/<group>/<kind>
+
+
+def alone_reason(v: Vector, alone: dict[str, str]) -> str:
+    """Why `v` keeps renders of its own ('' for none)."""
+    return (alone.get(v.name, "")
+            or (v.redirect and "the page is a redirect chain: the render ends at the refused hop")
+            or (v.browser_drops and "browser_drops: its control asserts that nothing named the canary")
+            or (v.no_control and "no control: no refusal to find by path in a shared page")
+            or (v.unrestricted_control and "its control runs in the unrestricted browser (UDP: no path)")
+            or ((v.xfail_blocked or v.xfail_control) and "marked xfail")
+            or (v.timeout_ms and "its own timeout"))
+
+
+def register_groups(vectors: list[Vector], groups: dict[str, dict[str, str]], alone: dict[str, str],
+                    blocked_alone: dict[str, str]) -> None:
+    """Set `group`, `path` and `blocked_alone` on the vectors of `groups`, and check that every
+    vector either shares a group's page or has a reason not to."""
+    by_name = {v.name: v for v in vectors}
+    for group, paths in groups.items():
+        assert group not in GROUP_MEMBERS, f"group {group} is taken"
+        assert len(set(paths.values())) == len(paths), f"group {group}: two members ask for one path"
+        GROUP_MEMBERS[group] = []
+        for name, path in paths.items():
+            v = by_name[name]
+            assert not v.group and not alone_reason(v, alone), f"{name}: shared, yet {alone_reason(v, alone)!r}"
+            v.group, v.path, v.blocked_alone = group, path, blocked_alone.get(name, "")
+            GROUP_MEMBERS[group].append(v)
+    for v in vectors:
+        assert bool(v.group) != bool(alone_reason(v, alone)), f"{v.name}: neither in a group nor alone for a reason"
+
+
+register_groups(VECTORS, GROUPS, ALONE, BLOCKED_ALONE)
+
+
+def group_members(group: str, kind: str) -> list[Vector]:
+    """The members of `group` on its `kind` ("blocked" or "control") page."""
+    return [v for v in GROUP_MEMBERS[group] if not (kind == "blocked" and v.blocked_alone)]
+
+
+def shares(v: Vector, kind: str) -> bool:
+    """Whether `v`'s `kind` test judges the shared render of its group's page."""
+    return bool(v.group) and v in group_members(v.group, kind)
+
+
+# ---------------------------------------------------------------------------------------------
 # the servers
+
+class FirstBytes(bytearray):
+    """A connection's first bytes, filled in after the connection is counted."""
+
+    def __repr__(self):
+        return repr(bytes(self))
+
 
 class Canary:
     """Listeners that count every accepted connection and every datagram."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.hits: list[tuple[str, str, int, bytes]] = []   # (proto, address, port, first bytes)
+        # (proto, address, port, first bytes: a FirstBytes for a connection, filled once they come)
+        self.hits: list[tuple[str, str, int, bytes]] = []
         self.sockets: list[socket.socket] = []
 
     def tcp(self, host: str, port: int) -> int:
@@ -338,16 +480,16 @@ class Canary:
                 conn, _ = server.accept()
             except OSError:
                 return
-            i = self._record("tcp", host, port, b"")
-            threading.Thread(target=self._answer, args=(conn, i), daemon=True).start()
+            first = FirstBytes()
+            self._record("tcp", host, port, first)
+            threading.Thread(target=self._answer, args=(conn, first), daemon=True).start()
 
-    def _answer(self, conn, i):
+    def _answer(self, conn, first: FirstBytes):
         try:
             conn.settimeout(0.5)
             data = conn.recv(300)
             with self.lock:
-                p, h, n, _ = self.hits[i]
-                self.hits[i] = (p, h, n, data)
+                first += data
             body = b"<title>canary</title>canary"
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nAccess-Control-Allow-Origin: *\r\n"
                          b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
@@ -364,10 +506,9 @@ class Canary:
                 return
             self._record("udp", host, port, data[:40])
 
-    def _record(self, proto, host, port, data) -> int:
+    def _record(self, proto, host, port, data) -> None:
         with self.lock:
             self.hits.append((proto, host, port, data))
-            return len(self.hits) - 1
 
     def take(self) -> list:
         with self.lock:
@@ -451,6 +592,23 @@ def _encoded(coding: str, kind: str, size: int) -> bytes:
         return zlib.compress(raw, 9)
     import brotli
     return brotli.compress(raw, quality=5)
+
+
+def group_page(site: Site, group: str, members: list[Vector]) -> str:
+    """One page with every member's head and body; after each body the member reports to /ran under
+    its name, and its own `ran(...)` calls report under its name too."""
+    wait = max(v.wait_ms for v in members)
+    parts = [site.fill(f"<!doctype html><html><head><meta charset=utf-8><title>group {group}</title><script>"
+                       "function ranAs(v, x) { fetch('{{S}}/ran?v=' + v + '&x=' + encodeURIComponent(x || ''), "
+                       "{keepalive: true, cache: 'no-store'}).catch(() => {}) }</script>", group)]
+    parts += [site.fill(v.head, v.name) for v in members]
+    parts.append(f"</head><body><p>group {group}</p>")
+    for v in members:
+        body = re.sub(r"(?<![\w.$])ran\(", "ranAs('{{V}}', ", v.body)
+        parts.append(site.fill(f"<p>vector {v.name}</p>{body}<script>ranAs('{{{{V}}}}', 'end')</script>", v.name))
+    parts.append(site.fill(f"<img src=\"{{{{S}}}}/wait?ms={wait}&g={group}\" width=1 height=1 alt=\"\">"
+                           "<script>ranAs('{{V}}', 'end')</script></body></html>", group))
+    return "".join(parts)
 
 
 def _zstd(head: bytes, spaces: int, tail: bytes) -> bytes:
@@ -543,6 +701,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if len(parts) == 3 and parts[1] == "h" and parts[2] in BY_NAME and BY_NAME[parts[2]].helper:
             v = BY_NAME[parts[2]]
             return self._send(200, body=site.fill(v.helper, v.name), headers=v.helper_headers)
+        if len(parts) == 4 and parts[1] == "g" and parts[2] in GROUP_MEMBERS and parts[3] in ("blocked", "control"):
+            members = group_members(parts[2], parts[3])
+            return self._send(200, body=group_page(site, parts[2], members),
+                              headers=[h for v in members for h in v.headers])
         if len(parts) == 3 and parts[1] == "v" and parts[2] in BY_NAME:
             v = BY_NAME[parts[2]]
             if v.redirect:  # two hops, the second with the hostile Location
@@ -627,6 +789,7 @@ class Env:
         threading.Thread(target=self.site.serve_forever, daemon=True).start()
         self.renderer = Renderer()
         self._unrestricted: Renderer | None = None
+        self.shared: dict[tuple[str, str], Outcome] = {}   # (group, kind): its page's one render
 
     @property
     def site_url(self) -> str:
@@ -672,6 +835,18 @@ class Env:
         return Outcome(error, self.canary.take(), requests, ran, refusals, list(_RecordingProxy.made), row,
                        accept_encodings)
 
+    def render_group(self, group: str, kind: str, policy: FetchPolicy | None,
+                     renderer: Renderer | None = None) -> Outcome:
+        """The render of `group`'s `kind` page, made once and shared by its members' tests."""
+        if (group, kind) not in self.shared:
+            out = self.render(f"{self.site_url}/g/{group}/{kind}", policy, renderer)
+            # a connection counted just before the render ended may still be sending its first bytes
+            deadline = time.monotonic() + 0.6
+            while any(h[0] == "tcp" and not h[3] for h in out.hits) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.shared[group, kind] = out
+        return self.shared[group, kind]
+
     def close(self):
         for r in (self.renderer, self._unrestricted):
             if r is not None:
@@ -716,6 +891,36 @@ def _canary_requested(env: Env, out: Outcome) -> bool:
         _canary_refused(env, out)
 
 
+def request_path(hit) -> str | None:
+    """The path a canary connection's request line asks for (None: no HTTP request line)."""
+    m = re.match(rb"[A-Z]+ (/[^ ?#]*)[ ?#]", bytes(hit[3]))
+    return m.group(1).decode("latin-1") if m else None
+
+
+def _in_group(v: Vector, kind: str) -> str:
+    return f"{v.name} (shared {kind} page of group {v.group}: {', '.join(m.name for m in group_members(v.group, kind))})"
+
+
+def check_shared_blocked(env: Env, v: Vector, out: Outcome, names_canary) -> None:
+    """test_blocked's checks for `v` in its group's shared render (see "shared renders")."""
+    others = {env.site.fill(m.path) for m in group_members(v.group, "blocked") if m is not v}
+    path, where = env.site.fill(v.path), _in_group(v, "blocked")
+    mine = [h for h in out.hits if request_path(h) not in others]   # its own, or nobody's
+    assert mine == [], f"{where}: the canary was reached under the policy: {mine}\n{out.show()}"
+    assert any(name == v.name for name, _ in out.ran), f"{where}: its part of the page did not run\n{out.show()}"
+    assert any(names_canary(url) and urlsplit(url).path == path for url, _ in out.refusals), (
+        f"{where}: no refusal of a request for {path} naming the canary at the proxy\n{out.show()}")
+
+
+def check_shared_control(env: Env, v: Vector, out: Outcome) -> None:
+    """test_control's check for `v` in its group's shared render: its own request reached the canary."""
+    proto, host, key = v.hit
+    port, path = env.site.ports[key], env.site.fill(v.path)
+    wanted = [h for h in out.hits if h[:3] == (proto, host, port) and request_path(h) == path]
+    assert wanted, (f"{_in_group(v, 'control')}: the control did not reach the canary {proto} {host}:{port} "
+                    f"with a request for {path}\n{out.show()}")
+
+
 # ---------------------------------------------------------------------------------------------
 # the tests
 
@@ -726,6 +931,10 @@ def _marked(vectors, attr):
 
 @pytest.mark.parametrize("v", _marked(VECTORS, "xfail_blocked"))
 def test_blocked(env, v):
+    if shares(v, "blocked"):
+        out = env.render_group(v.group, "blocked", blocked_policy())
+        check_shared_blocked(env, v, out, functools.partial(_names_canary, env))
+        return
     out = env.render(f"{env.site_url}/v/{v.name}", blocked_policy(), timeout_ms=v.timeout_ms)
     assert out.hits == [], f"{v.name}: the canary was reached under the policy\n{out.show()}"
     if v.ran:
@@ -742,6 +951,10 @@ def test_blocked(env, v):
 
 @pytest.mark.parametrize("v", _marked(CONTROLLED, "xfail_control"))
 def test_control(env, v):
+    if shares(v, "control"):
+        allow = {a for m in group_members(v.group, "control") for a in m.control_allow}
+        check_shared_control(env, v, env.render_group(v.group, "control", control_policy(allow)))
+        return
     if v.unrestricted_control:
         out = env.render(f"{env.site_url}/v/{v.name}", None, env.unrestricted(), v.timeout_ms)
     else:

@@ -19,14 +19,19 @@ SSRF vectors (`VECTORS_BLIND`) follow the existing pattern: `test_blocked` rende
 control goes through the proxy) the proxy must have refused a request naming a canary;
 `test_control` renders under a policy that also allows the canary, and the canary must be hit
 (unspecified addresses, which no policy can allow: in the "wide" browser, without a proxy).
+As in the suite, vectors whose requests can be told apart by path share their renders with the
+other members of a group (`BLIND_GROUPS`; tests/test_fetch_attacks.py, "shared renders"), each
+judged on its own path in the shared outcome; the others (`BLIND_ALONE`, and redirects) keep
+their own pages.
 
 Measured blind (2026-12-02), before any fix: of 59 vectors (52 SSRF, 7 budget) 2 got through,
 both budget ones: `budget_websocket_deflate` (fixed since: the proxy offers no WebSocket
 compression) and `budget_tls_bomb` (open, marked so).
 
 Budget vectors (`BUDGET_VECTORS`) report, from the page, how many decoded bytes they received
-(`ran('total N')`). Under a 300 kB budget no page may report more than the budget (plus slack);
-the control renders the same page in a browser without a proxy and must report more.
+(`ran('total N')`), each on a page of its own (the budget is the whole page's). Under a 300 kB
+budget no page may report more than the budget (plus slack); the control renders the same page in
+a browser without a proxy and must report more.
 """
 from __future__ import annotations
 
@@ -288,6 +293,47 @@ assert not {v.name for v in ALL_BLIND} & {v.name for v in VECTORS}, "a vector na
 assert len({v.name for v in ALL_BLIND}) == len(ALL_BLIND)
 BY_NAME.update({v.name: v for v in ALL_BLIND})   # the site serves /v/<name> and /h/<name> from BY_NAME
 
+# -- shared renders (tests/test_fetch_attacks.py, "shared renders") -------------------------------
+BLIND_GROUPS = {   # group: {vector: the path its request asks for}
+    # unspecified addresses: the control of all three in the "wide" browser, without a proxy
+    "blind_unspecified": {"fetch_unspecified_v4": "/zero", "fetch_unspecified_v6": "/zero6",
+                          "fetch_ipv6_mapped_unspecified": "/zero-mapped"},
+    "blind_css": {"css_image_set": "/set.png", "css_cursor": "/cursor.png", "css_mask_image": "/mask.png",
+                  "css_border_image": "/border.png", "css_list_style_image": "/bullet.png",
+                  "css_content_url": "/content.png", "css_shape_outside": "/shape.png",
+                  "css_data_stylesheet_import": "/data-import.css", "css_constructed_sheet": "/constructed.png",
+                  "fontface_api": "/api.woff2"},
+    "blind_elements": {"img_redirect_308": "/img308", "video_poster": "/poster.png", "video_source": "/source.mp4",
+                       "track_src": "/track.vtt", "picture_source": "/picture.png",
+                       "body_background_merge": "/body-bg.png", "table_background": "/table-bg.png",
+                       "svg_feimage": "/feimage.png", "svg_script_href": "/svg-script.js"},
+    # frames (the page stays: a form aimed at a named iframe, documents of other origins), and [::1]
+    "blind_frames": {"fetch_ipv6_loopback": "/lo6", "frameset_frame": "/frameset", "data_svg_iframe": "/data-svg.png",
+                     "data_html_iframe": "/data-html.png", "blob_iframe": "/blob-frame.png",
+                     "form_get_iframe": "/form-get"},
+    # the page's Link and Speculation-Rules headers, an import map (first module loader of its page)
+    "blind_scripted": {"importmap_module": "/mapped.js", "link_header_prefetch": "/link-prefetch",
+                       "speculation_rules_header": "/rules.json", "link_header_modulepreload": "/link-module.js",
+                       "link_compression_dictionary": "/dictionary", "cache_storage_add": "/cache-add",
+                       "xhr_sync_preflight": "/propfind"},
+    "blind_workers": {"worker_eventsource": "/worker-events", "data_url_worker": "/data-worker",
+                      "module_worker_import": "/worker-static.js", "paint_worklet": "/paint.js",
+                      "audio_worklet": "/audio.js", "websocket_stream": "/wss-stream", "worker_websocket": "/worker-ws"},
+}
+_LATE = "counts what reaches the canary after its render (late_s): a page of its own, nothing else in flight"
+_BUDGET = "a budget vector: the byte budget is the whole page's, and its total is the page's"
+BLIND_ALONE = {
+    "refresh_header_top": A.ALONE_NAVIGATES, "navigation_api": A.ALONE_NAVIGATES,
+    "keepalive_on_frame_removal": _LATE, "fetch_later_frame_removal": _LATE,
+    "tls_aia_fetch": "its render gets a fresh certificate on the TLS site first, so the verifier has "
+                     "nothing cached",
+    **{v.name: _BUDGET for v in BUDGET_VECTORS},
+}
+A.register_groups(ALL_BLIND, BLIND_GROUPS, BLIND_ALONE,
+                  {"websocket_stream": A.ALONE_TUNNEL, "worker_websocket": A.ALONE_TUNNEL})
+for _group in BLIND_GROUPS:   # a group's control runs in one browser
+    assert len({v.wide_control for v in A.GROUP_MEMBERS[_group]}) == 1, _group
+
 
 # ---------------------------------------------------------------------------------------------
 # extra routes on the site (/bx/...)
@@ -531,6 +577,10 @@ def _ids(vectors):
 
 @pytest.mark.parametrize("v", _ids(VECTORS_BLIND))
 def test_blocked(blind, v):
+    if A.shares(v, "blocked"):
+        out = blind.render_group(v.group, "blocked", blocked_policy())
+        A.check_shared_blocked(blind, v, out, lambda url: any(m in url for m in _marks(blind)))
+        return
     out = _render(blind, v, blocked_policy())
     assert out.hits == [], f"{v.name}: the canary was reached under the policy\n{out.show()}"
     if v.ran:
@@ -544,6 +594,14 @@ def test_blocked(blind, v):
 
 @pytest.mark.parametrize("v", [pytest.param(v, id=v.name) for v in VECTORS_BLIND if not v.no_control])
 def test_control(blind, v):
+    if A.shares(v, "control"):
+        if v.wide_control:   # every member of its group is
+            out = blind.render_group(v.group, "control", None, _renderer(blind, "wide"))
+        else:
+            allow = {a for m in A.group_members(v.group, "control") for a in m.control_allow}
+            out = blind.render_group(v.group, "control", control_policy(allow))
+        A.check_shared_control(blind, v, out)
+        return
     if v.wide_control:
         out = _render(blind, v, None, _renderer(blind, "wide"), control=True)
     elif v.unrestricted_control:
