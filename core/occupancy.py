@@ -131,9 +131,26 @@ def occupancy_pyramid(coords_zyx: np.ndarray,
 
 
 def _unique_sorted(c: np.ndarray) -> np.ndarray:
+    """The distinct rows of `c` (n, 3), sorted lexicographically (z, y, x), as int32.
+
+    Each row becomes one int64 key in mixed radix (z slowest), whose numeric order is the rows'
+    lexicographic order, so a 1-D unique does it: several times faster than np.unique(axis=0),
+    which sorts opaque row records."""
     if len(c) == 0:
         return np.zeros((0, 3), dtype=np.int32)
-    return np.unique(c.astype(np.int32), axis=0)  # rows sorted lexicographically (z, y, x)
+    c = c.astype(np.int64, copy=False)
+    lo = c.min(axis=0)
+    span = c.max(axis=0) - lo + 1
+    if float(span[0]) * float(span[1]) * float(span[2]) >= 2.0 ** 62:   # keys would overflow: sort rows
+        return np.unique(c.astype(np.int32), axis=0)
+    key = (c[:, 0] - lo[0]) * (span[1] * span[2]) + (c[:, 1] - lo[1]) * span[2] + (c[:, 2] - lo[2])
+    key = np.unique(key)
+    out = np.empty((len(key), 3), np.int32)
+    out[:, 0] = key // (span[1] * span[2]) + lo[0]
+    rest = key % (span[1] * span[2])
+    out[:, 1] = rest // span[2] + lo[1]
+    out[:, 2] = rest % span[2] + lo[2]
+    return out
 
 
 def _check_stride(stride: int) -> None:

@@ -1,14 +1,22 @@
 """A frame's rows in the concretizer tables: its voxels (hard voxelization, MeanVFE), then the frozen
 VoxelBackBone8x's features per layer and the occupancy targets per stride.
 
-Plain stage functions: each yields ("table", row) events (and the voxels for the next stage), which
+Plain stage functions: each yields ("table", rows) events (and the voxels for the next stage), which
 the graph (transforms/lidar/concretizer_graph.py) splits into tables with `payloads`.
+
+Rows leave as Arrow tables built straight from the numpy arrays (a frame's features rows are one
+table, its occupancy rows another), not as row dicts: a dict holds its coordinates as Python lists,
+one small list per voxel, and building them (`tolist`), sizing them in the sink and converting them
+back to Arrow cost more CPU than the backbone itself (bench/voxelize.py, pipeline). The sink takes
+Arrow tables as they are and spills them where they were made; the values written are the same.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from schemas import concretizer as schema
 from core import storage
@@ -16,6 +24,8 @@ from transforms.io.ids import stable_id
 from core.occupancy import occupancy_pyramid
 from transforms.lidar.presets import get_preset, grid_size, max_voxels, voxel_grid
 from transforms.lidar.voxelize import mean_vfe, voxelize
+
+_ARROW = {t.table: t.arrow for t in schema.TABLES}   # built once: TableSchema.arrow makes a new one per call
 
 
 @dataclass(frozen=True)
@@ -33,28 +43,68 @@ def feature_identity(settings: FeatureSettings) -> tuple:
     return (asdict(settings), None if w.startswith("seed:") else storage.version(w))
 
 
+# -- Arrow columns from numpy: one array per column, no Python object per element
+
+def _offsets(lengths: Sequence[int]) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def coords_column(coords: Sequence[np.ndarray]) -> pa.Array:
+    """`coords` cells of several rows, each an (n, 3) integer array (z, y, x), as the schema's
+    list<fixed_size_list<int32, 3>> column."""
+    flat = np.concatenate([np.asarray(c, np.int32).reshape(-1) for c in coords])
+    cells = pa.FixedSizeListArray.from_arrays(pa.array(flat), 3)
+    return pa.ListArray.from_arrays(pa.array(_offsets([len(c) for c in coords])), cells, type=schema.COORDS)
+
+
+def int32_list_column(values: Sequence[np.ndarray]) -> pa.Array:
+    """list<int32> cells of several rows, each a 1-D integer array."""
+    flat = np.concatenate([np.asarray(v, np.int32).reshape(-1) for v in values])
+    return pa.ListArray.from_arrays(pa.array(_offsets([len(v) for v in values])), pa.array(flat),
+                                    type=pa.list_(pa.int32()))
+
+
+def binary_column(arrays: Sequence[np.ndarray]) -> pa.Array:
+    """binary cells of several rows, each the raw bytes of an array in C order (one copy in all)."""
+    data = np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays])
+    offsets = _offsets([a.nbytes for a in arrays])
+    return pa.Array.from_buffers(pa.binary(), len(arrays), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _table(name: str, columns: dict) -> pa.Table:
+    """A table of `name`'s schema from {field: array or list of Python values}."""
+    arrow = _ARROW[name]
+    return pa.Table.from_arrays([c if isinstance(c, pa.Array) else pa.array(c, type=arrow.field(f).type)
+                                 for f, c in ((f.name, columns[f.name]) for f in arrow)], schema=arrow)
+
+
+# -- stage functions
+
 def voxel_rows(frame: dict, preset: str, mode: str):
     """Stage function: a cropped frame -> its `frames` and `voxels` rows, and the voxels for the backbone."""
     p = get_preset(preset)
     voxels, coords, counts = voxelize(frame["points"], preset, mode)
     features = mean_vfe(voxels, counts).astype(np.float32)
     points = frame["points"]
-    yield "frames", {
-        "id": frame["id"], "source": frame["source"], "source_ref": frame["source_ref"], "preset": preset,
-        "point_features": frame["point_features"], "points": points.tobytes(), "num_points": len(points),
-        "num_points_raw": frame["num_points_raw"], "labels": frame["labels"],
-        "grid_size": list(grid_size(preset)), "point_cloud_range": [float(v) for v in p["point_cloud_range"]],
-        "voxel_size": [float(v) for v in p["voxel_size"]]}
-    yield "voxels", {
-        "id": stable_id("concretizer-voxels", frame["id"]), "frame_id": frame["id"], "coords": coords.tolist(),
-        "num_points": counts.tolist(), "features": features.tobytes(), "num_voxels": len(coords),
-        "max_points_per_voxel": int(p["max_points_per_voxel"]), "max_voxels": max_voxels(preset, mode)}
+    yield "frames", _table("frames", {
+        "id": [frame["id"]], "source": [frame["source"]], "source_ref": [frame["source_ref"]], "preset": [preset],
+        "point_features": [frame["point_features"]], "points": binary_column([points]), "num_points": [len(points)],
+        "num_points_raw": [frame["num_points_raw"]], "labels": [frame["labels"]],
+        "grid_size": [list(grid_size(preset))], "point_cloud_range": [[float(v) for v in p["point_cloud_range"]]],
+        "voxel_size": [[float(v) for v in p["voxel_size"]]]})
+    yield "voxels", _table("voxels", {
+        "id": [stable_id("concretizer-voxels", frame["id"])], "frame_id": [frame["id"]],
+        "coords": coords_column([coords]), "num_points": int32_list_column([counts]),
+        "features": binary_column([features]), "num_voxels": [len(coords)],
+        "max_points_per_voxel": [int(p["max_points_per_voxel"])], "max_voxels": [max_voxels(preset, mode)]})
     yield "vox", (frame["id"], coords, features)
 
 
 class BackboneFeatures:
-    """Stage function: a frame's voxels -> its `features` rows (per layer) and `occupancy` rows (per
-    stride). The network is built once per worker process (setup) and frozen."""
+    """Stage function: a frame's voxels -> its `features` rows (one per layer) and `occupancy` rows (one
+    per stride), each kind as one table. The network is built once per worker process (setup) and frozen."""
 
     def __init__(self, settings: FeatureSettings, preset: str, channels: int):
         self.settings, self.preset, self.channels = settings, preset, channels
@@ -81,17 +131,22 @@ class BackboneFeatures:
     def __call__(self, item):
         frame_id, coords, features = item
         self.setup()
-        dtype = np.dtype(self.settings.dtype)
         layers = self._net.extract(features, coords)
-        for layer in self.settings.layers:
-            c, values, stride, shape = layers[layer]
-            yield "features", {
-                "id": stable_id("concretizer-features", frame_id, layer, self._net.source, self.settings.dtype),
-                "frame_id": frame_id, "layer": layer, "stride": list(stride), "spatial_shape": list(shape),
-                "coords": c.tolist(), "channels": int(values.shape[1]), "dtype": self.settings.dtype,
-                "values": np.ascontiguousarray(values, dtype=dtype.newbyteorder("<")).tobytes(),
-                "backbone": self._net.source}
-        for stride, (c, shape) in occupancy_pyramid(coords, voxel_grid(self.preset)).items():
-            yield "occupancy", {
-                "id": stable_id("concretizer-occupancy", frame_id, stride), "frame_id": frame_id,
-                "stride": stride, "stride_name": f"s{stride}", "spatial_shape": list(shape), "coords": c.tolist()}
+        names, source, dtype = self.settings.layers, self._net.source, self.settings.dtype
+        little = np.dtype(dtype).newbyteorder("<")
+        out = [layers[name] for name in names]
+        yield "features", _table("features", {
+            "id": [stable_id("concretizer-features", frame_id, name, source, dtype) for name in names],
+            "frame_id": [frame_id] * len(names), "layer": list(names),
+            "stride": [list(stride) for _, _, stride, _ in out], "spatial_shape": [list(shape) for *_, shape in out],
+            "coords": coords_column([c for c, *_ in out]), "channels": [int(v.shape[1]) for _, v, *_ in out],
+            "dtype": [dtype] * len(names),
+            "values": binary_column([np.ascontiguousarray(v, dtype=little) for _, v, *_ in out]),
+            "backbone": [source] * len(names)})
+        pyramid = sorted(occupancy_pyramid(coords, voxel_grid(self.preset)).items())
+        yield "occupancy", _table("occupancy", {
+            "id": [stable_id("concretizer-occupancy", frame_id, stride) for stride, _ in pyramid],
+            "frame_id": [frame_id] * len(pyramid), "stride": [stride for stride, _ in pyramid],
+            "stride_name": [f"s{stride}" for stride, _ in pyramid],
+            "spatial_shape": [list(shape) for _, (_, shape) in pyramid],
+            "coords": coords_column([c for _, (c, _) in pyramid])})

@@ -239,23 +239,28 @@ def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 class _Layout:
-    """Footprints placed so far (LiDAR frame, with a margin); rejects overlapping placements."""
+    """Footprints placed so far (LiDAR frame, with a margin); rejects overlapping placements.
+
+    Each footprint keeps its centre and radius, computed once when it is placed: a scene tries a few
+    hundred placements against up to a hundred footprints, and recomputing them on every test was
+    most of the scene's time."""
 
     def __init__(self) -> None:
         self.rects: list[np.ndarray] = []
+        self._circles: list[tuple[float, float, float]] = []   # (centre x, centre y, radius) per rect
 
     def try_place(self, x: float, y: float, dx: float, dy: float, yaw: float, margin: float = 0.3) -> bool:
         r = _rect(x, y, dx + 2 * margin, dy + 2 * margin, yaw)
         cx, cy = x, y
         rad = math.hypot(dx, dy) / 2 + margin
-        for other in self.rects:
-            oc = other.mean(0)
-            orad = np.linalg.norm(other - oc, axis=1).max()
-            if math.hypot(cx - oc[0], cy - oc[1]) > rad + orad:
+        for other, (ox, oy, orad) in zip(self.rects, self._circles):
+            if math.hypot(cx - ox, cy - oy) > rad + orad:
                 continue
             if _overlaps(r, other):
                 return False
         self.rects.append(r)
+        oc = r.mean(0)
+        self._circles.append((oc[0], oc[1], np.linalg.norm(r - oc, axis=1).max()))
         return True
 
 

@@ -123,7 +123,9 @@ def simulate_scan(scene: Scene, seed: int, *, beams: int = 64, azimuth_step_deg:
     refl[rng.random(len(t)) < np.where(ground, WEAK_RETURN_GROUND, WEAK_RETURN_OTHER)] = 0.0
     refl = np.round(np.clip(refl, 0.0, 1.0), 2)
 
-    points = np.column_stack([pts, refl])[keep].astype(np.float32)
+    points = np.empty((int(np.count_nonzero(keep)), 4), np.float32)   # column_stack, [keep], astype in one copy
+    points[:, :3] = pts[keep]
+    points[:, 3] = refl[keep]
     t_first = np.full(len(dirs), np.inf)
     t_first[idx] = t
     labels = []
