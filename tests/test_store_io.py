@@ -34,18 +34,35 @@ def _rows(dataset_dir, manifest, table):
     return out
 
 
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """(out folder, manifest) of the small run in a local folder, the reference of the store runs."""
+    out = str(tmp_path_factory.mktemp("local"))
+    return out, _run(out)
+
+
+@pytest.fixture(scope="module")
+def s3_run(s3_store):
+    """(out prefix, manifest) of the same run published to S3. The tests that use it read it; one tries
+    to overwrite it with a run that fails, which must leave it as it was."""
+    out = s3_store.bucket() + "/runs/x"
+    return out, _run(out)
+
+
 @pytest.mark.parametrize("store_name", ["s3_store", "gcs_store"])
-def test_a_dataset_in_a_store_equals_the_local_one(store_name, request, tmp_path):
-    store = request.getfixturevalue(store_name)
-    remote_out = store.bucket() + "/runs/x"
-    local = _run(str(tmp_path / "out"))
-    remote = _run(remote_out)
+def test_a_dataset_in_a_store_equals_the_local_one(store_name, request, local_run):
+    local_out, local = local_run
+    if store_name == "s3_store":
+        remote_out, remote = request.getfixturevalue("s3_run")
+    else:
+        remote_out = request.getfixturevalue(store_name).bucket() + "/runs/x"
+        remote = _run(remote_out)
     target = storage.join(remote_out, "pruned-synth")
     assert remote["tables"]["rows"]["rows"] == local["tables"]["rows"]["rows"] > 0
     assert len(remote["tables"]["rows"]["files"]) == len(local["tables"]["rows"]["files"]) > 1
     for lf, rf in zip(local["tables"]["rows"]["files"], remote["tables"]["rows"]["files"]):
         assert lf["path"].split("/", 1)[1] == rf["path"].split("/", 1)[1]
-        with open(os.path.join(tmp_path, "out", "pruned-synth", lf["path"]), "rb") as fh:
+        with open(os.path.join(local_out, "pruned-synth", lf["path"]), "rb") as fh:
             assert fh.read() == storage.read_bytes(storage.join(target, rf["path"]))  # byte-identical
     problems, _ = validate(target)
     assert problems == []
@@ -54,7 +71,10 @@ def test_a_dataset_in_a_store_equals_the_local_one(store_name, request, tmp_path
     assert not any(layout.SPILL_DIR in n or layout.RUN_RECORD in n for n in names)  # cleaned at commit
 
 
-def test_cli_run_validate_inspect_train_against_s3(s3_store, tmp_path):
+def test_cli_run_validate_inspect_train_against_s3(s3_store, tmp_path, capsys):
+    """`shardsmith run` as a process of its own (the store reached through the environment alone);
+    then validate, inspect and train through the same entry point (pipelines.cli.main) in this one."""
+    from pipelines.cli import main
     out = s3_store.bucket() + "/x"
     env = dict(os.environ)
     done = subprocess.run(CLI + ["run", "pruned-synth", "--out", out, "--quiet", "--part-mb", str(PART_MB)]
@@ -63,14 +83,14 @@ def test_cli_run_validate_inspect_train_against_s3(s3_store, tmp_path):
     assert f"-> {out}/pruned-synth" in done.stdout
     assert not os.path.exists("s3:") and not (tmp_path / "s3:").exists()
     target = f"{out}/pruned-synth"
-    done = subprocess.run(CLI + ["validate", target], capture_output=True, text=True)
-    assert done.returncode == 0 and done.stdout.strip().endswith(f"{target}: valid"), done.stderr
-    done = subprocess.run(CLI + ["inspect", target, "--rows", "2"], capture_output=True, text=True)
-    assert done.returncode == 0 and "[rows] pruned-synth/rows v1: 550 rows" in done.stdout, done.stderr
-    done = subprocess.run(CLI + ["train", "pruned-synth", "--data", target, "--out", str(tmp_path / "train")],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    capsys.readouterr()
+    assert main(["validate", target]) == 0
+    assert capsys.readouterr().out.strip().endswith(f"{target}: valid")
+    assert main(["inspect", target, "--rows", "2"]) == 0
+    assert "[rows] pruned-synth/rows v1: 550 rows" in capsys.readouterr().out
+    assert main(["train", "pruned-synth", "--data", target, "--out", str(tmp_path / "train")]) == 0
     assert (tmp_path / "train" / "metrics.json").exists()
+    assert not os.path.exists("s3:")
 
 
 def test_overwrite_replaces_the_generation_and_readers_trust_only_the_manifest(s3_store):
@@ -129,11 +149,10 @@ def test_a_store_that_goes_away_mid_run_publishes_nothing_and_a_rerun_succeeds(t
         store.stop()
 
 
-def test_a_killed_store_mid_run_leaves_no_manifest(s3_store, monkeypatch):
+def test_a_killed_store_mid_run_leaves_no_manifest(s3_run, monkeypatch):
     """Without restarting the server: a run that fails mid-way deletes its generation and never
-    writes the manifest, so the previous dataset stays the readable one."""
-    out = s3_store.bucket() + "/x"
-    first = _run(out)
+    writes the manifest, so the previous dataset (the module's published one) stays the readable one."""
+    out, first = s3_run
     from transforms.io import shards
 
     def broken(*args, **kwargs):
@@ -172,15 +191,14 @@ def test_unusable_outputs_are_one_line_and_exit_2_before_any_pipeline(case, s3_s
     assert len(lines) == 1 and expect in lines[0], lines
 
 
-def test_trainer_streams_shards_from_s3_split_across_workers_and_resumes(s3_store):
+def test_trainer_streams_shards_from_s3_split_across_workers_and_resumes(s3_run):
     """trainers/data.py reads row groups by range from the store, in DataLoader worker processes,
     every row once per epoch, and a resumed epoch delivers exactly the rows not yet consumed."""
     torch = pytest.importorskip("torch")
     from torch.utils.data import DataLoader
 
     from trainers.data import ShardDataset, collate_rows
-    out = s3_store.bucket() + "/x"
-    manifest = _run(out)
+    out, manifest = s3_run
     target = storage.join(out, "pruned-synth")
     expected = sorted(r["id"] for r in _rows(target, manifest, "rows"))
 
