@@ -13,7 +13,7 @@ from schemas.multiui import PAGES, SAMPLES, TASKS
 from core.rejected import Rejected
 from transforms.llm.requests import Completion, Request
 from transforms.web.tasks import draw, llm_parse, llm_tasks, rule_tasks, templates, vision_tasks
-from transforms.web.tasks.elements import TaskRules, format_box
+from transforms.web.tasks.elements import TaskRules, format_box, light_page, page_problem
 from transforms.web.tasks.tree_text import tree_text
 
 W, H = 400, 300
@@ -319,6 +319,23 @@ def test_no_samples_from_dropped_or_screenshotless_pages():
         outs += list(vision_tasks.embedded_image_tasks(page, vision=False).values())
         for out in outs:
             assert not out.samples and not out.requests and not out.rejected and sum(out.skipped.values()) == 1
+
+
+def test_the_light_page_makes_the_same_rule_samples_and_llm_requests_without_the_bytes():
+    """What the graph's joins carry (light_page): no HTML or screenshot bytes, the same outputs, and
+    a screenshotless page still makes nothing."""
+    page = make_page(html="<html>" + "x" * 10_000 + "</html>")
+    light = light_page(page)
+    assert "screenshot" not in light and "html" not in light and light["screenshot_bytes"] == len(page["screenshot"]) > 0
+    full, slim = rule_tasks.rule_samples(page, POOL), rule_tasks.rule_samples(light, POOL)
+    for task in rule_tasks.RULE_TASKS:
+        assert slim[task].samples == full[task].samples and slim[task].skipped == full[task].skipped, task
+    assert sum(len(out.samples) for out in full.values()) > 0
+    for task, out in llm_tasks.llm_requests(light).items():
+        assert out.requests == llm_tasks.llm_requests(page)[task].requests and out.requests, task
+    none = light_page(make_page(screenshot=b""))
+    assert none["screenshot_bytes"] == 0 and page_problem(none) == "page has no screenshot"
+    assert not any(out.samples for out in rule_tasks.rule_samples(none, POOL).values())
 
 
 # -- tree text --------------------------------------------------------------------------------

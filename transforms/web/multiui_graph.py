@@ -32,6 +32,7 @@ from transforms.web.curate import curate, judge_plan, judged
 from transforms.web.curation import Rules
 from transforms.web.targets import duplicate_key, keep_order
 from transforms.web.tasks import TaskRules, embedded_image_tasks, llm_requests, parse_completion, rule_samples
+from transforms.web.tasks.elements import light_page
 from transforms.web.tasks.llm_tasks import LLM_TASKS, VISION_TASKS
 
 
@@ -147,7 +148,7 @@ class MultiuiGraph(beam.PTransform):
             results = {t: out for t, out in rule_samples(page, pool, rules).items() if t in tasks}
             return outputs_of(results)
 
-        return ({"page": kept | "PageKey" >> beam.Map(lambda p: (p["id"], p)), "pool": pools}
+        return ({"page": kept | "PageKey" >> beam.Map(lambda p: (p["id"], light_page(p))), "pool": pools}
                 | "JoinPool" >> beam.CoGroupByKey()
                 | ledger.stage("rule_tasks", make))
 
@@ -177,7 +178,7 @@ class MultiuiGraph(beam.PTransform):
             (page,) = grouped["page"]
             return [page] if list(grouped["chosen"]) else [skipped]
 
-        return ({"page": kept | "LlmPageKey" >> beam.Map(lambda p: (p["id"], p)), "chosen": chosen}
+        return ({"page": kept | "LlmPageKey" >> beam.Map(lambda p: (p["id"], light_page(p))), "chosen": chosen}
                 | "JoinLlmPages" >> beam.CoGroupByKey()
                 | self.ledger.stage("llm_pages", pick))
 

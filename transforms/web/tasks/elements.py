@@ -299,11 +299,25 @@ def glyph_problem(page: Mapping, text: Optional[str]) -> Optional[str]:
     return None
 
 
+# the bulk of a `pages` row, read by none of the rule or text-LLM tasks
+BULK_FIELDS = ("html", "screenshot")
+
+
+def light_page(page: Mapping) -> dict:
+    """The page as the rule and text-LLM tasks read it: without its HTML and screenshot bytes (most
+    of its size), with the screenshot's byte count in their place, so that a join which carries the
+    page to its distractor pool or to the LLM draw does not carry (and hold) the bytes."""
+    light = {k: v for k, v in page.items() if k not in BULK_FIELDS}
+    light["screenshot_bytes"] = len(page.get("screenshot") or b"")
+    return light
+
+
 def page_problem(page: Mapping) -> Optional[str]:
-    """Why a page yields no samples at all, or None."""
+    """Why a page yields no samples at all, or None (a full row, or its `light_page`)."""
     if page.get("kept") is False:
         return "page dropped by curation"
-    if not page.get("screenshot") or not page.get("screenshot_width") or not page.get("screenshot_height"):
+    has_png = page.get("screenshot") if "screenshot" in page else page.get("screenshot_bytes")
+    if not has_png or not page.get("screenshot_width") or not page.get("screenshot_height"):
         return "page has no screenshot"
     return None
 
