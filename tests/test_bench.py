@@ -63,7 +63,12 @@ SMOKE = {
         (CHROMIUM, "Debian's chromium (apt-get install -y chromium)"),))),
     "long_rmaxts.py": ("long_rmaxts.json", _needs()),
     "scale.py": ("scale.json", _needs("apache_beam", "pyarrow", "psutil")),
+    "resume.py": ("resume.json", _needs("apache_beam", "torch", "spconv", "playwright", paths=(
+        (CHROMIUM, "Debian's chromium (apt-get install -y chromium)"),))),
 }
+# scripts that load the bundled language model: they use the session's converted copy (one
+# conversion, about 17 s, for the whole run) instead of converting it again into the user's cache
+MODEL_USERS = {"llm_generate.py"}
 TIMEOUT_S = 300   # one benchmark; each takes 2-40 s on 2 quiet cores, a few times that on a busy machine
 
 
@@ -100,10 +105,12 @@ def short_tmp():
 
 @pytest.mark.bench
 @pytest.mark.parametrize("script", sorted(SMOKE))
-def test_benchmark_tiny(script, short_tmp):
+def test_benchmark_tiny(script, short_tmp, request):
     figures, unavailable = SMOKE[script]
     if unavailable:
         pytest.skip(f"bench/{script} {unavailable}")
+    if script in MODEL_USERS:
+        request.getfixturevalue("converted_model_cache")   # sets the model cache in os.environ
     tmp = short_tmp
     env = dict(os.environ, TMPDIR=str(tmp), HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     results_before = _snapshot(RESULTS)
