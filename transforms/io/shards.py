@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import typing
 import uuid
 from dataclasses import dataclass
 
@@ -449,7 +450,9 @@ class WriteDataset(beam.PTransform):
         spill_dir = storage.join(self.dataset_dir, layout.SPILL_DIR)
         # each producer's batches are spilled where they were made: flattening them first would
         # make the in-process runners copy every batch through the main process
-        spilled = [pcoll | f"Spill/{name}/{i}" >> beam.ParDo(_SpillBatches(name, self.specs[name], spill_dir))
+        # output types given (Beam infers Any for both, by reading their bytecode on every apply)
+        spilled = [pcoll | f"Spill/{name}/{i}" >> beam.ParDo(
+                       _SpillBatches(name, self.specs[name], spill_dir)).with_output_types(typing.Any)
                    for name, pcolls in sorted(tables.items())
                    for i, pcoll in enumerate(pcolls if isinstance(pcolls, tuple) else (pcolls,))]
         events = tuple(spilled) | "AllSpilled" >> beam.Flatten()
@@ -457,7 +460,7 @@ class WriteDataset(beam.PTransform):
                       | "Rows" >> beam.Filter(lambda ev: ev[0] == "row")
                       | "UnwrapRows" >> beam.Map(lambda ev: ev[1])
                       | "GroupRows" >> beam.GroupByKey()
-                      | "SpillRows" >> beam.ParDo(_SpillRows(self.specs, spill_dir)))
+                      | "SpillRows" >> beam.ParDo(_SpillRows(self.specs, spill_dir)).with_output_types(typing.Any))
         row_refs = (row_events
                     | "RowRefs" >> beam.Filter(lambda ev: ev[0] == "ref")
                     | "UnwrapRowRefs" >> beam.Map(lambda ev: ev[1]))

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 import apache_beam as beam
 import pyarrow as pa
 
-from transforms.io import dofn_specs
+from transforms.io import dofn_specs, option_views
 from transforms.io.ids import stable_id
 from transforms.io.meter import StageMeter
 from core.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
@@ -36,6 +36,7 @@ OK, DEAD, STAT = "ok", "dead", "stat"
 DUPLICATE = "duplicate input"   # the Skipped reason of inputs `Ledger.unique` drops
 log = logging.getLogger(__name__)
 dofn_specs.install()   # Beam's per-DoFn introspection, once per class (transforms/io/dofn_specs.py)
+option_views.install()   # Beam's options views, built once per options object (transforms/io/option_views.py)
 
 
 def record_count(output: Any) -> int:
@@ -241,7 +242,7 @@ class _Stage(beam.PTransform):
         expected = self.expected if self.expected is not None else created_count(pcoll)
         store = stage_store(self.ledger.store, self.ledger.dataset, self.name) if self.resume else None
         events = pcoll | "Run" >> beam.ParDo(_StageDoFn(self.name, self.fn, self.ledger.progress, expected,
-                                                        self.retry, store, self.resume))
+                                                        self.retry, store, self.resume)).with_output_types(Any)
         self.ledger.dead.append(payloads(events, DEAD, "Dead"))
         self.ledger.stats.append(payloads(events, STAT, "Stats"))
         return payloads(events, OK, "Ok")
