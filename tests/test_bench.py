@@ -30,6 +30,7 @@ BENCH = os.path.join(ROOT, "bench")
 RESULTS = os.path.join(BENCH, "results")
 CHROMIUM = "/usr/bin/chromium"          # Debian's chromium, what transforms.web.render.Renderer starts
 PYTHON_DOCS = "/usr/share/doc/python3.11/html/library"   # Debian's python3.11-doc: render.py's pages
+VLLM_PYTHON = os.path.join(ROOT, ".venv-vllm", "bin", "python")   # vLLM's CPU build (make vllm)
 
 
 def _missing_modules(*names: str) -> list[str]:
@@ -63,12 +64,14 @@ SMOKE = {
         (CHROMIUM, "Debian's chromium (apt-get install -y chromium)"),))),
     "long_rmaxts.py": ("long_rmaxts.json", _needs()),
     "scale.py": ("scale.json", _needs("apache_beam", "pyarrow", "psutil")),
+    "llm_vllm.py": ("llm_vllm.json", _needs("transformers", paths=(
+        (VLLM_PYTHON, "vLLM's CPU build in .venv-vllm (make vllm)"),))),
     "resume.py": ("resume.json", _needs("apache_beam", "torch", "spconv", "playwright", paths=(
         (CHROMIUM, "Debian's chromium (apt-get install -y chromium)"),))),
 }
 # scripts that load the bundled language model: they use the session's converted copy (one
 # conversion, about 17 s, for the whole run) instead of converting it again into the user's cache
-MODEL_USERS = {"llm_generate.py"}
+MODEL_USERS = {"llm_generate.py", "llm_vllm.py"}
 TIMEOUT_S = 300   # one benchmark; each takes 2-40 s on 2 quiet cores, a few times that on a busy machine
 
 
