@@ -41,10 +41,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
 
 from load_meter import TICK, machine_busy, rounds  # noqa: E402
 from pipelines import logs  # noqa: E402

@@ -26,13 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import resource
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import repo_path  # noqa: F401,E402  (the repository root on sys.path)
 
 from transforms.text.rouge_dedup import Decision, rouge_dedup, rouge_score_greedy  # noqa: E402
 from transforms.text.synthetic_instructions import make_instructions  # noqa: E402

@@ -64,10 +64,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
 
 import torch  # noqa: E402
 from load_meter import machine_busy  # noqa: E402

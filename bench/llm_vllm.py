@@ -40,14 +40,11 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for path in (ROOT, HERE):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
 
 from llm_generate import Meter, make_prompts, run_pipeline  # noqa: E402
 from process_meter import tree_cpu  # noqa: E402
+import tiny  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "llm_vllm.json")
 TARGET = 0.9
@@ -100,16 +97,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="timed rounds on each side; medians are reported")
     ap.add_argument("--vllm-python", default=None,
                     help="the Python of a venv with vLLM (default: $SHARDSMITH_VLLM_PYTHON, then .venv-vllm)")
-    ap.add_argument("--json", default=None, help=f"where to write the figures (default {RESULTS})")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size for tests/test_bench.py (figures meaningless): --prompts 4 --max-tokens 4 "
-                         "--repeat 1, figures to a temp folder; flags given still apply")
-    args = ap.parse_args(argv)
-    if args.tiny:
-        ap.set_defaults(prompts=4, max_tokens=4, repeat=1)
-        args = ap.parse_args(argv)
-    args.json = args.json or (os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "llm_vllm.json")
-                              if args.tiny else RESULTS)
+    args = tiny.parse(ap, argv, "llm_vllm", RESULTS, prompts=4, max_tokens=4, repeat=1)
     for name in ("prompts", "max_tokens", "repeat"):
         if getattr(args, name) < 1:
             print(f"llm_vllm.py: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)

@@ -54,9 +54,7 @@ import threading
 import time
 import zlib
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
 
 from load_meter import machine_busy  # noqa: E402
 from process_meter import (Seen, cmdline, descendants, processes_naming, rss_mb, smaps_mb,  # noqa: E402

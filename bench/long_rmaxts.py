@@ -61,10 +61,7 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
+from repo_path import HERE, ROOT  # noqa: E402  (the repository root on sys.path)
 
 from load_meter import machine_busy  # noqa: E402
 from process_meter import Seen, descendants, processes_naming, pss_mb, rss_mb, threads_and_fds, tree_cpu  # noqa: E402

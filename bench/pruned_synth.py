@@ -47,10 +47,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402

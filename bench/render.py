@@ -44,9 +44,7 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
+from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
 
 from load_meter import TICK, machine_busy  # noqa: E402
 from transforms.web.fetch_policy import FetchPolicy  # noqa: E402

@@ -40,12 +40,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for path in (ROOT, HERE):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+from repo_path import HERE, ROOT  # noqa: E402  (the repository root on sys.path)
 
+import tiny  # noqa: E402
 from load_meter import machine_busy  # noqa: E402
 from transforms.io.result_store import STAGES  # noqa: E402
 
@@ -182,16 +179,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kill-at", type=float, default=0.5, help="kill when this share of the stage's results is stored")
     ap.add_argument("--repeat", type=int, default=2, help="rounds of scratch, then kill and rerun")
     ap.add_argument("--scratch", default=None, help="folder for the runs (default: a temporary one)")
-    ap.add_argument("--json", default=None, help=f"where to write the figures (default {RESULTS})")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size for tests/test_bench.py (figures meaningless): --frames 2 --pages 2 "
-                         "--platforms desktop --repeat 1, figures to a temp folder; flags given still apply")
-    args = ap.parse_args(argv)
-    if args.tiny:
-        ap.set_defaults(frames=2, pages=2, platforms="desktop", repeat=1)
-        args = ap.parse_args(argv)
-    args.json = args.json or (os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "resume.json")
-                              if args.tiny else RESULTS)
+    args = tiny.parse(ap, argv, "resume", RESULTS, frames=2, pages=2, platforms="desktop", repeat=1)
     datasets = args.datasets.split(",")
     for name in datasets:
         if name not in STAGE:

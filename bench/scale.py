@@ -38,11 +38,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for path in (ROOT, HERE):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+from repo_path import HERE, ROOT  # noqa: E402  (the repository root on sys.path)
 
 from load_meter import machine_busy  # noqa: E402
 from pipelines import logs  # noqa: E402

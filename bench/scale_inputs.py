@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_path import ROOT  # noqa: E402  (the repository root on sys.path)
 SITE = os.path.join(ROOT, "pipelines", "sites", "multiui")
 PROBLEMS = os.path.join(ROOT, "pipelines", "samples", "lean", "minif2f_sample.jsonl")
 PAGE_TEMPLATES = ("shop.html", "blog.html", "stores.html")   # a shop, an article, a listing

@@ -23,7 +23,7 @@ import pyarrow.dataset as ds
 
 from scale_inputs import make_problems, make_site
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_path import ROOT  # noqa: E402  (the repository root on sys.path)
 STANDIN_REPL = f"{sys.executable} {os.path.join(ROOT, 'tests', 'lean_standin.py')}"
 
 

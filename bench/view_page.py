@@ -30,10 +30,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
 
 RESULTS = os.path.join(HERE, "results", "view_page.json")
 TARGET_S = 1.0

@@ -45,10 +45,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from repo_path import HERE, ROOT  # noqa: E402  (the repository root on sys.path)
 
 import numpy as np  # noqa: E402
 
@@ -154,7 +151,6 @@ def pipeline_frames_per_s(folder: str, simulated: int = 5) -> dict:
     backbone forward alone on the same frames (its mean of one pass before and one after). Both as
     wall time (the target) and as CPU seconds of this process (steadier on a shared machine). Also
     each stage's busy and CPU seconds per frame and the sink's CPU seconds per table."""
-    sys.path.insert(0, os.path.dirname(HERE))
     from core.voxel_backbone import VoxelBackBone8x
     from pipelines import registry
     from pipelines.run import run
