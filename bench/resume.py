@@ -179,7 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kill-at", type=float, default=0.5, help="kill when this share of the stage's results is stored")
     ap.add_argument("--repeat", type=int, default=2, help="rounds of scratch, then kill and rerun")
     ap.add_argument("--scratch", default=None, help="folder for the runs (default: a temporary one)")
-    args = tiny.parse(ap, argv, "resume", RESULTS, frames=2, pages=2, platforms="desktop", repeat=1)
+    # tiny: concretizer alone (tests/test_resume_runs.py kills and reruns multiui through the same CLI)
+    args = tiny.parse(ap, argv, "resume", RESULTS, datasets="concretizer", frames=2, repeat=1)
     datasets = args.datasets.split(",")
     for name in datasets:
         if name not in STAGE:
