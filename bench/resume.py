@@ -28,7 +28,6 @@ weights; multiui, the first `--pages` pages of the bundled site on `--platforms`
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -44,6 +43,7 @@ from repo_path import HERE, ROOT  # noqa: E402  (the repository root on sys.path
 
 import tiny  # noqa: E402
 from load_meter import machine_busy  # noqa: E402
+from pipelines.dataset import content_digest  # noqa: E402
 from transforms.io.result_store import STAGES  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "resume.json")
@@ -107,12 +107,8 @@ def manifest_of(out: str, dataset: str) -> dict:
 
 def digests(out: str, dataset: str, manifest: dict) -> dict[str, str]:
     """sha256 of every data file the manifest lists, by its path inside the generation folder."""
-    found = {}
-    for entry in manifest["tables"].values():
-        for f in entry["files"]:
-            with open(os.path.join(out, dataset, f["path"]), "rb") as fh:
-                found[f["path"].split("/", 1)[1]] = hashlib.sha256(fh.read()).hexdigest()
-    return found
+    return {f["path"].split("/", 1)[1]: content_digest(os.path.join(out, dataset, f["path"]))
+            for entry in manifest["tables"].values() for f in entry["files"]}
 
 
 def stage_costs(manifest: dict) -> dict:
