@@ -203,6 +203,25 @@ def test_early_exit_names_the_log_and_quotes_it(standin, model_folder):
     assert not server.running and all(_gone(pid) for pid in _pids(pids))
 
 
+def test_a_port_taken_before_the_server_binds_it_is_picked_again(standin, model_folder, monkeypatch):
+    """free_port() releases the port it found; another process can bind it first (seen under load)."""
+    import socket
+    from transforms.llm import vllm_server
+    env, _ = standin
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        picks = iter([taken, vllm_server.free_port()])
+        monkeypatch.setattr(vllm_server, "free_port", lambda: next(picks))
+        with _server(model_folder, env) as server:
+            assert server.port != taken and server.healthy()
+            assert vllm_server.PORT_TAKEN in server.log_path.read_text().lower()  # the first try's exit
+        named = _server(model_folder, env, port=taken)  # a port the user named is reported, not changed
+        with pytest.raises(VllmServerError, match="exited with code"):
+            named.start()
+
+
 def test_startup_timeout_stops_the_server(standin, model_folder):
     env, pids = standin
     server = _server(model_folder, dict(env, STANDIN_MODE="hang"), startup_timeout_s=2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
+import tempfile
 import traceback
 from typing import Any, Callable
 
@@ -55,16 +55,10 @@ def _join(name: str, init: str, rank: int, world: int) -> None:
     dist.init_process_group(name, init_method=init, rank=rank, world_size=world)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _child(rank: int, world: int, port: int, name: str, results, fn: Callable, args: tuple) -> None:
+def _child(rank: int, world: int, init: str, name: str, results, fn: Callable, args: tuple) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
     try:
-        _join(name, f"tcp://127.0.0.1:{port}", rank, world)
+        _join(name, init, rank, world)
         out = fn(*args)
         results.put((rank, "ok", out if rank == 0 else None))
     except BaseException as exc:  # everything goes back to the parent, which stops the others
@@ -78,11 +72,20 @@ def _child(rank: int, world: int, port: int, name: str, results, fn: Callable, a
 
 
 def launch(fn: Callable, nproc: int, *args, device: str | None = None) -> Any:
-    """fn(*args) in `nproc` processes of one group; rank 0's return value (it must pickle)."""
+    """fn(*args) in `nproc` processes of one group; rank 0's return value (it must pickle).
+
+    The processes meet through a file, not a TCP port: a port picked free and then released can be
+    taken by anything else on the machine before rank 0 listens on it (EADDRINUSE under load).
+    """
+    with tempfile.TemporaryDirectory(prefix="shardsmith-ddp-") as rendezvous:
+        init = "file://" + os.path.join(rendezvous, "store")
+        return _run(fn, nproc, args, backend(device, nproc), init)
+
+
+def _run(fn: Callable, nproc: int, args: tuple, name: str, init: str) -> Any:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    name, port = backend(device, nproc), _free_port()
-    procs = [ctx.Process(target=_child, args=(r, nproc, port, name, results, fn, args), daemon=False)
+    procs = [ctx.Process(target=_child, args=(r, nproc, init, name, results, fn, args), daemon=False)
              for r in range(nproc)]
     for p in procs:
         p.start()

@@ -44,6 +44,8 @@ CPU_DEFAULTS = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "nob
 MODULE = "vllm.entrypoints.openai.api_server"
 HOST = "127.0.0.1"
 TAIL_LINES = 30
+PORT_TRIES = 3
+PORT_TAKEN = "address already in use"  # how uvicorn (and Python's own servers) report errno 98
 # servers are started from this one thread, which lives as long as the process: the kernel's
 # parent-death signal follows the thread that started a child, and callers' threads come and go
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-spawner")
@@ -52,6 +54,10 @@ log = logging.getLogger(__name__)
 
 class VllmServerError(RuntimeError):
     """The vLLM server could not be found, started or reached."""
+
+
+class _PortTaken(VllmServerError):
+    """The server exited because its port was taken (start() picks another when it chose the port)."""
 
 
 def find_vllm_python(python: Optional[str] = None) -> str:
@@ -150,6 +156,7 @@ class VllmServer:
         self.port: Optional[int] = None
         self._process: Optional[subprocess.Popen] = None
         self._finalizer: Optional[weakref.finalize] = None
+        self._log_start = 0
 
     def __repr__(self):
         state = f"running on port {self.port}" if self.running else "stopped"
@@ -206,7 +213,18 @@ class VllmServer:
             log.warning("vLLM server (pid %s) exited with %s; restarting it; log: %s",
                         self._process.pid, self._process.returncode, self.log_path)
             self.stop()
-        port = self.requested_port or free_port()
+        for attempt in range(1, PORT_TRIES + 1):
+            try:
+                return self._launch(self.requested_port or free_port())
+            except _PortTaken:
+                # a port picked free can be taken before the server binds it: pick again (a port the
+                # user named is theirs to free, so that one is reported, not changed)
+                if self.requested_port or attempt == PORT_TRIES:
+                    raise
+                log.warning("vLLM's port was taken before it could listen; retrying on another port")
+        raise AssertionError("unreachable")
+
+    def _launch(self, port: int) -> "VllmServer":
         if self.log_path is None:
             folder = tempfile.mkdtemp(prefix="shardsmith-vllm-")
             self.log_path = Path(folder) / "server.log"
@@ -215,6 +233,7 @@ class VllmServer:
         cmd = self.command(port)
         log.info("starting vLLM: %s (log: %s)", " ".join(cmd), self.log_path)
         with open(self.log_path, "ab") as log_file:
+            self._log_start = log_file.tell()  # this attempt's lines begin here
             log_file.write(f"$ {' '.join(cmd)}\n".encode())
             log_file.flush()
             # its own group (stop() kills it whole), tied to a thread that lives as long as this
@@ -254,7 +273,8 @@ class VllmServer:
         while True:
             code = self._process.poll()
             if code is not None:
-                raise VllmServerError(
+                error = _PortTaken if PORT_TAKEN in self._this_attempts_log().lower() else VllmServerError
+                raise error(
                     f"the vLLM server exited with code {code} while starting.\n"
                     f"command: {' '.join(self.command(self.port))}\n"
                     f"log: {self.log_path}; its last lines:\n{_tail(self.log_path)}\n"
@@ -272,6 +292,14 @@ class VllmServer:
                     f"can take minutes); otherwise read the log for the error.")
             time.sleep(min(delay, max(0.0, self.startup_timeout_s - elapsed)))
             delay = min(delay * 1.5, 2.0)
+
+    def _this_attempts_log(self) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self._log_start)
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     @staticmethod
     def _healthy(url: str) -> bool:
