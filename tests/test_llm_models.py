@@ -60,3 +60,17 @@ def test_concurrent_resolution_converts_once(monkeypatch, tmp_path):
     assert calls == ["smollm2-135m-instruct"]
     assert {r.model_id for r in results} == {"smollm2-135m-instruct@r1"}
     assert results[0].path == str(tmp_path / "smollm2-135m-instruct")
+
+
+def test_a_conversion_parses_the_gguf_file_once():
+    """transformers opens the .gguf for the tokenizer, the config and the weights: inside a conversion
+    the three get one parsed reader, and gguf's own functions are back afterwards."""
+    gguf = pytest.importorskip("gguf")
+    source = models._builtin_source(models.DEFAULT_MODEL, models.BUILTIN_MODELS[models.DEFAULT_MODEL])
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with models._gguf_parsed_once():
+        first = gguf.GGUFReader(str(source))
+        assert gguf.GGUFReader(source) is first and isinstance(first, real_reader)
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert gguf.get_tensor_name_map(arch, 30) is gguf.get_tensor_name_map(arch, 30)
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (real_reader, real_map)

@@ -12,6 +12,7 @@ A local HF model folder (one with config.json) is accepted as is.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -164,8 +165,9 @@ def _convert_gguf(name: str, source: Path, target: Path) -> dict:
             "source_size": stat.st_size, "source_mtime_ns": stat.st_mtime_ns, "format": "gguf"}
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-        model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name)
+        with _gguf_parsed_once():
+            tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+            model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name)
         model.hf_quantizer = None  # the weights are de-quantised now; save_pretrained refuses otherwise
         model.config.quantization_config = None
         model.save_pretrained(str(tmp))
@@ -180,6 +182,31 @@ def _convert_gguf(name: str, source: Path, target: Path) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return meta
+
+
+@contextmanager
+def _gguf_parsed_once():
+    """During one conversion, each .gguf file is parsed once and gguf's tensor-name map built once.
+
+    Why: transformers parses the file anew for the tokenizer, the config and the weights, and
+    rebuilds the same name map for each of the model's ~400 modules; those were most of the
+    conversion's time. Both are pure functions of their arguments and only read afterwards.
+    """
+    import gguf
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+
+    def reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
 
 
 def folder_has_chat_template(path: str | os.PathLike) -> bool:
