@@ -62,7 +62,8 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: 
     from trainers.tables import DatasetError
     try:
         if nproc > 1:
-            metrics = distributed.launch(_call, nproc, module_name, func, data, out, values, device=values.get("device"))
+            metrics = distributed.launch(_call, nproc, module_name, func, data, out, values,
+                                         device=values.get("device"), preload=(module_name,))
         else:
             distributed.join_env(values.get("device"))      # torchrun: this process is one rank
             metrics = _call(module_name, func, data, out, values)

@@ -163,3 +163,21 @@ def test_nproc_misuse_is_one_line(tmp_path, capsys):
         assert main(["train", "pruned-synth", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "t")] + argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and expected in err, err
+
+
+@pytest.mark.model
+def test_processes_see_the_callers_path_folder_and_environment(tmp_path, monkeypatch):
+    """The processes fork from a server that may have started long before, elsewhere: a function
+    whose module is on a sys.path entry added since, the working folder and a variable set since
+    all reach them as the caller has them now."""
+    distributed.launch(os.getcwd, 2)                       # the server is running from here on
+    module = tmp_path / "lib" / "ddp_probe_module.py"
+    module.parent.mkdir()
+    module.write_text("import os\n\ndef probe(tag):\n"
+                      "    return tag, __file__, os.getcwd(), os.environ['DDP_PROBE'], os.environ['RANK']\n")
+    monkeypatch.syspath_prepend(str(module.parent))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DDP_PROBE", "set-after-start")
+    import ddp_probe_module
+    out = distributed.launch(ddp_probe_module.probe, 2, "x")
+    assert out == ("x", str(module), str(tmp_path), "set-after-start", "0")

@@ -1,6 +1,6 @@
 """Data-parallel processes for `fit`: start them, join them, and the few collectives the loop needs.
 
-`launch(fn, nproc, *args)` runs fn(*args) in `nproc` spawned processes that form one process group
+`launch(fn, nproc, *args)` runs fn(*args) in `nproc` processes that form one process group
 (gloo on CPU, nccl on CUDA with one GPU per process; gloo when ranks share a GPU) and returns rank 0's result; an error in any
 process stops the others and is raised here as it was raised there, so a trainer's one-line errors
 stay one line. Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, ... set) `join_env` joins the group
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import tempfile
 import traceback
 from typing import Any, Callable
@@ -17,8 +18,12 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from multiprocessing import forkserver
 
 from trainers.data import rank_and_world
+
+# what every training process imports, loaded once by the fork server (see _context)
+PRELOAD = ("torch", "torch.distributed", "pyarrow", "numpy", "trainers.fit", "trainers.data", "trainers.distributed")
 
 
 def active() -> bool:
@@ -55,8 +60,11 @@ def _join(name: str, init: str, rank: int, world: int) -> None:
     dist.init_process_group(name, init_method=init, rank=rank, world_size=world)
 
 
-def _child(rank: int, world: int, init: str, name: str, results, fn: Callable, args: tuple) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+def _child(rank: int, world: int, init: str, name: str, results, fn: Callable, args: tuple, env: dict) -> None:
+    # multiprocessing gives a fork server's child the caller's sys.path and folder, not its
+    # environment: the server's is from when it started
+    os.environ.clear()
+    os.environ.update(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
     try:
         _join(name, init, rank, world)
         out = fn(*args)
@@ -71,21 +79,44 @@ def _child(rank: int, world: int, init: str, name: str, results, fn: Callable, a
             dist.destroy_process_group()
 
 
-def launch(fn: Callable, nproc: int, *args, device: str | None = None) -> Any:
+def launch(fn: Callable, nproc: int, *args, device: str | None = None, preload: tuple[str, ...] = ()) -> Any:
     """fn(*args) in `nproc` processes of one group; rank 0's return value (it must pickle).
+    `preload`: modules the processes will import (a trainer that fn calls by name), imported once.
 
     The processes meet through a file, not a TCP port: a port picked free and then released can be
     taken by anything else on the machine before rank 0 listens on it (EADDRINUSE under load).
     """
     with tempfile.TemporaryDirectory(prefix="shardsmith-ddp-") as rendezvous:
         init = "file://" + os.path.join(rendezvous, "store")
-        return _run(fn, nproc, args, backend(device, nproc), init)
+        return _run(fn, nproc, args, backend(device, nproc), init, preload)
 
 
-def _run(fn: Callable, nproc: int, args: tuple, name: str, init: str) -> Any:
-    ctx = mp.get_context("spawn")
+def _context(fn: Callable, preload: tuple[str, ...]):
+    """Processes forked from a fork server that imported torch, the trainers' shared modules, fn's
+    module and `preload` once: a launch of two costs 0.05 CPU-s once the server runs, against 5.1
+    with spawn (each process starting Python and importing torch anew). Like spawn, and unlike a
+    plain fork, it never copies the caller's threads or state (a Beam worker's, a test session's)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([*PRELOAD, fn.__module__, *preload])  # no effect once the server runs
+    # Python 3.11's fork server imports its preloads without the caller's sys.path (3.12 passes
+    # it): another checkout, installed, would be preloaded instead of the caller's
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if os.path.isdir(p or "."))
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+    return ctx
+
+
+def _run(fn: Callable, nproc: int, args: tuple, name: str, init: str, preload: tuple[str, ...]) -> Any:
+    ctx = _context(fn, preload)
     results = ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(r, nproc, init, name, results, fn, args), daemon=False)
+    env = dict(os.environ)
+    procs = [ctx.Process(target=_child, args=(r, nproc, init, name, results, fn, args, env), daemon=False)
              for r in range(nproc)]
     for p in procs:
         p.start()
