@@ -42,6 +42,7 @@ import tempfile
 import time
 
 from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
+import tiny  # noqa: E402
 
 from load_meter import TICK, machine_busy, rounds  # noqa: E402
 from pipelines import logs  # noqa: E402
@@ -157,17 +158,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-local", action="store_true", help="leave out the informational local-runner run")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each measurement; medians are reported")
     ap.add_argument("--scratch", default=None, help="folder for the cluster's directories (default: system temp)")
-    ap.add_argument("--json", default=RESULTS, help="where to write the figures")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --dataset "
-                         "pruned-synth at a few hundred rows and one experiment, --no-local (no backbone loaded "
-                         "in every worker; tests/test_dask_cluster.py runs concretizer on a cluster), figures to "
-                         "a temp folder; flags given still apply")
-    args = ap.parse_args(argv)
-    if args.tiny:
-        ap.set_defaults(dataset="pruned-synth", simulated=1, rows_scale=0.001, no_local=True,
-                        json=os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "dask_workers.json"))
-        args = ap.parse_args(argv)
+    # tiny: pruned-synth at a few hundred rows; no local run (tests/test_dask_cluster.py runs concretizer)
+    args = tiny.parse(ap, argv, "dask_workers", RESULTS,
+                      dataset="pruned-synth", simulated=1, rows_scale=0.001, no_local=True)
 
     sets, part_mb = workload(args.dataset, args.simulated, args.rows_scale, args.tiny)
     print(f"workload: {args.dataset} {' '.join(sets)} (part size {part_mb:g} MB); {os.cpu_count()} CPUs; "

@@ -65,6 +65,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
+import tiny  # noqa: E402
 
 import torch  # noqa: E402
 from load_meter import machine_busy  # noqa: E402
@@ -269,16 +270,8 @@ def main(argv=None) -> int:
                          "once, after the first round); rounds after the first run only while --budget-s allows")
     ap.add_argument("--budget-s", type=float, default=150.0,
                     help="skip further rounds of (b)+(c) once another would end past this many seconds")
-    ap.add_argument("--json", default=RESULTS)
     ap.add_argument("--threads", type=int, default=THREADS, help="torch threads throughout")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --prompts 2 "
-                         "--max-tokens 3 --repeat 1 --threads 1, figures to a temp folder; flags given still apply")
-    args = ap.parse_args(argv)
-    if args.tiny:
-        ap.set_defaults(prompts=2, max_tokens=3, repeat=1, threads=1,
-                        json=os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "llm_generate.json"))
-        args = ap.parse_args(argv)
+    args = tiny.parse(ap, argv, "llm_generate", RESULTS, prompts=2, max_tokens=3, repeat=1, threads=1)
     THREADS = args.threads
 
     torch.set_num_threads(THREADS)

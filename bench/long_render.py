@@ -49,12 +49,12 @@ import signal
 import statistics
 import struct
 import sys
-import tempfile
 import threading
 import time
 import zlib
 
 from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
+import tiny  # noqa: E402
 
 from load_meter import machine_busy  # noqa: E402
 from process_meter import (Seen, cmdline, descendants, processes_naming, rss_mb, smaps_mb,  # noqa: E402
@@ -343,16 +343,7 @@ def main(argv=None) -> int:
                     help="Renderer(restart_after_pages=...): the pipeline's default is 200")
     ap.add_argument("--follow-links", type=int, default=1)
     ap.add_argument("--gc-every", type=int, default=50, help="count Python objects every N pages (0: never)")
-    ap.add_argument("--json", default=None, help="default: bench/results/long_render.json")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size for tests/test_bench.py (figures meaningless): --pages 6 --window 2 "
-                         "--kill-at 2 --gc-every 3, figures to a temp folder; flags given still apply")
-    args = ap.parse_args(argv)
-    if args.tiny:
-        ap.set_defaults(pages=6, window=2, kill_at=2, gc_every=3)
-        args = ap.parse_args(argv)
-    args.json = args.json or (os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "long_render.json")
-                              if args.tiny else RESULTS)
+    args = tiny.parse(ap, argv, "long_render", RESULTS, pages=6, window=2, kill_at=2, gc_every=3)
     if args.kill_at is None:
         args.kill_at = args.pages * 5 // 12
     if 2 * args.window > args.pages:

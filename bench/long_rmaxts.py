@@ -57,11 +57,11 @@ import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 
 from repo_path import HERE, ROOT  # noqa: E402  (the repository root on sys.path)
+import tiny  # noqa: E402
 
 from load_meter import machine_busy  # noqa: E402
 from process_meter import Seen, descendants, processes_naming, pss_mb, rss_mb, threads_and_fds, tree_cpu  # noqa: E402
@@ -191,17 +191,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sample-every", type=int, default=20, help="memory sample every N checks")
     ap.add_argument("--os-sandbox", default=None, choices=("bwrap", "none"),
                     help="default: bwrap when installed (as in production), else none")
-    ap.add_argument("--json", default=None, help="default: bench/results/long_rmaxts.json")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size for tests/test_bench.py (figures meaningless): --iterations 240 "
-                         "--window 60 --short-window 20 --recycle-after 30 --kill-at 100, figures to a temp folder; "
-                         "flags given still apply")
-    args = ap.parse_args(argv)
-    if args.tiny:
-        ap.set_defaults(iterations=240, window=60, short_window=20, recycle_after=30, kill_at=100)
-        args = ap.parse_args(argv)
-    args.json = args.json or (os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "long_rmaxts.json")
-                              if args.tiny else RESULTS)
+    args = tiny.parse(ap, argv, "long_rmaxts", RESULTS,
+                      iterations=240, window=60, short_window=20, recycle_after=30, kill_at=100)
     if args.kill_at is None:
         args.kill_at = args.iterations * 5 // 12
     if args.os_sandbox is None:

@@ -48,6 +48,7 @@ import tempfile
 import time
 
 from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
+import tiny  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
@@ -413,15 +414,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="then run the local Beam run once more under cProfile and print the top functions")
     ap.add_argument("--scratch", default=None, help="folder for temporary outputs (default: system temp)")
-    ap.add_argument("--json", default=RESULTS, help="where to write the figures")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --rows-scale 0.001 "
-                         "--part-mb 2 --stages, figures to a temp folder; flags given still apply")
-    args = ap.parse_args(argv)
-    if args.tiny:
-        ap.set_defaults(rows_scale=0.001, part_mb=2.0, stages=True,
-                        json=os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "pruned_synth.json"))
-        args = ap.parse_args(argv)
+    args = tiny.parse(ap, argv, "pruned_synth", RESULTS, rows_scale=0.001, part_mb=2.0, stages=True)
     parts = [p for p in args.only.split(",") if p]
     if set(parts) - set(PARTS) or not parts:
         ap.error(f"--only takes names from {', '.join(PARTS)}")

@@ -37,6 +37,7 @@ import tempfile
 import time
 
 from repo_path import HERE, ROOT  # noqa: E402  (the repository root on sys.path)
+import tiny  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "sink.json")
 ROWS_PER_SPILL = 110
@@ -171,16 +172,7 @@ def main(argv=None) -> int:
     ap.add_argument("--scales", default="1,8", help="comma-separated multiples of --mb (the first is the reference)")
     ap.add_argument("--screenshot-kb", type=int, default=300, help="size of each row's screenshot binary")
     ap.add_argument("--scratch", default=None, help="folder for the spill files and parts (default: system temp)")
-    ap.add_argument("--json", default=RESULTS, help="where to write the figures")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --mb 1 --scales 1,2 "
-                         "--screenshot-kb 10, figures to a temp folder, and flatness is not judged (exit status 0 "
-                         "unless a check fails); flags given still apply")
-    args = ap.parse_args(argv)
-    if args.tiny:
-        ap.set_defaults(mb=1.0, scales="1,2", screenshot_kb=10,
-                        json=os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "sink.json"))
-        args = ap.parse_args(argv)
+    args = tiny.parse(ap, argv, "sink", RESULTS, mb=1.0, scales="1,2", screenshot_kb=10)
     scales = [int(s) for s in args.scales.split(",") if s]
     shot = args.screenshot_kb * 1024
     row_mb = (shot + 6000) / 2**20   # screenshot, HTML and the rest, about

@@ -31,6 +31,7 @@ import tempfile
 import time
 
 from repo_path import HERE  # noqa: E402  (the repository root on sys.path)
+import tiny  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "view_page.json")
 TARGET_S = 1.0
@@ -78,14 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--p", type=int, default=8, help="dimension of each row's x")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--scratch", default=None, help="folder for the run (default: system temp)")
-    ap.add_argument("--json", default=RESULTS)
-    ap.add_argument("--tiny", action="store_true", help="smoke-test size for tests/test_bench.py: --rows 20000 "
-                    "--repeat 1, figures to a temp folder; flags given still apply")
-    args = ap.parse_args(argv)
-    if args.tiny:
-        ap.set_defaults(rows=20_000, repeat=1,
-                        json=os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "view_page.json"))
-        args = ap.parse_args(argv)
+    args = tiny.parse(ap, argv, "view_page", RESULTS, rows=20_000, repeat=1)
     scratch = tempfile.mkdtemp(prefix="bench-view-", dir=args.scratch)
     try:
         t0 = time.perf_counter()

@@ -46,6 +46,7 @@ import tempfile
 import time
 
 from repo_path import HERE, ROOT  # noqa: E402  (the repository root on sys.path)
+import tiny  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -227,20 +228,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=200, help="timed rounds (each: every part over all frames)")
     ap.add_argument("--modes", default="train,test", help="train, test or both (comma-separated)")
     ap.add_argument("--data", default=DATA, help="folder of KITTI velodyne .bin scans")
-    ap.add_argument("--json", default=RESULTS, help="where to write the figures")
     ap.add_argument("--simulated", type=int, default=5,
                     help="simulated frames the whole-pipeline run adds to the frames of --data")
     ap.add_argument("--pipeline-only", action="store_true",
                     help="only the whole-pipeline run and its baseline (no voxelization rounds)")
-    ap.add_argument("--tiny", action="store_true",
-                    help="smoke-test size for tests/test_bench.py (seconds; figures meaningless): --rounds 1 "
-                         "--simulated 0, --data the bundled KITTI frame, figures to a temp folder; flags given "
-                         "still apply")
-    args = ap.parse_args(argv)
-    if args.tiny:
-        ap.set_defaults(rounds=1, simulated=0, data=SAMPLE,
-                        json=os.path.join(tempfile.gettempdir(), "shardsmith-bench-tiny", "voxelize.json"))
-        args = ap.parse_args(argv)
+    args = tiny.parse(ap, argv, "voxelize", RESULTS, rounds=1, simulated=0, data=SAMPLE)
     modes = [m for m in args.modes.split(",") if m]
     if not modes or set(modes) - set(presets.MODES):
         ap.error("--modes takes train and/or test")
