@@ -208,9 +208,8 @@ def test_a_port_taken_before_the_server_binds_it_is_picked_again(standin, model_
     import socket
     from transforms.llm import vllm_server
     env, _ = standin
-    with socket.socket() as held:
+    with socket.socket() as held:   # bound, not listening: the health check is refused at once
         held.bind(("127.0.0.1", 0))
-        held.listen()
         taken = held.getsockname()[1]
         picks = iter([taken, vllm_server.free_port()])
         monkeypatch.setattr(vllm_server, "free_port", lambda: next(picks))
