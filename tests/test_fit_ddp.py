@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -181,3 +185,38 @@ def test_processes_see_the_callers_path_folder_and_environment(tmp_path, monkeyp
     import ddp_probe_module
     out = distributed.launch(ddp_probe_module.probe, 2, "x")
     assert out == ("x", str(module), str(tmp_path), "set-after-start", "0")
+
+
+KILLED_LAUNCHER = """
+import os, sys, time
+from trainers import distributed
+
+def train(marks):
+    open(f"{marks}.{os.environ['RANK']}", "w").close()
+    time.sleep(300)
+
+if __name__ == "__main__":
+    distributed.launch(train, 2, sys.argv[1])
+"""
+
+
+@pytest.mark.model
+def test_a_killed_launcher_takes_its_training_processes_with_it(tmp_path):
+    """SIGKILL to the process that launched two training processes (as a cluster ends a preempted
+    worker: no teardown runs) ends them, and the fork server they came from, within seconds."""
+    from tests.processes import descendants, left_after
+    script = tmp_path / "launcher.py"
+    script.write_text(KILLED_LAUNCHER)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    job = subprocess.Popen([sys.executable, str(script), str(tmp_path / "rank")], env=env, cwd=tmp_path,
+                           start_new_session=True)
+    deadline = time.time() + 120
+    while not all((tmp_path / f"rank.{r}").exists() for r in (0, 1)) and time.time() < deadline and job.poll() is None:
+        time.sleep(0.05)
+    started = descendants(job.pid)
+    assert job.poll() is None and len(started) >= 3, f"the two processes did not start: {started}"
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    left = left_after(started)
+    assert not left, f"processes of the killed launcher are still running: {left}"

@@ -19,6 +19,7 @@ import time
 import pytest
 
 from tests.conftest import parquet_digests
+from tests.processes import descendants, left_after
 
 pytestmark = pytest.mark.pipeline
 
@@ -51,41 +52,6 @@ def _entries(store, dataset, stage) -> list[str]:
     return sorted(os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f.endswith(".bin"))
 
 
-def _descendants(pid: int) -> dict[int, str]:
-    """Every process below `pid` now: pid -> command name."""
-    children: dict[int, list[int]] = {}
-    names = {}
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-        except (OSError, ValueError):
-            continue
-        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        if entry.isdigit():
-            children.setdefault(int(rest[1]), []).append(int(entry))
-            names[int(entry)] = name
-    found, todo = {}, [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found[child] = names[child]
-            todo.append(child)
-    return found
-
-
-def _alive(pids) -> dict[int, str]:
-    left = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        if stat[stat.rindex(")") + 2] != "Z":
-            left[pid] = stat[stat.index("(") + 1:stat.rindex(")")]
-    return left
-
-
 def _kill_part_way(dataset, out, store, sets, stage, at: int) -> tuple[int, float]:
     """Start a run, SIGKILL it (the process only, as a cluster kills a worker: no teardown runs)
     once `at` results of `stage` are stored, and check that nothing it started outlives it (a
@@ -96,15 +62,10 @@ def _kill_part_way(dataset, out, store, sets, stage, at: int) -> tuple[int, floa
     deadline = time.time() + 600
     while len(_entries(store, dataset, stage)) < at and time.time() < deadline and job.poll() is None:
         time.sleep(0.05)
-    started = _descendants(job.pid)
+    started = descendants(job.pid)
     os.kill(job.pid, signal.SIGKILL)
     job.wait()
-    deadline = time.time() + 10
-    while _alive(started) and time.time() < deadline:
-        time.sleep(0.1)
-    left = _alive(started)
-    for pid in left:                      # not to leave them to the rest of the suite
-        os.kill(pid, signal.SIGKILL)
+    left = left_after(started)
     assert not left, f"processes of the killed run are still running: {left}"
     return len(_entries(store, dataset, stage)), time.perf_counter() - t0
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import os
 import queue
+import select
+import signal
 import sys
 import tempfile
+import threading
+import time
 import traceback
 from typing import Any, Callable
 
@@ -60,7 +64,42 @@ def _join(name: str, init: str, rank: int, world: int) -> None:
     dist.init_process_group(name, init_method=init, rank=rank, world_size=world)
 
 
-def _child(rank: int, world: int, init: str, name: str, results, fn: Callable, args: tuple, env: dict) -> None:
+def _die_with(pid: int) -> None:
+    """End this process when process `pid` ends, however it ends.
+
+    Why: a cluster ends a stuck or preempted worker with SIGKILL, which runs no teardown. A training
+    process is the fork server's child, not the launcher's, so the kernel's parent-death signal
+    would wait for the server, and the server lives as long as any process it forked. A thread
+    that waits on the launcher's pidfd breaks that circle: the processes end, then the server."""
+    try:
+        fd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None   # Linux; elsewhere, poll
+    except ProcessLookupError:   # it ended before this process started
+        os.kill(os.getpid(), signal.SIGKILL)
+        return
+
+    def wait() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while _exists(pid):
+                time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=wait, name="die-with-launcher", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _child(rank: int, world: int, init: str, name: str, results, fn: Callable, args: tuple, env: dict,
+           launcher: int) -> None:
+    _die_with(launcher)
     # multiprocessing gives a fork server's child the caller's sys.path and folder, not its
     # environment: the server's is from when it started
     os.environ.clear()
@@ -116,7 +155,8 @@ def _run(fn: Callable, nproc: int, args: tuple, name: str, init: str, preload: t
     ctx = _context(fn, preload)
     results = ctx.Queue()
     env = dict(os.environ)
-    procs = [ctx.Process(target=_child, args=(r, nproc, init, name, results, fn, args, env), daemon=False)
+    procs = [ctx.Process(target=_child, args=(r, nproc, init, name, results, fn, args, env, os.getpid()),
+                         daemon=False)
              for r in range(nproc)]
     for p in procs:
         p.start()
