@@ -52,7 +52,8 @@ from pipelines.registry import get  # noqa: E402
 from pipelines.run import run  # noqa: E402
 from core import storage  # noqa: E402
 from tests import stores  # noqa: E402
-from tests.dask_cluster import DaskCluster, group_members  # noqa: E402
+from tests.dask_cluster import DaskCluster  # noqa: E402
+from tests.processes import group_members  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results", "dask_workers.json")
 BUSY_WARN_CORES = 0.25

@@ -17,7 +17,9 @@ tokens of context, 8 sequences at once, no torch.compile, 1 GB of KV cache, one 
                 (bench/llm_generate.py's `run_pipeline`).
 
 Engine and server starts are not timed (each is reported on its own); a warm-up call runs first on
-each side. The sides run one after the other (raw, then pipeline), not interleaved: each holds its
+each side. The pipeline side's warm-up sends chat and plain requests and checks each completion,
+and the server's processes must all be gone after close(): the `--tiny` run in `make test` is the
+project's test of the real vLLM. The sides run one after the other (raw, then pipeline), not interleaved: each holds its
 own engine, and two engines do not fit side by side on 2 cores. Tokens: completion tokens (the
 engine's count on both sides); tokens/s = completion tokens / wall seconds; medians of `--repeat`
 rounds. Greedy texts of (b) are compared with (a): the same engine settings and prompts give the
@@ -90,6 +92,35 @@ def run_raw(python: str, model: str, prompts: list[str], max_tokens: int, repeat
     return out
 
 
+def warm_up(backend, model_id: str) -> list[str]:
+    """The warm-up call, untimed: chat and plain requests through the backend; what is wrong with
+    their completions (the smoke run in `make test` is where the real vLLM answers them)."""
+    from core.rejected import Rejected
+    from transforms.llm.requests import Request, Sampling
+    greedy = Sampling(temperature=0.0, max_tokens=8)
+    chats = ["What is the capital of France?", "Name a primary colour.", "Say hello."]
+    requests = [Request(f"chat{i}", [{"role": "user", "content": text}], greedy) for i, text in enumerate(chats)]
+    requests += [Request("plain0", "The capital of France is", greedy), Request("plain1", "Once upon a time", greedy)]
+    problems = []
+    for request, c in zip(requests, backend.generate(requests)):
+        if isinstance(c, Rejected):
+            problems.append(f"warm-up {request.id}: rejected ({c})")
+        elif not (c.text.strip() and c.prompt_tokens > 0 and 0 < c.completion_tokens <= greedy.max_tokens
+                  and c.model == model_id and c.backend == "vllm"):
+            problems.append(f"warm-up {request.id}: an unexpected completion {c}")
+    return problems
+
+
+def left_running(group: int) -> list[str]:
+    """The server's process group (API server, engine core, worker) must end with close()."""
+    from tests.processes import group_members
+    deadline = time.time() + 30
+    while group_members([group]) and time.time() < deadline:
+        time.sleep(0.2)
+    left = group_members([group])
+    return [f"the vLLM server's processes {left} still run after close()"] if left else []
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=32)
@@ -130,11 +161,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     scratch = tempfile.mkdtemp(prefix="bench-llm-vllm-")
     rounds = []
+    problems = []
     try:
         backend.load()
         start_s = time.perf_counter() - t0
-        from transforms.llm.requests import Request, Sampling
-        backend.generate([Request(f"w{i}", p, Sampling(max_tokens=4)) for i, p in enumerate(prompts[:2])])
+        server_group = os.getpgid(backend.server.pid)
+        problems += warm_up(backend, model.model_id)
         print(f"  pipeline server start {start_s:.1f} s (not timed)", flush=True)
         for r in range(args.repeat):
             server0 = tree_cpu(backend.server.pid)   # the server is not waited for: its CPU is not ours
@@ -152,12 +184,12 @@ def main(argv=None) -> int:
     finally:
         backend.close()
         shutil.rmtree(scratch, ignore_errors=True)
+    problems += left_running(server_group)
 
     raw_tps = statistics.median(x["tokens"] / x["wall_s"] for x in raw["rounds"])
     pipe_tps = statistics.median(x["tokens"] / x["wall_s"] for x in rounds)
     ratio = pipe_tps / raw_tps
     same = sum(a == b for a, b in zip(rounds[-1]["texts"], raw["rounds"][-1]["texts"]))
-    problems = []
     if any(x["dead_letters"] for x in rounds) or any(t is None for t in rounds[-1]["texts"]):
         problems.append("the pipeline lost prompts (dead letters or missing completions)")
     if same < len(prompts) // 2:

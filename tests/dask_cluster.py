@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 
+from tests.processes import alive, group_members
 from tests.stores import free_port, wait_for_port
 
 BIN = os.path.dirname(sys.executable)
@@ -31,21 +32,6 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 def _dask() -> list[str]:
     exe = shutil.which("dask", path=BIN)
     return [exe] if exe else [sys.executable, "-m", "dask"]
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else int(fields[2])  # a zombie is gone, only not yet reaped
-
-
-def group_members(pgids) -> list[int]:
-    """Live (not zombie) processes in any of the process groups `pgids`."""
-    pgids = set(pgids)
-    return sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) in pgids)
 
 
 class DaskCluster:
@@ -132,7 +118,7 @@ class DaskCluster:
     def alive(self) -> list[int]:
         """Every process of the cluster still running: its groups' members and the worker processes."""
         left = set(group_members(self.pgids()))
-        left |= {pid for pid in list(self.worker_pids.values()) + self.pgids() if _pgid(pid) is not None}
+        left |= set(alive(list(self.worker_pids.values()) + self.pgids()))
         return sorted(left)
 
     def stop(self, grace_s: float = 20) -> None:

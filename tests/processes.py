@@ -46,6 +46,19 @@ def alive(pids) -> dict[int, str]:
     return left
 
 
+def group_members(pgids) -> list[int]:
+    """Live (not zombie) processes in any of the process groups `pgids`."""
+    pgids = set(pgids)
+    out = []
+    for entry in os.listdir("/proc"):
+        stat = _stat(entry) if entry.isdigit() else None
+        if stat is not None:
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[2]) in pgids:
+                out.append(int(entry))
+    return sorted(out)
+
+
 def left_after(started, within_s: float = 10.0) -> dict[int, str]:
     """The processes of `started` still running `within_s` seconds after the kill; those are then
     killed here, so as not to leave them to the rest of the suite."""

