@@ -4,11 +4,11 @@ from scratch; a changed downstream key reuses the upstream stages; a corrupt ent
 (concretizer's rerun finds one cut short); the killed run's generation folder is removed by the next run.
 
 The counts come from the manifest (`stages.NAME.reused` / `computed`): a stored result is counted
-as reused only when the stage did not call its function for that input.
+as reused only when the stage did not call its function for that input. The killed run is the CLI in
+a process of its own; the runs that are not killed call pipelines.run.run, as the CLI does, here.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from pipelines import registry, run
 from tests.conftest import parquet_digests
 from tests.processes import descendants, left_after
 
@@ -26,9 +27,9 @@ pytestmark = pytest.mark.pipeline
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _command(dataset, out, store, sets, extra=()):
+def _command(dataset, out, store, sets):
     args = [sys.executable, "-m", "pipelines.cli", "run", dataset, "--out", str(out), "--quiet",
-            "--set", f"cache={store}", *extra]
+            "--set", f"cache={store}"]
     for item in sets:
         args += ["--set", item]
     return args
@@ -38,13 +39,13 @@ def _env():
     return dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
 
-def _run(dataset, out, store, sets, extra=()) -> tuple[dict, float]:
+def _run(dataset, out, store, sets, resume=True) -> tuple[dict, float]:
+    """A run that is not killed: pipelines.run.run, as the CLI calls it, in this process (an
+    interpreter start and its imports saved per run; the killed run is the CLI's own process)."""
     t0 = time.perf_counter()
-    done = subprocess.run(_command(dataset, out, store, sets, extra), env=_env(), cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    with open(os.path.join(out, dataset, "_manifest.json")) as fh:
-        return json.load(fh), time.perf_counter() - t0
+    manifest = run.run(registry.get(dataset), out=str(out), sets=list(sets) + [f"cache={store}"], quiet=True,
+                       resume=resume)
+    return manifest, time.perf_counter() - t0
 
 
 def _entries(store, dataset, stage) -> list[str]:
@@ -104,7 +105,7 @@ def test_concretizer_killed_and_resumed(tmp_path):
     # a corrupt entry is a miss, computed again: one the killed run stored is cut short before the rerun
     manifest, store = _resumed("concretizer", tmp_path, CONCRETIZER, "backbone", total=4, at=2, corrupt=1)
     assert manifest["stages"]["frame"]["reused"] >= 2
-    scratch, scratch_s = _run("concretizer", tmp_path / "scratch", tmp_path / "unused", CONCRETIZER, ["--no-resume"])
+    scratch, scratch_s = _run("concretizer", tmp_path / "scratch", tmp_path / "unused", CONCRETIZER, resume=False)
     assert "reused" not in scratch["stages"]["backbone"] and not os.path.exists(tmp_path / "unused")
     _same_bytes(tmp_path / "out", tmp_path / "scratch", "concretizer")   # the corrupt entry's frame included
 
@@ -131,7 +132,7 @@ def test_multiui_killed_and_resumed(tmp_path):
     sets = MULTIUI + [f"html_dir={tmp_path / 'site'}"]
     pages = len(PAGES)
     manifest, store = _resumed("multiui", tmp_path, sets, "render", total=pages, at=pages // 2)
-    scratch, scratch_s = _run("multiui", tmp_path / "scratch", tmp_path / "unused", sets, ["--no-resume"])
+    scratch, scratch_s = _run("multiui", tmp_path / "scratch", tmp_path / "unused", sets, resume=False)
     _same_bytes(tmp_path / "out", tmp_path / "scratch", "multiui")
 
     # a downstream change (fewer samples per task): every render reused, the tasks made again

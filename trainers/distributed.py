@@ -26,8 +26,10 @@ from multiprocessing import forkserver
 
 from trainers.data import rank_and_world
 
-# what every training process imports, loaded once by the fork server (see _context)
-PRELOAD = ("torch", "torch.distributed", "pyarrow", "numpy", "trainers.fit", "trainers.data", "trainers.distributed")
+# what every training process imports, loaded once by the fork server (see _context); torch's
+# optimizers import torch._dynamo when the first one is made (1.3-2.5 CPU-s a process)
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "pyarrow", "numpy", "trainers.fit", "trainers.data",
+           "trainers.distributed")
 
 
 def active() -> bool:
