@@ -3,7 +3,8 @@
 Set-up (all on loopback, all started here; nothing else is ever contacted):
 - the allowed site, an HTTP server on 127.0.0.2:P, serves one attack page per vector
   (`/v/<name>`) and the helpers the attacks need: `/wait?ms=N` (a slow image that holds the
-  page's load event until the attack's requests have gone out), `/hop?to=URL&code=N` (a
+  page's load event until the attack's requests have gone out; `&end=a,b` first waits for those
+  vectors' "end" reports), `/hop?to=URL&code=N` (a
   redirect whose Location is written byte for byte), worker scripts (`/w/...`), helper pages
   (`/h/<name>`), `/ran?v=<name>` (the page reports that its attack script ran), `/again`
   (the DNS rebinding page's refetches) and `/g/<group>/<kind>` (a page shared by a group's
@@ -81,6 +82,7 @@ CANARY_MAPPED = "::ffff:7f00:3"   # 127.0.0.3 as an IPv4-mapped IPv6 address (th
 LOCAL = "127.0.0.1"
 TIMEOUT_MS = 5000
 SETTLE_S = 0.1                    # after a render, for the canary's accept threads to count
+ENDS_CAP_S = 3.0                  # a group page's slow image waits at most this for its members' reports
 PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
                         "1f15c4890000000d49444154789c6360000002000185d32d9f0000000049454e44ae426082")
 
@@ -541,6 +543,18 @@ class Site(http.server.ThreadingHTTPServer):
             text = text.replace("{{%s}}" % k, v)
         return text
 
+    def wait_for_ends(self, names, cap_s: float = ENDS_CAP_S) -> None:
+        """Until each of `names` has reported "end" in this render (its script ran and its requests
+        were issued), at most `cap_s`: on a loaded machine a group page's scripts can take longer
+        than its wait_ms, and the page must not finish before their requests go out."""
+        names = set(names)
+        deadline = time.monotonic() + cap_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if names <= {v for v, x in self.ran if x == "end"}:
+                    return
+            time.sleep(0.01)
+
     def take(self) -> tuple[list[str], list[tuple[str, str]], list[str]]:
         with self.lock:
             out = (self.requests, self.ran, self.accept_encodings)
@@ -606,7 +620,8 @@ def group_page(site: Site, group: str, members: list[Vector]) -> str:
     for v in members:
         body = re.sub(r"(?<![\w.$])ran\(", "ranAs('{{V}}', ", v.body)
         parts.append(site.fill(f"<p>vector {v.name}</p>{body}<script>ranAs('{{{{V}}}}', 'end')</script>", v.name))
-    parts.append(site.fill(f"<img src=\"{{{{S}}}}/wait?ms={wait}&g={group}\" width=1 height=1 alt=\"\">"
+    ends = ",".join(v.name for v in members)   # the slow image also waits for every member's "end" report
+    parts.append(site.fill(f"<img src=\"{{{{S}}}}/wait?ms={wait}&g={group}&end={ends}\" width=1 height=1 alt=\"\">"
                            "<script>ranAs('{{V}}', 'end')</script></body></html>", group))
     return "".join(parts)
 
@@ -670,6 +685,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if url.path == "/ran":
             return self._send(204)
         if url.path == "/wait":
+            site.wait_for_ends(filter(None, q.get("end", "").split(",")))
             time.sleep(int(q.get("ms", "400")) / 1000)
             return self._send(200, "image/png", PNG_1PX)
         if url.path == "/hop":
