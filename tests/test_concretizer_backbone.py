@@ -8,7 +8,6 @@ frames and held-out simulated ones, where it must beat the naive baseline on F1 
 """
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
