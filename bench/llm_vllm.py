@@ -113,11 +113,8 @@ def warm_up(backend, model_id: str) -> list[str]:
 
 def left_running(group: int) -> list[str]:
     """The server's process group (API server, engine core, worker) must end with close()."""
-    from tests.processes import group_members
-    deadline = time.time() + 30
-    while group_members([group]) and time.time() < deadline:
-        time.sleep(0.2)
-    left = group_members([group])
+    from tests.processes import group_members, still_running
+    left = sorted(still_running(group_members([group]), 30))
     return [f"the vLLM server's processes {left} still run after close()"] if left else []
 
 

@@ -151,9 +151,9 @@ def good_pages_dropped(results, rules):
 def assert_rendered_like_html(results, rules):
     """Each rendered page gets the keep/drop verdict of its HTML-only row (see the module's doc), the
     sample holds both verdicts, and a page served with status 200 renders (is a row, not an error)."""
-    differ = [(lab["file"], reason(row, rules), reason(html_row(lab), rules)) for lab, row in results
-              if (reason(row, rules) is None) != (reason(html_row(lab), rules) is None)]
+    verdicts = [(lab["file"], reason(row, rules), reason(html_row(lab), rules)) for lab, row in results]
+    differ = [v for v in verdicts if (v[1] is None) != (v[2] is None)]
     assert not differ, f"rendered vs HTML-only verdicts (file, rendered, HTML): {differ}"
-    assert {reason(row, rules) is None for _, row in results} == {True, False}
+    assert {rendered is None for _, rendered, _ in verdicts} == {True, False}
     errors = [(lab["file"], row) for lab, row in results if lab["status"] < 400 and isinstance(row, str)]
     assert not errors, errors

@@ -7,65 +7,70 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import NamedTuple
 
 
-def _stat(pid) -> str | None:
+class Proc(NamedTuple):
+    name: str
+    state: str    # "Z": a zombie has ended, only not yet reaped
+    ppid: int
+    pgid: int
+
+
+def proc(pid) -> Proc | None:
+    """/proc/PID/stat's command name, state, parent and process group; None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read()
+            stat = fh.read()
     except OSError:
         return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return Proc(stat[stat.index("(") + 1:stat.rindex(")")], fields[0], int(fields[1]), int(fields[2]))
+
+
+def _every() -> dict[int, Proc]:
+    found = {int(e): proc(e) for e in os.listdir("/proc") if e.isdigit()}
+    return {pid: p for pid, p in found.items() if p is not None}
 
 
 def descendants(pid: int) -> dict[int, str]:
     """Every process below `pid` now: pid -> command name."""
+    every = _every()
     children: dict[int, list[int]] = {}
-    names = {}
-    for entry in os.listdir("/proc"):
-        stat = _stat(entry) if entry.isdigit() else None
-        if stat is None:
-            continue
-        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        children.setdefault(int(rest[1]), []).append(int(entry))
-        names[int(entry)] = name
+    for child, p in every.items():
+        children.setdefault(p.ppid, []).append(child)
     found, todo = {}, [pid]
     while todo:
         for child in children.get(todo.pop(), []):
-            found[child] = names[child]
+            found[child] = every[child].name
             todo.append(child)
     return found
 
 
 def alive(pids) -> dict[int, str]:
     """The processes of `pids` that still run (a zombie has ended): pid -> command name."""
-    left = {}
-    for pid in pids:
-        stat = _stat(pid)
-        if stat is not None and stat[stat.rindex(")") + 2] != "Z":
-            left[pid] = stat[stat.index("(") + 1:stat.rindex(")")]
-    return left
+    found = {pid: proc(pid) for pid in pids}
+    return {pid: p.name for pid, p in found.items() if p is not None and p.state != "Z"}
 
 
 def group_members(pgids) -> list[int]:
     """Live (not zombie) processes in any of the process groups `pgids`."""
     pgids = set(pgids)
-    out = []
-    for entry in os.listdir("/proc"):
-        stat = _stat(entry) if entry.isdigit() else None
-        if stat is not None:
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] != "Z" and int(fields[2]) in pgids:
-                out.append(int(entry))
-    return sorted(out)
+    return sorted(pid for pid, p in _every().items() if p.state != "Z" and p.pgid in pgids)
+
+
+def still_running(pids, within_s: float) -> dict[int, str]:
+    """The processes of `pids` still running once they have all ended or `within_s` has passed."""
+    deadline = time.monotonic() + within_s
+    while (left := alive(pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 def left_after(started, within_s: float = 10.0) -> dict[int, str]:
     """The processes of `started` still running `within_s` seconds after the kill; those are then
     killed here, so as not to leave them to the rest of the suite."""
-    deadline = time.time() + within_s
-    while alive(started) and time.time() < deadline:
-        time.sleep(0.1)
-    left = alive(started)
+    left = still_running(started, within_s)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)

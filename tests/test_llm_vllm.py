@@ -10,13 +10,13 @@ import pickle
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from transforms.llm.openai_backend import OpenAIBackend
+from tests.processes import still_running
 from transforms.llm.requests import Completion, Request
 from transforms.llm.vllm_server import PYTHON_ENV, VllmServer, VllmServerError, find_vllm_python
 
@@ -117,19 +117,8 @@ def model_folder(tmp_path):
 
 
 def _gone(pid: int, within: float = 5.0) -> bool:
-    """True once `pid` no longer exists (a zombie of an unreaped process counts as gone)."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-            if state == "Z":
-                return True
-        except FileNotFoundError:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+    """True once `pid` no longer runs (a zombie of an unreaped process counts as gone)."""
+    return not still_running([pid], within)
 
 
 def _pids(path: Path) -> list[int]:
