@@ -2,14 +2,17 @@
 prompts.
 
     python bench/llm_vllm.py [--prompts 32] [--max-tokens 32] [--repeat 2] [--vllm-python PATH]
-                             [--json PATH] [--tiny]
+                             [--raw-engine process|inline] [--json PATH] [--tiny]
 
 Both sides run the default model (SmolLM2-135M-Instruct, converted once into the model cache) on
 vLLM's CPU build from `.venv-vllm` (`make vllm`), with the same engine settings: float32, 1,024
 tokens of context, 8 sequences at once, no torch.compile, 1 GB of KV cache, one OpenMP thread.
 
   (a) raw       vLLM's `LLM(...).generate(prompts, SamplingParams(temperature=0, max_tokens=T))` in
-                the vLLM venv's Python (a subprocess of this script): the baseline;
+                the vLLM venv's Python (a subprocess of this script): the baseline. Its engine core
+                runs in a process of its own, as vLLM does by default; `--raw-engine inline` (what
+                --tiny sets) runs it in the same process (VLLM_ENABLE_V1_MULTIPROCESSING=0), which
+                starts in about half the time: one vLLM import fewer;
   (b) pipeline  the shardsmith step: `Generate(VllmBackend(...), ledger, batch_size=16)` in a Beam
                 pipeline run by FnApiRunner, the backend (its default batch size and concurrency, 16
                 and 16) starting a vLLM server on loopback and sending the prompts over its
@@ -78,12 +81,13 @@ print("RAW " + json.dumps({"load_s": load_s, "rounds": rounds}))
 """
 
 
-def run_raw(python: str, model: str, prompts: list[str], max_tokens: int, repeat: int) -> dict:
+def run_raw(python: str, model: str, prompts: list[str], max_tokens: int, repeat: int, inline: bool) -> dict:
     cfg = {"model": model, "prompts": prompts, "max_tokens": max_tokens, "repeat": repeat,
            "max_model_len": MAX_MODEL_LEN, "max_num_seqs": MAX_NUM_SEQS}
+    env = dict(os.environ, **ENGINE_ENV, VLLM_ENABLE_V1_MULTIPROCESSING="0" if inline else "1")
     with Meter() as m:
-        done = subprocess.run([python, "-c", RAW, json.dumps(cfg)], env=dict(os.environ, **ENGINE_ENV),
-                              capture_output=True, text=True, timeout=1800)
+        done = subprocess.run([python, "-c", RAW, json.dumps(cfg)], env=env, capture_output=True, text=True,
+                              timeout=1800)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RAW ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"llm_vllm.py: vLLM's offline engine failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -125,7 +129,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="timed rounds on each side; medians are reported")
     ap.add_argument("--vllm-python", default=None,
                     help="the Python of a venv with vLLM (default: $SHARDSMITH_VLLM_PYTHON, then .venv-vllm)")
-    args = tiny.parse(ap, argv, "llm_vllm", RESULTS, prompts=4, max_tokens=4, repeat=1)
+    ap.add_argument("--raw-engine", choices=("process", "inline"), default="process",
+                    help="where the baseline's engine core runs: its own process (vLLM's default) or inline "
+                         "in the baseline's process (starts faster; what --tiny uses)")
+    args = tiny.parse(ap, argv, "llm_vllm", RESULTS, prompts=4, max_tokens=4, repeat=1, raw_engine="inline")
     for name in ("prompts", "max_tokens", "repeat"):
         if getattr(args, name) < 1:
             print(f"llm_vllm.py: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
@@ -143,12 +150,12 @@ def main(argv=None) -> int:
     print(f"workload: {len(prompts)} prompts, greedy, max_tokens {args.max_tokens}; {model.name} ({model.path}); "
           f"vLLM from {python}; {os.cpu_count()} CPUs", flush=True)
 
-    raw = run_raw(python, model.path, prompts, args.max_tokens, args.repeat)
+    raw = run_raw(python, model.path, prompts, args.max_tokens, args.repeat, args.raw_engine == "inline")
     for r, one in enumerate(raw["rounds"]):
         print(f"  raw      round {r + 1}: {one['tokens']} tokens in {one['wall_s']:.2f} s = "
               f"{one['tokens'] / one['wall_s']:.1f} tokens/s", flush=True)
     load = raw["other_load_cores"]
-    print(f"  raw      engine start {raw['load_s']:.1f} s (not timed); other load "
+    print(f"  raw      engine start {raw['load_s']:.1f} s (not timed; engine core {args.raw_engine}); other load "
           f"{'?' if load is None else f'{load:.2f}'} cores")
 
     # the backend's own batch size and concurrency (16 and 16: twice the engine's sequences in flight,

@@ -56,11 +56,13 @@ class Store:
             self.proc.wait(timeout=10)
         self.proc = None
 
-    def filesystem(self) -> pafs.FileSystem:
+    def filesystem(self, s3_attempts: int = 3) -> pafs.FileSystem:
+        """A pyarrow client of this server; S3 requests are tried `s3_attempts` times (pyarrow's default 3)."""
         if self.scheme == "s3":
             return pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{self.port}", scheme="http",
                                      access_key="testing", secret_key="testing", region="us-east-1",
-                                     allow_bucket_creation=True, allow_bucket_deletion=True)
+                                     allow_bucket_creation=True, allow_bucket_deletion=True,
+                                     retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=s3_attempts))
         return pafs.GcsFileSystem(anonymous=True, scheme="http", endpoint_override=f"127.0.0.1:{self.port}",
                                   project_id="test-project")
 

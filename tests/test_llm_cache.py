@@ -51,6 +51,7 @@ def test_a_cache_in_a_store_that_fails_raises_rather_than_missing(s3_store, monk
     cache = ResponseCache(s3_store.bucket() + "/responses")
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("SHARDSMITH_STORE_CONNECT_TIMEOUT", "1")
+    monkeypatch.setenv("SHARDSMITH_STORE_ATTEMPTS", "2")   # still retried once; 5 tries back off for 4-12 s
     with pytest.raises(OSError) as caught:
         cache.get(KEY)
     assert not isinstance(caught.value, FileNotFoundError)

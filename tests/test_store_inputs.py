@@ -221,7 +221,8 @@ def test_an_html_prefix_is_served_as_a_folder_is(gcs_store):
 @pytest.mark.parametrize("case", ["glob matches nothing", "missing bucket", "missing file", "unreachable endpoint",
                                   "empty html prefix"])
 def test_unusable_store_inputs_are_one_line_and_exit_2(case, s3_store, tmp_path):
-    env = dict(os.environ, SHARDSMITH_STORE_CONNECT_TIMEOUT="2", SHARDSMITH_STORE_REQUEST_TIMEOUT="5")
+    env = dict(os.environ, SHARDSMITH_STORE_CONNECT_TIMEOUT="2", SHARDSMITH_STORE_REQUEST_TIMEOUT="5",
+               SHARDSMITH_STORE_ATTEMPTS="2")
     bucket = s3_store.bucket()
     dataset, expect = "concretizer", "no file matches"
     if case == "glob matches nothing":

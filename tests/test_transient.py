@@ -165,7 +165,7 @@ def test_a_stopped_s3_server_gives_transient_pyarrow_errors(tmp_path):
     from tests import stores
     store = stores.s3_server(str(tmp_path)).start()
     try:
-        fs = store.filesystem()
+        fs = store.filesystem(s3_attempts=2)   # a retry is still made: each failed call backs off once
         bucket = store.bucket().removeprefix("s3://")
         with fs.open_output_stream(f"{bucket}/a.bin") as fh:
             fh.write(b"shard")
