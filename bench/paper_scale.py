@@ -22,17 +22,6 @@ PAPER = {
                                  "(24,985,600 samples); measured per sampled proof"),
     "concretizer": (7_481, "KITTI's 7,481 training frames (measured on simulated 64-beam frames, all five layers)"),
 }
-# dataset -> (MB, why): memory a worker reaches on real inputs that the benchmark's inputs never reach,
-# measured apart and added to the worker's peak for the machine count
-UNREACHED_MEMORY = {
-    "multiui": (630, "curation's language detector (lingua) loads every n-gram order of the candidate languages "
-                     "that share the text's script the first time a worker meets a short text (under about 120 "
-                     "letters: a short page, a title): +630 MB and 6.5 CPU-s once per worker process for the "
-                     "Latin script, up to 910 MB with every candidate language's (measured 2026-12-03). The "
-                     "benchmark's pages never send one; a crawl does where a title is not in its page's "
-                     "language: none of the 88 pages of the project's two general labelled sets did, 8 of the "
-                     "54 of its set of hijacked titles did"),
-}
 ORDER = ("pruned-synth", "selfmoe", "multiui", "rmaxts", "concretizer")
 CORES_PER_MACHINE = 4        # a 4-vCPU worker machine (n2-standard-4 on Dataflow; a Dask worker host)
 MACHINE_GB = 16
@@ -65,9 +54,7 @@ def paper_rows(figures: dict) -> list[dict]:
                                                                per_unit_bytes * per_attempt,
                                                                per_unit_requests * per_attempt)
         core_hours = per_unit_cpu * paper_units / 3600
-        measured_mb = max((w["peak_rss_mb"] + w["helpers_peak_rss_mb"] for w in mem["workers"]), default=0.0)
-        unreached_mb = UNREACHED_MEMORY.get(dataset, (0, ""))[0]
-        worker_gb = (measured_mb + unreached_mb) / 1024
+        worker_gb = max((w["peak_rss_mb"] + w["helpers_peak_rss_mb"] for w in mem["workers"]), default=0.0) / 1024
         per_machine = max(1, min(CORES_PER_MACHINE, math.floor(MACHINE_GB * USABLE_MEMORY / max(worker_gb, 1e-9))))
         machines = max(1, math.ceil(core_hours / (24 * UTILISATION * per_machine)))
         measured = f"{units:,} {entry['unit']}s"
@@ -78,7 +65,6 @@ def paper_rows(figures: dict) -> list[dict]:
                     "cpu_s_per_unit": per_unit_cpu,
                     "bytes_per_unit": per_unit_bytes, "core_hours": core_hours,
                     "output_bytes": per_unit_bytes * paper_units, "worker_gb": worker_gb,
-                    "measured_mb": measured_mb, "unreached_mb": unreached_mb,
                     "workers_per_machine": per_machine, "machines": machines,
                     "model_requests": per_unit_requests * paper_units})
     return out
@@ -141,13 +127,11 @@ def paper_table(figures: dict) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        memory = f"{r['measured_mb']:,.0f}" + (f" + {r['unreached_mb']:,}" if r["unreached_mb"] else "")
         lines.append(
             f"| {r['dataset']} | {r['paper_units']:,} {r['unit'] if r['dataset'] != 'rmaxts' else 'sampled proof'}s | "
             f"{r['measured']} ({r['scale']:g}x) | "
             f"{_seconds(r['cpu_s_per_unit'])} | {_hours(r['core_hours'])} | {_bytes(r['output_bytes'])} | "
-            f"{memory} MB | "
-            f"{r['machines']:,} x {CORES_PER_MACHINE} vCPU "
+            f"{r['worker_gb'] * 1024:,.0f} MB | {r['machines']:,} x {CORES_PER_MACHINE} vCPU "
             f"({r['workers_per_machine']} workers each) |")
     lines += ["", "Paper sizes:", ""]
     lines += [f"- **{r['dataset']}**: {r['counted']}." for r in rows]
@@ -156,11 +140,6 @@ def paper_table(figures: dict) -> str:
         if r["dataset"] in NOT_COUNTED:
             lines.append(f"- **{r['dataset']}**: " + NOT_COUNTED[r["dataset"]].format(
                 requests=f"{r['model_requests']:,.0f}") + " at paper scale.")
-    unreached = [r for r in rows if r["unreached_mb"]]
-    if unreached:
-        lines += ["", "Memory the benchmark's inputs do not reach (the second figure of \"worker + helpers peak\", "
-                  "counted in the machines):", ""]
-        lines += [f"- **{r['dataset']}**: {UNREACHED_MEMORY[r['dataset']][1]}." for r in unreached]
     lines += ["", "Where the benchmark found cost or memory growing faster than the data (so these figures are "
               "low for a paper-size run; causes in [benchmarks.md](benchmarks.md#scalepy)):", ""]
     grew = _growth(figures)

@@ -64,10 +64,16 @@ def _lingua():
 
 @functools.lru_cache(maxsize=4)
 def detector(candidates: tuple[str, ...]):
-    """One lingua detector per worker process and candidate set (its models load lazily, per language)."""
+    """One lingua detector per worker process and candidate set, in lingua's low-accuracy mode (trigram
+    models only). In its default mode lingua loads every n-gram order of each candidate language of
+    the text's script the first time a text has fewer than about 120 letters (a title, a short page):
+    a worker's memory stepped up by 630 MB (6.5 CPU-s) at its first short Latin-script text, up to
+    900 MB for every script. With trigrams alone a process holds about 45 MB; curation's verdicts
+    on the four labelled page sets (182 pages, 30 of the texts short, with `languages` en and any)
+    are the same in both modes (docs/benchmarks.md, scale.py)."""
     lingua = _lingua()
     languages = [lingua.Language.from_iso_code_639_1(getattr(lingua.IsoCode639_1, c.upper())) for c in candidates]
-    return lingua.LanguageDetectorBuilder.from_languages(*languages).build()
+    return lingua.LanguageDetectorBuilder.from_languages(*languages).with_low_accuracy_mode().build()
 
 
 _NOT_WORDS = re.compile(r"https?://\S+|[\w.+-]+@[\w.-]+|\d+")
