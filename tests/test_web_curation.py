@@ -3,6 +3,8 @@ recall on a labelled multilingual set (tests/data/curation/)."""
 import csv
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -143,6 +145,25 @@ def test_language_identification_on_the_labelled_set_and_its_cost():
     print(f"\nlanguage ID: {right}/{len(texts)} right, {ms:.2f} ms per page, warm (text cut to {language.MAX_CHARS} chars)")
     assert right / len(texts) >= 0.9
     assert {lang for _, lang in texts} >= {"en", "zh", "ja", "ko", "ru", "es", "de", "fr", "pt", "it", "ar"}
+
+
+@pytest.mark.model
+def test_a_short_title_does_not_load_every_language_model():
+    """lingua's default mode loads every n-gram order of the candidates on the first text under about
+    120 letters (a worker grew by 630 MB at its first short Latin-script title); the detector's
+    trigram-only mode must not. In a fresh process, so models loaded by other tests do not count."""
+    code = (
+        "from transforms.web import language\n"
+        "rss = lambda: int(open('/proc/self/status').read().split('VmRSS:')[1].split()[0]) // 1024\n"
+        "language.detect('The committee reviews the annual report on regional transport and housing. ' * 5)\n"
+        "before = rss()\n"
+        "sure = language.confidences('Trail maps and guides for hikers')\n"
+        "print(rss() - before, max(sure, key=sure.get))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    grew_mb, named = out.stdout.split()
+    assert named == "en" and int(grew_mb) < 50, out.stdout
 
 
 def test_languages_setting():
