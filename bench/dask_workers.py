@@ -110,12 +110,13 @@ def measure(part: str, dataset: str, sets: list[str], part_mb: float, store, scr
             dask_args: list[str]) -> tuple[float, dict]:
     out = store.bucket() + "/bench"
     if part == "local":   # informational: the FnApiRunner in this process, same store, same config
-        cluster, runner, beam_args = None, "local", []
+        cluster = None
     else:
         cluster = DaskCluster(env=store.env, workers=PARTS[part],
                               root=tempfile.mkdtemp(prefix=f"{part}-", dir=scratch))
-        runner, beam_args = "dask", [f"--dask_client_address={cluster.address}"] + dask_args
     with cluster or contextlib.nullcontext():
+        runner, beam_args = ("dask", [f"--dask_client_address={cluster.address}"] + dask_args) if cluster \
+            else ("local", [])
         groups = (cluster.pgids() if cluster else []) + [store.proc.pid]
         before = cluster.executed() if cluster else {}
         pids0 = _cpu_of(group_members(groups))

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from tests.processes import alive, group_members
-from tests.stores import free_port, wait_for_port
+from tests.stores import start_on_free_port, wait_for_port
 
 BIN = os.path.dirname(sys.executable)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,8 +44,8 @@ class DaskCluster:
         self._own_root = root is None
         self.root = root or tempfile.mkdtemp(prefix="dask-cluster-")
         self.idle_timeout_s, self.death_timeout_s = idle_timeout_s, death_timeout_s
-        self.port = free_port()
-        self.address = f"tcp://127.0.0.1:{self.port}"
+        self.port: int | None = None   # picked by start()
+        self.address = ""               # tcp://127.0.0.1:PORT once started
         self.procs: dict[str, subprocess.Popen] = {}
         self.dirs: dict[str, str] = {}
         self.worker_pids: dict[str, int] = {}   # worker address -> pid of the worker process (not the nanny)
@@ -77,12 +77,16 @@ class DaskCluster:
         self.procs[name], self.dirs[name] = proc, home
         return proc
 
+    def _scheduler(self, port: int, timeout_s: float) -> None:
+        scheduler = self._start("scheduler", [
+            "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard",
+            "--idle-timeout", f"{self.idle_timeout_s}s"])
+        wait_for_port(port, scheduler, timeout=timeout_s)
+        self.port, self.address = port, f"tcp://127.0.0.1:{port}"
+
     def start(self, timeout_s: float = 120) -> "DaskCluster":
         try:
-            scheduler = self._start("scheduler", [
-                "scheduler", "--host", "127.0.0.1", "--port", str(self.port), "--no-dashboard",
-                "--idle-timeout", f"{self.idle_timeout_s}s"])
-            wait_for_port(self.port, scheduler, timeout=timeout_s)
+            start_on_free_port(lambda port: self._scheduler(port, timeout_s))
             for i in range(self.workers):
                 home = os.path.join(self.root, f"worker{i}")
                 self._start(f"worker{i}", [

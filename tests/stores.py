@@ -16,39 +16,93 @@ import pyarrow.fs as pafs
 BIN = os.path.dirname(sys.executable)
 
 
+PORT_TRIES = 3
+
+
 def free_port() -> int:
+    """A port free right now; another process may still bind it first (start_on_free_port retries)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+class ServerExited(RuntimeError):
+    """The server process ended before it listened (on a picked port: most often, someone took it)."""
+
+
+def listening_ports(pid: int) -> set[int]:
+    """TCP ports on which process `pid` itself holds a listening socket (from /proc)."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as fh:
+                lines = fh.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:   # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Wait until `proc` itself listens on `port`: a connection could reach another process that
+    took the port, so the socket's owner is read from /proc rather than trusted to answer."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"store server exited with {proc.returncode}")
+            raise ServerExited(f"server {proc.args[0]} exited with {proc.returncode} before listening on {port}")
+        if port in listening_ports(proc.pid):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"server {proc.args[0]} did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+def start_on_free_port(launch, port: int | None = None):
+    """`launch(port)` starts a server and waits for it (wait_for_port). With no `port`, a free one
+    is picked, and picked again when the server exits first; a port named is kept (a restart)."""
+    for attempt in range(1, PORT_TRIES + 1):
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"store server did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+            return launch(port or free_port())
+        except ServerExited:
+            if port or attempt == PORT_TRIES:
+                raise
 
 
 class Store:
-    """One server process; `env` is what a client (this process, a CLI, a Dask worker) needs."""
+    """One server process; `env` is what a client (this process, a CLI, a Dask worker) needs.
+    `command(port)` and `environment(port)` give the server's command line and that env."""
 
-    def __init__(self, scheme: str, command: list[str], env: dict[str, str], port: int, log_dir: str):
-        self.scheme, self.command, self.env, self.port = scheme, command, env, port
+    def __init__(self, scheme: str, command, environment, log_dir: str):
+        self.scheme, self.command, self.environment = scheme, command, environment
         self.log_dir = log_dir
+        self.port: int | None = None   # picked at the first start, kept by a restart
+        self.env: dict[str, str] = {}
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Store":
-        log = open(os.path.join(self.log_dir, f"{self.scheme}-{self.port}.log"), "ab")
-        self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        wait_for_port(self.port, self.proc)
+        start_on_free_port(self._launch, self.port)
         return self
+
+    def _launch(self, port: int) -> None:
+        with open(os.path.join(self.log_dir, f"{self.scheme}-{port}.log"), "ab") as log:
+            self.proc = subprocess.Popen(self.command(port), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        wait_for_port(port, self.proc)
+        self.port, self.env = port, self.environment(port)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -74,17 +128,14 @@ class Store:
 
 
 def s3_server(log_dir: str) -> Store:
-    port = free_port()
     moto = shutil.which("moto_server", path=BIN) or "moto_server"
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-           "AWS_EC2_METADATA_DISABLED": "true"}
-    return Store("s3", [moto, "-H", "127.0.0.1", "-p", str(port)], env, port, log_dir)
+    return Store("s3", lambda port: [moto, "-H", "127.0.0.1", "-p", str(port)],
+                 lambda port: {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+                               "AWS_EC2_METADATA_DISABLED": "true"}, log_dir)
 
 
 def gcs_server(log_dir: str) -> Store:
-    port = free_port()
     emulator = shutil.which("gcp-storage-emulator", path=BIN) or "gcp-storage-emulator"
-    env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}
-    return Store("gs", [emulator, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-                 env, port, log_dir)
+    return Store("gs", lambda port: [emulator, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+                 lambda port: {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}"}, log_dir)

@@ -216,3 +216,29 @@ def test_trainer_streams_shards_from_s3_split_across_workers_and_resumes(s3_run)
     resumed = ShardDataset(target, "rows", shuffle=True, seed=3, resume=pos.state_dict())
     rest = [i for b in loader(resumed) for i in b["id"]]
     assert sorted(seen + rest) == expected and not set(seen) & set(rest)
+
+
+def test_a_port_taken_before_the_store_binds_it_is_picked_again(tmp_path, monkeypatch):
+    """free_port() releases the port it found, so another process can bind it first (seen under
+    load with parallel tests): the server then exits, and start picks another port. Waiting reads the
+    listening socket's owner from /proc: a connection to the port would reach the other process."""
+    pytest.importorskip("moto")
+    import socket
+    from tests import stores
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        picks = iter([busy, stores.free_port()])
+        monkeypatch.setattr(stores, "free_port", lambda: next(picks))
+        store = stores.s3_server(str(tmp_path)).start()
+        try:
+            assert store.port != busy and store.env["AWS_ENDPOINT_URL"].endswith(f":{store.port}")
+            assert store.port in stores.listening_ports(store.proc.pid)
+            bucket = store.bucket().removeprefix("s3://")
+            store.filesystem().create_dir(f"{bucket}/d")
+            assert busy not in stores.listening_ports(store.proc.pid)
+            with open(tmp_path / f"s3-{busy}.log", errors="replace") as fh:   # the first start failed
+                assert "in use" in fh.read()
+        finally:
+            store.stop()
