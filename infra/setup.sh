@@ -20,6 +20,8 @@ fi
 # which characters they cover (the pages' glyphs_missing).
 web_fonts="fontconfig fonts-dejavu-core fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji"
 case ",$extras," in *,web,*|*,all,*) apt_packages="$apt_packages chromium $web_fonts" ;; esac
+# Real documentation HTML: the pages bench/render.py renders (its smoke run is part of make test)
+case ",$extras," in *,dev,*|*,all,*) case ",$extras," in *,web,*|*,all,*) apt_packages="$apt_packages python3.11-doc" ;; esac ;; esac
 case ",$extras," in *,lidar,*|*,all,*) apt_packages="$apt_packages libgl1 libegl1 libgomp1 libusb-1.0-0" ;; esac
 apt_packages="$apt_packages bubblewrap"  # rmaxts runs each Lean REPL under bwrap (os_sandbox=bwrap)
 if ! "$python" -c "import venv, ensurepip" >/dev/null 2>&1; then
