@@ -187,6 +187,39 @@ def test_processes_see_the_callers_path_folder_and_environment(tmp_path, monkeyp
     assert out == ("x", str(module), str(tmp_path), "set-after-start", "0")
 
 
+def mark_call(path):
+    """A launched fn that leaves a mark per process that ran it."""
+    with open(path, "a") as fh:
+        fh.write(".")
+    return os.getpid()
+
+
+@pytest.mark.model
+def test_a_group_that_cannot_form_is_tried_once_more_from_a_fresh_rendezvous(tmp_path, monkeypatch, caplog):
+    """Forming the group is the one step retried (gloo's mesh can fail to connect on a busy machine,
+    and nothing has trained yet); the second try gets a rendezvous of its own. A group that cannot
+    form twice raises its processes' own error, and fn never ran."""
+    real = distributed._rendezvous
+    given = []
+
+    def first_broken(folder):   # the first rendezvous is one torch cannot join
+        given.append(real(folder) if given else "nojoin://rendezvous")
+        return given[-1]
+    monkeypatch.setattr(distributed, "_rendezvous", first_broken)
+    calls = tmp_path / "calls"
+    with caplog.at_level("WARNING", logger="trainers.distributed"):
+        assert distributed.launch(mark_call, 2, str(calls)) > 0
+    assert len(given) == 2 and given[0] != given[1]
+    assert calls.read_text() == ".."   # once per process, on the second try only
+    assert "could not form their group" in caplog.text and "trying once more" in caplog.text
+
+    monkeypatch.setattr(distributed, "_rendezvous", lambda folder: "nojoin://rendezvous")
+    calls.unlink()
+    with pytest.raises(Exception) as raised:
+        distributed.launch(mark_call, 2, str(calls))
+    assert "No rendezvous handler for nojoin://" in str(raised.value) and not calls.exists()
+
+
 KILLED_LAUNCHER = """
 import os, sys, time
 from trainers import distributed

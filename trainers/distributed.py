@@ -8,6 +8,7 @@ the environment describes instead. Without a group every helper is the single-pr
 """
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import select
@@ -25,6 +26,8 @@ import torch.multiprocessing as mp
 from multiprocessing import forkserver
 
 from trainers.data import rank_and_world
+
+log = logging.getLogger(__name__)
 
 # what every training process imports, loaded once by the fork server (see _context); torch's
 # optimizers import torch._dynamo when the first one is made (1.3-2.5 CPU-s a process)
@@ -106,15 +109,17 @@ def _child(rank: int, world: int, init: str, name: str, results, fn: Callable, a
     # environment: the server's is from when it started
     os.environ.clear()
     os.environ.update(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    status = "join"   # until the group is joined, a failure is the rendezvous's, and fn has not begun
     try:
         _join(name, init, rank, world)
+        status = "error"
         out = fn(*args)
         results.put((rank, "ok", out if rank == 0 else None))
     except BaseException as exc:  # everything goes back to the parent, which stops the others
         try:
-            results.put((rank, "error", exc))
+            results.put((rank, status, exc))
         except Exception:
-            results.put((rank, "error", RuntimeError("".join(traceback.format_exception(exc)))))
+            results.put((rank, status, RuntimeError("".join(traceback.format_exception(exc)))))
     finally:
         if active():
             dist.destroy_process_group()
@@ -127,9 +132,33 @@ def launch(fn: Callable, nproc: int, *args, device: str | None = None, preload: 
     The processes meet through a file, not a TCP port: a port picked free and then released can be
     taken by anything else on the machine before rank 0 listens on it (EADDRINUSE under load).
     """
-    with tempfile.TemporaryDirectory(prefix="shardsmith-ddp-") as rendezvous:
-        init = "file://" + os.path.join(rendezvous, "store")
-        return _run(fn, nproc, args, backend(device, nproc), init, preload)
+    for attempt in range(1, JOIN_TRIES + 1):
+        with tempfile.TemporaryDirectory(prefix="shardsmith-ddp-") as rendezvous:
+            try:
+                return _run(fn, nproc, args, backend(device, nproc), _rendezvous(rendezvous), preload)
+            except _JoinFailed as failed:
+                # gloo's mesh can fail to connect on a busy machine (seen once in 1,500 test runs:
+                # "connectFullMesh failed ... Connection closed by peer"); nothing has trained yet
+                if attempt == JOIN_TRIES:
+                    raise failed.cause from None
+                log.warning("the %d training processes could not form their group (%s); trying once more",
+                            nproc, str(failed.cause).splitlines()[0][:200] if str(failed.cause) else failed.cause)
+    raise AssertionError("unreachable")
+
+
+JOIN_TRIES = 2
+
+
+class _JoinFailed(Exception):
+    """A process could not join the group: the launch may be tried again from the start."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _rendezvous(folder: str) -> str:
+    return "file://" + os.path.join(folder, "store")
 
 
 def _context(fn: Callable, preload: tuple[str, ...]):
@@ -174,7 +203,9 @@ def _run(fn: Callable, nproc: int, args: tuple, name: str, init: str, preload: t
                                          f"without a report; see its output above")
                 continue
             reported += 1
-            if status == "error":
+            if status == "join":
+                error = _JoinFailed(value)
+            elif status == "error":
                 error = value
             elif rank == 0:
                 out = value
