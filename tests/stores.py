@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -13,17 +12,9 @@ import uuid
 
 import pyarrow.fs as pafs
 
+from core.ports import on_free_port
+
 BIN = os.path.dirname(sys.executable)
-
-
-PORT_TRIES = 3
-
-
-def free_port() -> int:
-    """A port free right now; another process may still bind it first (start_on_free_port retries)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerExited(RuntimeError):
@@ -72,14 +63,9 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> N
 
 
 def start_on_free_port(launch, port: int | None = None):
-    """`launch(port)` starts a server and waits for it (wait_for_port). With no `port`, a free one
-    is picked, and picked again when the server exits first; a port named is kept (a restart)."""
-    for attempt in range(1, PORT_TRIES + 1):
-        try:
-            return launch(port or free_port())
-        except ServerExited:
-            if port or attempt == PORT_TRIES:
-                raise
+    """`launch(port)` starts a server and waits for it (wait_for_port); a picked port that another
+    process took first is picked again, a port named is kept (a restart)."""
+    return on_free_port(launch, port, ServerExited)
 
 
 class Store:

@@ -47,7 +47,7 @@ def test_a_cache_in_s3_puts_gets_and_misses_on_garbage(s3_store):
 
 def test_a_cache_in_a_store_that_fails_raises_rather_than_missing(s3_store, monkeypatch):
     """A miss means "generate again"; a store that does not answer must not be read as one."""
-    from tests.stores import free_port
+    from core.ports import free_port
     cache = ResponseCache(s3_store.bucket() + "/responses")
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("SHARDSMITH_STORE_CONNECT_TIMEOUT", "1")

@@ -180,13 +180,14 @@ def test_early_exit_names_the_log_and_quotes_it(standin, model_folder):
 def test_a_port_taken_before_the_server_binds_it_is_picked_again(standin, model_folder, monkeypatch):
     """free_port() releases the port it found; another process can bind it first (seen under load)."""
     import socket
+    from core import ports
     from transforms.llm import vllm_server
     env, _ = standin
     with socket.socket() as held:   # bound, not listening: the health check is refused at once
         held.bind(("127.0.0.1", 0))
         taken = held.getsockname()[1]
-        picks = iter([taken, vllm_server.free_port()])
-        monkeypatch.setattr(vllm_server, "free_port", lambda: next(picks))
+        picks = iter([taken, ports.free_port()])
+        monkeypatch.setattr(ports, "free_port", lambda: next(picks))
         with _server(model_folder, env) as server:
             assert server.port != taken and server.healthy()
             assert vllm_server.PORT_TAKEN in server.log_path.read_text().lower()  # the first try's exit

@@ -232,7 +232,7 @@ def test_unusable_store_inputs_are_one_line_and_exit_2(case, s3_store, tmp_path)
     elif case == "missing file":
         dataset, sets, expect = "pruned-synth", [f"features={bucket}/none.parquet"], "not found"
     elif case == "unreachable endpoint":
-        from tests.stores import free_port
+        from core.ports import free_port
         env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"
         dataset, sets, expect = "pruned-synth", [f"features={bucket}/f.parquet"], "cannot reach the store"
     else:

@@ -175,7 +175,7 @@ def test_unusable_outputs_are_one_line_and_exit_2_before_any_pipeline(case, s3_s
     elif case == "missing bucket":
         out, expect = "s3://no-such-bucket-here/x", "bucket 'no-such-bucket-here' does not exist"
     elif case == "unreachable endpoint":
-        from tests.stores import free_port
+        from core.ports import free_port
         env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"
         expect = "cannot reach the store"
     else:  # nothing in the AWS credential chain: no variables, no profile files, no instance metadata
@@ -224,13 +224,14 @@ def test_a_port_taken_before_the_store_binds_it_is_picked_again(tmp_path, monkey
     listening socket's owner from /proc: a connection to the port would reach the other process."""
     pytest.importorskip("moto")
     import socket
+    from core import ports
     from tests import stores
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        picks = iter([busy, stores.free_port()])
-        monkeypatch.setattr(stores, "free_port", lambda: next(picks))
+        picks = iter([busy, ports.free_port()])
+        monkeypatch.setattr(ports, "free_port", lambda: next(picks))
         store = stores.s3_server(str(tmp_path)).start()
         try:
             assert store.port != busy and store.env["AWS_ENDPOINT_URL"].endswith(f":{store.port}")

@@ -142,7 +142,7 @@ def launch(fn: Callable, nproc: int, *args, device: str | None = None, preload: 
                 if attempt == JOIN_TRIES:
                     raise failed.cause from None
                 log.warning("the %d training processes could not form their group (%s); trying once more",
-                            nproc, str(failed.cause).splitlines()[0][:200] if str(failed.cause) else failed.cause)
+                            nproc, str(failed.cause).partition("\n")[0][:200] or type(failed.cause).__name__)
     raise AssertionError("unreachable")
 
 

