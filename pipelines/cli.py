@@ -1,4 +1,4 @@
-"""The `shardsmith` command: list, run, validate, inspect, view, export, train.
+"""The `shardsmith` command: list, run, status, validate, inspect, view, export, train, cache.
 
 Every user mistake (unknown dataset or key, bad value, missing file) prints
 one line and exits 2; a run that fails its error budget or a dataset that
@@ -48,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--show-config", action="store_true", help="print the dataset's keys and defaults, then exit")
     r.add_argument("--quiet", action="store_true", help="no live progress display on stderr (shown on a terminal "
                    "for the local, multiprocess and portable runners)")
+    r.add_argument("--detach", action="store_true", help="submit the job and return with its generation's path: the "
+                   "job publishes itself when it ends (dataflow, flink, or portable with --job_endpoint; "
+                   "`shardsmith status OUT/DATASET` follows it)")
+    st = sub.add_parser("status", help="a dataset's generations: published, running (each stage's counts), "
+                        "failed, stale")
+    st.add_argument("path", help="the dataset folder (OUT/DATASET) or its s3:// / gs:// prefix")
     v = sub.add_parser("validate", help="check shards against their schemas and the manifest")
     v.add_argument("path")
     i = sub.add_parser("inspect", help="schema, counts and a few rows of a dataset")
@@ -129,10 +135,15 @@ def _run(args, beam_args) -> int:
         manifest = run.run(dataset, out=args.out, config_file=args.config, sets=args.set,
                            runner=args.runner, overwrite=args.overwrite,
                            max_error_rate=args.max_error_rate, beam_args=beam_args, quiet=args.quiet,
-                           part_mb=args.part_mb, resume=not args.no_resume)
+                           part_mb=args.part_mb, resume=not args.no_resume, detach=args.detach)
     except run.RunFailed as exc:
         print(f"shardsmith: run failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    if args.detach:
+        print(f"{dataset.name}: submitted to the {args.runner} runner ({manifest['state'] or 'state unknown'}); "
+              f"it writes {manifest['generation']} and publishes itself when it ends. Follow it with "
+              f"`shardsmith status {storage.join(args.out, dataset.name)}`")
+        return 0
     print(summary(manifest, storage.join(args.out, dataset.name)))
     return 0
 
@@ -197,6 +208,16 @@ def _cache(args, beam_args) -> int:
 def _when(epoch: float) -> str:
     import datetime
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _status(args, beam_args) -> int:
+    from pipelines import status
+    storage.check_readable(args.path)
+    if not storage.is_dir(args.path):
+        raise ConfigError(f"{args.path}: no such dataset folder (give OUT/DATASET, as `shardsmith run` wrote it)")
+    for line in status.report(args.path):
+        print(line)
+    return 0
 
 
 def _validate(args, beam_args) -> int:
@@ -269,7 +290,7 @@ def _train(args, beam_args) -> int:
 
 
 _COMMANDS = {"list": _list, "run": _run, "validate": _validate, "inspect": _inspect, "view": _view, "export": _export,
-             "train": _train, "cache": _cache}
+             "train": _train, "cache": _cache, "status": _status}
 
 if __name__ == "__main__":
     sys.exit(main())

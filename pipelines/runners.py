@@ -68,6 +68,15 @@ def _dask_partitions(address: str, extra: list[str]) -> list[str]:
     return [f"--dask_npartitions={PARTITIONS_PER_WORKER * max(1, workers)}"]
 
 
+def outlives_launcher(runner: str, extra: list[str]) -> bool:
+    """Whether a job on `runner` goes on when the launching process exits: Dataflow's and Flink's
+    do, and the portable runner's against a job service of its own (`--job_endpoint=HOST:PORT`)."""
+    if runner in ("dataflow", "flink"):
+        return True
+    endpoint = next((a.split("=", 1)[1] for a in extra if a.startswith("--job_endpoint=")), "embed")
+    return runner == "portable" and endpoint not in ("embed", "")
+
+
 @contextlib.contextmanager
 def pipeline_options(runner: str, extra: list[str]):
     """Yield (PipelineOptions, runner object or None) for a runner name; clean up after."""
@@ -82,7 +91,7 @@ def pipeline_options(runner: str, extra: list[str]):
             args.append(f"--direct_num_workers={os.cpu_count() or 2}")
         with _one_blas_thread_per_worker():
             yield PipelineOptions(args + extra), None
-    elif runner == "portable":
+    elif runner == "portable":   # the user's --job_endpoint and --environment_* come later and win
         yield PipelineOptions(["--runner=PortableRunner", "--job_endpoint=embed",
                                "--environment_type=LOOPBACK"] + extra), None
     elif runner == "dask":

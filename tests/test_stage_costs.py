@@ -16,7 +16,8 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from pipelines import registry
-from pipelines.run import run, sink_costs
+from pipelines.run import run
+from transforms.io.publish import sink_costs
 from schemas import Field, TableSchema
 from transforms.io import layout
 from transforms.io.ids import stable_id

@@ -198,7 +198,7 @@ def test_unique_keeps_the_least_of_each_key_and_counts_the_rest():
 
 
 def test_the_manifest_shows_retries_only_when_there_were_some():
-    from pipelines.run import _stage_entry
+    from transforms.io.publish import _stage_entry
     quiet = vars(StageStats(3, 3, 0, 0.1, 1.0, 2.0))
     assert "retries" not in _stage_entry(quiet)
     assert _stage_entry(dict(quiet, retries=2))["retries"] == 2

@@ -27,6 +27,7 @@ Parquet written (`_run.json`'s "sink", the manifest's "sink").
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -44,7 +45,7 @@ import schemas
 from core import storage
 from schemas import SchemaError, TableSchema
 from transforms.io import layout
-from transforms.io.stage import Ledger, StageStats
+from transforms.io.stage import BeatingDoFn, Ledger, StageStats
 
 ROW_GROUP_ROWS = 8192
 PART_BYTES = 256 << 20        # default target payload per part file (--part-mb)
@@ -324,7 +325,7 @@ def _write_part(dataset_dir: str, folder: str, spec: TableSpec, part: int, parts
 
 # -- Beam wiring --------------------------------------------------------------------------------
 
-class _SpillBatches(beam.DoFn):
+class _SpillBatches(BeatingDoFn):
     """Arrow batches and big row dicts -> (table, SpillRef) and the spill's cost; other row dicts ->
     ((table, bucket), row) for _SpillRows.
 
@@ -333,8 +334,8 @@ class _SpillBatches(beam.DoFn):
     instead, every such row would cross the runner (the in-process runners hold a whole shuffle in
     the driver), so memory and shuffle volume would grow with the data."""
 
-    def __init__(self, table: str, spec: TableSpec, spill_dir: str):
-        self.table, self.spec, self.spill_dir = table, spec, spill_dir
+    def __init__(self, table: str, spec: TableSpec, spill_dir: str, heartbeat: str | None):
+        self.table, self.spec, self.spill_dir, self.heartbeat = table, spec, spill_dir, heartbeat
 
     def process(self, element):
         where = storage.join(self.spill_dir, self.table)
@@ -354,12 +355,12 @@ class _SpillBatches(beam.DoFn):
             yield "cost", (self.table, cost)
 
 
-class _SpillRows(beam.DoFn):
+class _SpillRows(BeatingDoFn):
     """One bucket of row dicts -> spill files of about DICT_CHUNK_BYTES each: ("ref", (table, SpillRef))
     and ("cost", (table, the chunk's StageStats)) events."""
 
-    def __init__(self, specs: dict[str, TableSpec], spill_dir: str):
-        self.specs, self.spill_dir = specs, spill_dir
+    def __init__(self, specs: dict[str, TableSpec], spill_dir: str, heartbeat: str | None):
+        self.specs, self.spill_dir, self.heartbeat = specs, spill_dir, heartbeat
 
     def process(self, keyed):
         (table, _), rows = keyed
@@ -391,9 +392,9 @@ def plan_parts(table: str, refs: list[SpillRef], part_bytes: int) -> list[tuple[
     return out
 
 
-class _WritePart(beam.DoFn):
-    def __init__(self, dataset_dir: str, specs: dict[str, TableSpec]):
-        self.dataset_dir, self.specs = dataset_dir, specs
+class _WritePart(BeatingDoFn):
+    def __init__(self, dataset_dir: str, specs: dict[str, TableSpec], heartbeat: str | None):
+        self.dataset_dir, self.specs, self.heartbeat = dataset_dir, specs, heartbeat
 
     def process(self, planned):
         (table, part, parts), refs = planned
@@ -402,26 +403,35 @@ class _WritePart(beam.DoFn):
         yield "file", dict(record, busy_s=cost.busy_s, cpu_s=cost.cpu_s)
 
 
-class _RecordRun(beam.DoFn):
-    """Write `_run.json`: every file written (with what writing it cost), every stage's statistics
-    and what spilling cost per table."""
+def run_record(records) -> dict:
+    """The sink's record of a finished run from its events: every file written (with what writing
+    it cost), every stage's statistics and what spilling cost per table."""
+    files, stages, spills = [], {}, {}
+    for kind, record in records:
+        if kind == "file":
+            files.append(record)
+        else:
+            name, stats = record
+            (stages if kind == "stat" else spills)[name] = vars(stats)
+    return {"files": sorted(files, key=lambda f: f["path"]), "stages": dict(sorted(stages.items())),
+            "spills": dict(sorted(spills.items()))}
 
-    def __init__(self, dataset_dir: str):
-        self.dataset_dir = dataset_dir
+
+def write_run_record(dataset_dir: str, record: dict) -> str:
+    """The sink's commit where no one publishes (benchmarks, tests of the sink alone): `_run.json`."""
+    path = storage.join(dataset_dir, layout.RUN_RECORD)
+    storage.write_json(path, record)
+    return path
+
+
+class _Commit(beam.DoFn):
+    """The last step: the run's record, handed to `commit(record)` once, after every part is written."""
+
+    def __init__(self, commit: typing.Callable[[dict], str]):
+        self.commit = commit
 
     def process(self, keyed):
-        files, stages, spills = [], {}, {}
-        for kind, record in keyed[1]:
-            if kind == "file":
-                files.append(record)
-            else:
-                name, stats = record
-                (stages if kind == "stat" else spills)[name] = vars(stats)
-        storage.write_json(storage.join(self.dataset_dir, layout.RUN_RECORD),
-                           {"files": sorted(files, key=lambda f: f["path"]),
-                            "stages": dict(sorted(stages.items())),
-                            "spills": dict(sorted(spills.items()))})
-        yield self.dataset_dir
+        yield self.commit(run_record(keyed[1]))
 
 
 class WriteDataset(beam.PTransform):
@@ -429,13 +439,16 @@ class WriteDataset(beam.PTransform):
 
     `tables` maps table name to a PCollection (or a tuple of them) of row
     dicts or Arrow tables (chunks of rows, much cheaper per row). Apply this last:
-    nothing may consume its output.
+    nothing may consume its output. Its last step hands the run's record to `commit` (a picklable
+    callable, run once on a worker: transforms/io/publish.py's Commit publishes the dataset); by
+    default it writes the record to `_run.json` in `dataset_dir`.
     """
 
     def __init__(self, dataset_dir: str, specs: dict[str, TableSpec], ledger: Ledger,
-                 part_bytes: int = PART_BYTES):
+                 part_bytes: int = PART_BYTES, commit: typing.Callable[[dict], str] | None = None):
         super().__init__()
         self.dataset_dir, self.ledger, self.part_bytes = storage.normalize(dataset_dir), ledger, part_bytes
+        self.commit = commit or functools.partial(write_run_record, self.dataset_dir)
         self.specs = dict(specs)
         self.specs[layout.DEAD_LETTER_DIR] = DEAD_LETTER_SPEC
 
@@ -448,11 +461,12 @@ class WriteDataset(beam.PTransform):
         dead = tuple(self.ledger.dead) or (pipeline | "NoDeadLetters" >> beam.Create([]),)
         tables = dict(tables, **{layout.DEAD_LETTER_DIR: dead | "FlattenDead" >> beam.Flatten()})
         spill_dir = storage.join(self.dataset_dir, layout.SPILL_DIR)
+        beat = self.ledger.heartbeat
         # each producer's batches are spilled where they were made: flattening them first would
         # make the in-process runners copy every batch through the main process
         # output types given (Beam infers Any for both, by reading their bytecode on every apply)
         spilled = [pcoll | f"Spill/{name}/{i}" >> beam.ParDo(
-                       _SpillBatches(name, self.specs[name], spill_dir)).with_output_types(typing.Any)
+                       _SpillBatches(name, self.specs[name], spill_dir, beat)).with_output_types(typing.Any)
                    for name, pcolls in sorted(tables.items())
                    for i, pcoll in enumerate(pcolls if isinstance(pcolls, tuple) else (pcolls,))]
         events = tuple(spilled) | "AllSpilled" >> beam.Flatten()
@@ -460,7 +474,7 @@ class WriteDataset(beam.PTransform):
                       | "Rows" >> beam.Filter(lambda ev: ev[0] == "row")
                       | "UnwrapRows" >> beam.Map(lambda ev: ev[1])
                       | "GroupRows" >> beam.GroupByKey()
-                      | "SpillRows" >> beam.ParDo(_SpillRows(self.specs, spill_dir)).with_output_types(typing.Any))
+                      | "SpillRows" >> beam.ParDo(_SpillRows(self.specs, spill_dir, beat)).with_output_types(typing.Any))
         row_refs = (row_events
                     | "RowRefs" >> beam.Filter(lambda ev: ev[0] == "ref")
                     | "UnwrapRowRefs" >> beam.Map(lambda ev: ev[1]))
@@ -482,7 +496,7 @@ class WriteDataset(beam.PTransform):
                  | "PlanParts" >> beam.FlatMapTuple(
                      lambda table, refs: plan_parts(table, [r for r in refs if r is not None], part_bytes))
                  | "SpreadParts" >> beam.Reshuffle()
-                 | "WriteParts" >> beam.ParDo(_WritePart(self.dataset_dir, self.specs)))
+                 | "WriteParts" >> beam.ParDo(_WritePart(self.dataset_dir, self.specs, beat)))
         stats = (tuple(self.ledger.stats) or (pipeline | "NoStats" >> beam.Create([]),))
         stats = (stats
                  | "FlattenStats" >> beam.Flatten()
@@ -492,7 +506,7 @@ class WriteDataset(beam.PTransform):
                 | "AllRecords" >> beam.Flatten()
                 | "OneKey" >> beam.Map(lambda r: (None, r))
                 | "Gather" >> beam.GroupByKey()
-                | "RecordRun" >> beam.ParDo(_RecordRun(self.dataset_dir)))
+                | "Commit" >> beam.ParDo(_Commit(self.commit)))
 
 
 def _merge_stats(values) -> StageStats:

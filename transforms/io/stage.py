@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 import apache_beam as beam
 import pyarrow as pa
 
-from transforms.io import dofn_specs, option_views
+from transforms.io import dofn_specs, lease, option_views
 from transforms.io.ids import stable_id
 from transforms.io.meter import StageMeter
 from core.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
@@ -104,18 +104,41 @@ class StageStats:
                           self.computed + other.computed, self.cpu_s + other.cpu_s)
 
 
-class _StageDoFn(beam.DoFn):
+class BeatingDoFn(beam.DoFn):
+    """A DoFn whose bundles keep its job's generation alive (lease.Heartbeat), when `heartbeat`
+    names the generation folder. A bundle that failed never reaches finish_bundle; the next bundle
+    of the same instance carries its count on, and teardown ends it."""
+
+    heartbeat: str | None = None
+
+    def start_bundle(self):
+        if self.heartbeat and not getattr(self, "_beating", False):
+            lease.Heartbeat.begin(self.heartbeat)
+            self._beating = True
+
+    def finish_bundle(self):
+        if getattr(self, "_beating", False):
+            lease.Heartbeat.end(self.heartbeat)
+            self._beating = False
+
+    def teardown(self):
+        self.finish_bundle()
+
+
+class _StageDoFn(BeatingDoFn):
     def __init__(self, name: str, fn: Callable[[Any], Iterable[Any]], progress: str | None = None,
                  expected: int | None = None, retry: Backoff = BACKOFF, store: ResultStore | None = None,
-                 resume: Resume | None = None):
+                 resume: Resume | None = None, heartbeat: str | None = None):
         self.name, self.fn, self.retry, self.store, self.resume = name, fn, retry, store, resume
         self.meter = StageMeter(name, progress, expected)  # Beam counters and live progress reports
+        self.heartbeat = heartbeat
 
     def setup(self):
         if hasattr(self.fn, "setup"):
             self.fn.setup()
 
     def teardown(self):
+        super().teardown()
         if hasattr(self.fn, "teardown"):
             self.fn.teardown()
 
@@ -164,6 +187,8 @@ class _StageDoFn(beam.DoFn):
         yield STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy, skipped, reused=int(reused),
                                                 computed=int(key is not None and not reused), cpu_s=cpu))
         self.meter.record(records, dead, sum(skipped.values()), start)
+        if self.heartbeat:
+            lease.Heartbeat.count(self.heartbeat, self.name, records, dead)
 
     def _key(self, element) -> str | None:
         """The input's store key, or None (no store, or an input whose identity cannot be read, e.g. a
@@ -188,6 +213,7 @@ class _StageDoFn(beam.DoFn):
             self.store.keep(key, outputs)
 
     def finish_bundle(self):
+        super().finish_bundle()
         self.meter.flush()  # a side effect only: no outputs from finish_bundle (see the module docstring)
 
 
@@ -205,11 +231,13 @@ class Ledger:
     timings reach the manifest on every runner.
     """
 
-    def __init__(self, progress: str | None = None, store: str | None = None, dataset: str = "dataset"):
+    def __init__(self, progress: str | None = None, store: str | None = None, dataset: str = "dataset",
+                 heartbeat: str | None = None):
         self.dead: list[beam.PCollection] = []
         self.stats: list[beam.PCollection] = []
         self.progress = progress  # "HOST:PORT" of a live progress display (pipelines/progress.py), or None
         self.store, self.dataset = store, dataset  # the result store's root (None: off), its namespace
+        self.heartbeat = heartbeat  # the generation folder the job's workers keep alive (lease.py), or None
 
     def stage(self, name: str, fn: Callable[[Any], Iterable[Any]], expected: int | None = None,
               retry: Backoff = BACKOFF, resume: Resume | None = None) -> beam.PTransform:
@@ -242,7 +270,8 @@ class _Stage(beam.PTransform):
         expected = self.expected if self.expected is not None else created_count(pcoll)
         store = stage_store(self.ledger.store, self.ledger.dataset, self.name) if self.resume else None
         events = pcoll | "Run" >> beam.ParDo(_StageDoFn(self.name, self.fn, self.ledger.progress, expected,
-                                                        self.retry, store, self.resume)).with_output_types(Any)
+                                                        self.retry, store, self.resume,
+                                                        self.ledger.heartbeat)).with_output_types(Any)
         self.ledger.dead.append(payloads(events, DEAD, "Dead"))
         self.ledger.stats.append(payloads(events, STAT, "Stats"))
         return payloads(events, OK, "Ok")
