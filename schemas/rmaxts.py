@@ -43,7 +43,10 @@ PROBLEMS = TableSchema(
 ATTEMPTS = TableSchema(
     dataset=DATASET,
     table="attempts",
-    version=2,  # 2: outcome `target`; a v1 `complete` was judged without checking the problem's declaration
+    # 2: outcome `target`; a v1 `complete` was judged without checking the problem's declaration.
+    # 3: no verify_time: a row is the same on every runner and in every rerun; the checks' time is the
+    # `search` stage's busy_s and cpu_s in the manifest
+    version=3,
     doc="One sampled proof: the prompt prefix it continued, the code checked and the REPL's verdict.",
     split_field="outcome",
     fields=(
@@ -65,7 +68,6 @@ ATTEMPTS = TableSchema(
               "'failed' (DeepSeek-Prover-V1.5's verifier)."),
         Field("messages", pa.list_(MESSAGE), "The REPL's messages (positions relative to the checked code)."),
         Field("reason", pa.string(), "Why the attempt failed, in a line ('' when complete).", nullable=True),
-        Field("verify_time", pa.float64(), "Seconds the REPL took (0 when not checked)."),
         Field("new_nodes", pa.int64(), "Tree nodes this attempt added (its intrinsic reward is 1 when > 0)."),
     ),
 )

@@ -350,7 +350,7 @@ def test_repl_protocol_outcomes_map_to_the_schema():
                    "verify_time": 3.0, "outcome": given, "reason": f"why: {given}"}
         result = search(PROBLEM, CannedPolicy(["  simp\n```"], {}), lambda code, v=verdict: v, budget=1, batch=1)
         (row,) = result.attempts
-        assert (row["outcome"], row["reason"], row["verify_time"]) == (expected, f"why: {given}", 3.0)
+        assert (row["outcome"], row["reason"]) == (expected, f"why: {given}") and "verify_time" not in row
         ATTEMPTS.check_keys(row)
 
 
@@ -362,7 +362,7 @@ def test_search_outcomes_sorry_and_crash():
     assert outcomes[:2] == ["pass", "crashed"]
     first = result.attempts[0]
     assert first["passed"] and not first["complete"] and first["reason"] == "the proof uses sorry"
-    assert first["new_nodes"] == 1 and first["verify_time"] == 0.25
+    assert first["new_nodes"] == 1
     assert result.attempts[1]["reason"].startswith("verifier raised RuntimeError")
     assert {n["goal"] for n in result.nodes} == {G0, G2}
     assert [(t["tactic"], t["state_after"]) for t in result.transitions] == [("symm", G2)]

@@ -13,7 +13,8 @@ from pipelines import registry
 from core.config import ConfigError
 from pipelines.run import run
 from pipelines.validate import validate
-from tests.conftest import ScriptedOpenAI, read_rows
+from tests.conftest import read_rows
+from tests.scripted_models import ScriptedPolicy
 
 pytestmark = pytest.mark.pipeline
 
@@ -34,19 +35,6 @@ def test_without_lean_the_run_says_what_to_install(tmp_path, monkeypatch):
         run(registry.get("rmaxts"), out=str(tmp_path))
     text = str(err.value)
     assert "elan" in text and "lake build repl" in text and "lean_project" in text
-
-
-class ScriptedPolicy(ScriptedOpenAI):
-    """An OpenAI-compatible /v1/completions server: the completion depends on the theorem in the
-    prompt, so each problem meets one kind of trouble."""
-
-    def __init__(self, script: dict[str, str]):
-        self.script, self.prompts = script, []
-        super().__init__(self._answer)
-
-    def _answer(self, path, body):
-        self.prompts.append(body["prompt"])
-        return {"text": next((v for k, v in self.script.items() if f"theorem {k}" in body["prompt"]), "")}
 
 
 def _problems(tmp_path, names):

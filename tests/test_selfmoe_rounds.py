@@ -13,36 +13,12 @@ import re
 import pytest
 
 from pipelines import registry, run
-from tests.conftest import ScriptedOpenAI, parquet_digests, read_rows
+from tests.conftest import parquet_digests, read_rows
+from tests.scripted_models import ScriptedModel, task_text
 
 pytestmark = pytest.mark.pipeline
 
 DOMAINS = ("math", "coding")
-
-
-def _task(domain: str, s: int) -> str:
-    return f"Compute quantity{s} using method{s} for {domain}{s} case{s} in region{s}."
-
-
-class ScriptedModel(ScriptedOpenAI):
-    """Brainstorm: per request seed s, a usable task whose content words are its own (quantity<s>,
-    method<s>, ...: ROUGE-L 0.5 against any other), a two-word task and a copy of request 0's
-    usable task; answers: 'The answer is s.'"""
-
-    def __init__(self):
-        self.brainstorms, self.answers = [], []
-        super().__init__(self._answer)
-
-    def _answer(self, path, body):
-        if path.endswith("/chat/completions"):
-            asked = body["messages"][-1]["content"]
-            self.answers.append(asked)
-            number = re.search(r"quantity(\d+)", asked)
-            return {"message": {"content": f"The answer is {number.group(1) if number else 0}."}}
-        s = body["seed"]
-        self.brainstorms.append(s)
-        domain = "coding" if "Python" in body["prompt"] else "math"
-        return {"text": f" {_task(domain, s)}\nTask 9: Add more.\nTask 10: {_task(domain, 0)}\nTask 11: ok\n"}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +55,7 @@ def test_rounds_reach_per_domain_and_a_rerun_asks_only_what_is_new(model, first,
         assert sum(r["kept"] for r in mine) == 6, [(r["round"], r["reject_reason"]) for r in mine]
         assert {r["round"] for r in mine if r["kept"]} == {1, 2}          # round 1 kept 2, round 2 the other 4
         copies = [r for r in mine if r["reject_reason"] == "rouge_l"]
-        assert copies and {r["near_duplicate"] for r in copies} == {_task(domain, 0)}
+        assert copies and {r["near_duplicate"] for r in copies} == {task_text(domain, 0)}
     assert not manifest["stages"]["cap"].get("skipped")                   # no domain fell short
     # each round's stages report under one name, summed: 2 + 4 completions a domain; all 4 rounds
     # planned for both domains, rounds 3 and 4 asking nothing

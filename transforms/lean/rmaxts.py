@@ -245,7 +245,7 @@ def _attempt(tree: Tree, node: Node, path: list[Node], pid: str, index: int, hea
              trans: dict[str, dict], style: str, positions: str) -> dict:
     row = {"problem_id": pid, "index": index, "node_id": node_id(pid, *tree.goal_path(node)), "prefix": shown,
            "completion": completion if completion is not None else "", "proof_code": "", "outcome": "no_code",
-           "passed": False, "complete": False, "messages": [], "reason": "", "verify_time": 0.0, "new_nodes": 0}
+           "passed": False, "complete": False, "messages": [], "reason": "", "new_nodes": 0}
     body, reason = proof_from_completion(completion, prefix, statement, style)
     if body is None:
         tree.backup(path, 0.0)
@@ -275,6 +275,6 @@ def _attempt(tree: Tree, node: Node, path: list[Node], pid: str, index: int, hea
                                      prefix_start=len(code) - len(statement) - len(body)):
                     trans.setdefault(t["id"], t)
             row.update(outcome=outcome, passed=verdict["passed"], complete=complete, messages=_messages(verdict),
-                       reason=_reason(verdict, outcome), verify_time=verdict["verify_time"], new_nodes=new)
+                       reason=_reason(verdict, outcome), new_nodes=new)
     row["id"] = stable_id(pid, "attempt", index, row["proof_code"])
     return row
