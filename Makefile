@@ -3,7 +3,7 @@
 # make check: the fast tier: every test with no heavy marker (see pyproject.toml), in about 2 minutes.
 PYTHON ?= python3.11
 VENV ?= .venv
-EXTRAS ?= train,dask,llm,web,lidar,dev
+EXTRAS ?= train,dask,llm,web,lidar,dataflow,dev
 OUT ?= out
 BIN := $(VENV)/bin
 comma := ,
