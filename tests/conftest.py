@@ -17,6 +17,8 @@ import pytest
 
 # one result store per test session, never the user's ~/.cache/shardsmith (set before pipelines import it)
 os.environ["SHARDSMITH_CACHE"] = tempfile.mkdtemp(prefix="shardsmith-test-store-")
+# what the processes of a machine share (core/machine.py): the test session's own, with its processes
+os.environ.setdefault("SHARDSMITH_MACHINE_DIR", tempfile.mkdtemp(prefix="shardsmith-test-machine-"))
 # in a parallel run (pytest-xdist) each worker, and every process it starts, computes on one thread:
 # the workers already fill the cores, and OpenMP threads that outnumber them spin instead of working
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -45,6 +45,8 @@ STANDIN = textwrap.dedent('''
     if pid_file:
         with open(pid_file, "w") as fh:
             json.dump([os.getpid(), helper], fh)
+        with open(pid_file + ".starts", "a") as fh:   # one line per server started
+            fh.write(f"{os.getpid()}\\n")
     if mode == "exit":
         print("RuntimeError: the stand-in refuses to start (no CPU backend)", flush=True)
         os.kill(helper, signal.SIGKILL)
@@ -333,6 +335,47 @@ def test_a_killed_worker_takes_its_server_with_it(standin, model_folder, tmp_pat
         worker.kill()
         worker.wait()
     assert _gone(server_pid) and _gone(helper)
+
+
+# a worker process of its own: loads the backend, then on each line of stdin: "ask" generates one
+# request and prints it, "close" gives the server back
+WORKER = """
+import sys, json
+from transforms.llm.requests import Request
+from transforms.llm.vllm_backend import VllmBackend, VllmServer
+b = VllmBackend(sys.argv[1], python=sys.executable, env=json.loads(sys.argv[2]), startup_timeout_s=60).load()
+print(b.server.pid, isinstance(b.server, VllmServer), flush=True)   # its group, whether it started it
+for line in sys.stdin:
+    if line.strip() == "ask":
+        print(b.generate([Request("q", "shared")])[0].text, flush=True)
+    else:
+        b.close()
+        print("closed", flush=True)
+"""
+
+
+def test_the_processes_of_a_machine_share_one_server(standin, model_folder):
+    """Two SDK processes of one machine (as Dataflow runs one per vCPU) start one server, not two; it
+    serves the second after the first (its owner) has let go, and the last to let go stops it."""
+    env, pids = standin
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(model_folder), json.dumps(env)], cwd=str(REPO),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        said = [w.stdout.readline().split() for w in workers]
+        starts = (pids.parent / (pids.name + ".starts")).read_text().split()
+        assert len(starts) == 1 and {int(pid) for pid, _ in said} == {os.getpgid(int(starts[0]))}, (said, starts)
+        assert sorted(owns for _, owns in said) == ["False", "True"]
+        owner, other = sorted(workers, key=lambda w: said[workers.index(w)][1], reverse=True)
+        for w, say in ((owner, "close"), (other, "ask"), (other, "close")):
+            w.stdin.write(say + "\n")
+            w.stdin.flush()
+            answer = w.stdout.readline().strip()
+            assert answer == ("SHARED" if say == "ask" else "closed")
+        assert _gone(int(starts[0])) and all(_gone(pid) for pid in _pids(pids))
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
 
 
 def test_selfmoe_builds_the_vllm_backend(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""Generate completions with vLLM: a local vLLM server per worker process, spoken to over HTTP.
+"""Generate completions with vLLM: one local vLLM server per machine, spoken to over HTTP.
 
 Why not Beam's own VLLMCompletionsModelHandler / VLLMChatModelHandler: they start the server with
 `sys.executable`, so vLLM would have to live in the pipeline's interpreter (its wheels pin their own
@@ -10,57 +10,129 @@ machine), starts `VllmServer` on a free loopback port and points an `OpenAIBacke
 prompts go to /v1/chat/completions (vLLM applies the model's chat template), plain prompts to
 /v1/completions (how a base model without a chat template is asked: `has_chat_template()` reads
 the local model folder, so prompt_format=auto picks plain for it); retries, concurrency and per-request failures are the OpenAI backend's. Backends
-in one process that ask for the same server (same interpreter, model folder and arguments; e.g.
-the brainstorm and respond stages of selfmoe) share one server, counted: the last `close()` stops
-it. A server that died is restarted: by the next call, and within a call, where requests failed
+that ask for the same server (same interpreter, model folder and arguments; e.g. the brainstorm and
+respond stages of selfmoe, in every SDK process of the machine: Dataflow runs one per vCPU) share
+one server: the first process to ask starts it and owns it, the others find it through
+core/machine.py. The owner stops it when no process of the machine uses it any more; an owner that
+exits first takes its server along (it is tied to its owner), and the next user starts another.
+A server that died is restarted: by the next call, and within a call, where requests failed
 because the server was gone, they are sent again once to the restarted server. `model_id` is name@revision, the same string
 TransformersBackend uses for the same weights, so both backends share the response cache (the
 same weights and sampling parameters: an answer from either one is a valid answer to the request).
 """
 from __future__ import annotations
 
+import os
 import threading
+import time
 import weakref
 from typing import Iterator, Mapping, Optional, Sequence
+
+from core import machine
+from core.ports import HOST
 
 from transforms.llm.backend import Backend
 from transforms.llm.models import DEFAULT_MODEL, LocalModel, ResolvedModel
 from transforms.llm.openai_backend import OpenAIBackend
 from core.rejected import Rejected
 from transforms.llm.requests import Request
-from transforms.llm.vllm_server import VllmServer, find_vllm_python
+from transforms.llm.vllm_server import VllmServer, end_group, find_vllm_python
 
 BACKEND_NAME = "vllm"
+STOP_GRACE_S = 20.0  # as VllmServer's own stop
 DEATH_WAIT_S = 5.0  # how long a server that refuses connections gets to show that it has exited
 API_KEY_ENV = "SHARDSMITH_VLLM_API_KEY"  # not OPENAI_API_KEY: a hosted key must never go to the local server
 
 
+class RemoteServer:
+    """A server that another process of this machine started (core/machine.py): used here, stopped
+    by its owner. It runs while its process group's leader does."""
+
+    def __init__(self, port: int, pid: int):
+        self.port, self._pid = port, pid
+
+    @property
+    def running(self) -> bool:
+        return machine.alive(self._pid)
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}/v1"
+
+    def healthy(self) -> bool:
+        return VllmServer._healthy(f"http://{HOST}:{self.port}/health")
+
+    def exited(self, within_s: float) -> bool:
+        deadline = time.monotonic() + within_s
+        while self.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self.running
+
+    def stop(self) -> None:  # its owner's to stop
+        pass
+
+
+def _machine_acquire(key: tuple, make, local: Optional[VllmServer]):
+    """The machine's server for `key`: a healthy one another live process started, else one started
+    here (this process becomes its owner). Registers this process as a user."""
+    me = os.getpid()
+    with machine.held("vllm-" + machine.name_of(key)) as state:
+        server = None
+        if state.get("owner") not in (None, me) and machine.alive(state.get("owner")):
+            remote = RemoteServer(state["port"], state["pid"])
+            server = remote if remote.running and remote.healthy() else None
+        if server is None:
+            server = (local or make()).start()  # start() restarts a local server that died
+            state.update(owner=me, port=server.port, pid=server.pid)
+        state["users"] = [p for p in state.get("users", []) if p != me and machine.alive(p)] + [me]
+        state.save()
+    return server
+
+
+def _machine_release(key: tuple, server) -> None:
+    """This process no longer uses the server: the last user of the machine stops it, owner or not.
+    An owner that exits while others use it takes the server along; the next user starts another."""
+    me = os.getpid()
+    with machine.held("vllm-" + machine.name_of(key)) as state:
+        state["users"] = [p for p in state.get("users", []) if p != me and machine.alive(p)]
+        if not state["users"]:
+            if isinstance(server, VllmServer):
+                server.stop()
+            elif server.running:
+                end_group(server.pid, STOP_GRACE_S)
+            state.clear()
+        state.save()
+
+
 class _Servers:
-    """The servers of this process, one per (python, model folder, arguments), counted by users."""
+    """The servers this process uses, one per (python, model folder, arguments), counted by the
+    backends that use them; each is the machine's one server for its key (see _machine_acquire)."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.entries: dict[tuple, list] = {}  # key -> [VllmServer, users]
+        self.entries: dict[tuple, list] = {}  # key -> [server, users, make]
 
-    def acquire(self, key: tuple, make) -> VllmServer:
+    def acquire(self, key: tuple, make):
         with self.lock:
             entry = self.entries.get(key)
             if entry is None:
-                entry = self.entries[key] = [make(), 0]
-            try:
-                entry[0].start()  # a no-op while running; restarts a server that died
-            except BaseException:
-                if entry[1] == 0:
-                    del self.entries[key]
-                raise
+                entry = self.entries[key] = [_machine_acquire(key, make, None), 0, make]
+            elif not entry[0].running:
+                entry[0] = _machine_acquire(key, make, entry[0] if isinstance(entry[0], VllmServer) else None)
             entry[1] += 1
             return entry[0]
 
-    def ensure_running(self, key: tuple) -> None:
+    def ensure_running(self, key: tuple):
+        """The server for `key`, started again (here or by another process) if it died."""
         with self.lock:
             entry = self.entries.get(key)
             if entry is not None and not entry[0].running:
-                entry[0].start()
+                entry[0] = _machine_acquire(key, entry[2], entry[0] if isinstance(entry[0], VllmServer) else None)
+            return entry[0] if entry is not None else None
 
     def release(self, key: tuple) -> None:
         with self.lock:
@@ -70,7 +142,7 @@ class _Servers:
             entry[1] -= 1
             if entry[1] <= 0:
                 del self.entries[key]
-                entry[0].stop()
+                _machine_release(key, entry[0])
 
 
 _SERVERS = _Servers()
@@ -130,7 +202,7 @@ class VllmBackend(LocalModel, Backend):
     def load(self) -> "VllmBackend":
         """Start (or join) the server and wait until it is healthy. Returns self."""
         if self._client is not None:
-            _SERVERS.ensure_running(self._key)
+            self._server = _SERVERS.ensure_running(self._key)
             if self._client.base_url != self._server.base_url:  # restarted on another port
                 self._client = self._make_client(self._server)
             return self

@@ -100,24 +100,31 @@ def _stop_group(process: subprocess.Popen, owner_pid: int, grace_s: float) -> No
     Does nothing in a forked child (only the process that started the server stops it)."""
     if os.getpid() != owner_pid:
         return
-    pgid = process.pid  # start_new_session=True: the server leads its own group
+    end_group(process.pid, grace_s, process)  # start_new_session=True: the server leads its own group
+
+
+def end_group(pgid: int, grace_s: float, process: Optional[subprocess.Popen] = None) -> None:
+    """SIGTERM to process group `pgid`, wait up to grace_s for all of it to end, then SIGKILL what is
+    left; `process` (its leader, if this process started it) is reaped."""
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         pass
     deadline = time.monotonic() + grace_s
-    try:
-        process.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
+    if process is not None:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
     while _group_alive(pgid) and time.monotonic() < deadline:  # forked helpers (vLLM's engine) too
         time.sleep(0.05)
-    if process.poll() is None or _group_alive(pgid):
+    if (process is not None and process.poll() is None) or _group_alive(pgid):
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        process.wait()
+        if process is not None:
+            process.wait()
 
 
 class VllmServer:
