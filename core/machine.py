@@ -17,9 +17,11 @@ import json
 import os
 import tempfile
 import threading
+import time
 from typing import Iterator
 
 DIR_ENV = "SHARDSMITH_MACHINE_DIR"
+SHARE_WINDOW_S = 120.0
 _local = threading.Lock()   # flock is per open file, not per thread: threads of one process queue here
 
 
@@ -76,3 +78,29 @@ def held(name: str) -> Iterator[State]:
             yield State(base + ".json")
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity: a container's or a runner's cpuset)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def share_of_cores(kind: str) -> int:
+    """Threads for this process's share of the machine's cores, among the live processes that
+    registered the same `kind` of CPU work here (this one included): cores // their number.
+
+    Why: Dataflow runs one SDK process per vCPU and the multi-process runners one per core; each
+    torch takes every core by default, so N processes run N x cores spinning threads and burn
+    several times the CPU for the same work. Asked again before each batch, the share follows
+    processes that start and end; a process that has not asked for SHARE_WINDOW_S no longer counts."""
+    me, now = os.getpid(), time.time()
+    with held(f"cores-{kind}") as state:
+        asked = {int(p): t for p, t in state.get("asked", {}).items()
+                 if int(p) != me and now - t < SHARE_WINDOW_S and alive(int(p))}
+        asked[me] = now
+        state["asked"] = asked
+        state.save()
+    return max(1, cores() // len(asked))

@@ -59,7 +59,7 @@ CONFIG = ConfigSpec(check=_check, keys=(
         f"default ${LEAN_PROJECT_ENV}", optional=True, gridable=False),
     Key("repl_command", str, None, "run this instead of `lake exe repl` (a REPL-compatible program)",
         optional=True, gridable=False),
-    Key("pool_size", int, 2, "REPL processes per worker", low=1),
+    Key("pool_size", int, 2, "REPL processes per machine (one pool, shared by the SDK processes of a machine: transforms/lean/pool_service.py); the machine needs pool_size x memory_mb", low=1),
     Key("check_timeout_s", float, 300.0, "time limit of one proof check (the paper: 300 s)", low=1.0),
     Key("memory_mb", int, 10240, "memory limit of a REPL process (the paper: 10 GB)", low=256),
     Key("recycle_after", int, 200, "checks before a REPL process is replaced (REPLs grow)", low=1),

@@ -58,6 +58,7 @@ SMOKE = {
     "sink.py": ("sink.json", _needs("pyarrow", "numpy")),
     "voxelize.py": ("voxelize.json", _needs("torch", "spconv", "open3d")),
     "llm_generate.py": ("llm_generate.json", _needs("torch", "transformers")),
+    "cpu_share.py": ("cpu_share.json", _needs("torch", "transformers")),
     "dask_workers.py": ("dask_workers.json", _needs("distributed", "moto", "torch")),
     "view_page.py": ("view_page.json", _needs("apache_beam", "flask")),
     "long_render.py": ("long_render.json", _needs("playwright", paths=(
@@ -71,7 +72,7 @@ SMOKE = {
 }
 # scripts that load the bundled language model: they use the session's converted copy (one
 # conversion, about 17 s, for the whole run) instead of converting it again into the user's cache
-MODEL_USERS = {"llm_generate.py", "llm_vllm.py"}
+MODEL_USERS = {"llm_generate.py", "llm_vllm.py", "cpu_share.py"}
 TIMEOUT_S = 300   # one benchmark; each takes 2-40 s on 2 quiet cores, a few times that on a busy machine
 
 

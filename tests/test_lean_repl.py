@@ -8,6 +8,7 @@ import os
 import pickle
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -20,6 +21,7 @@ from transforms.lean import os_sandbox
 from transforms.lean.os_sandbox import OsSandboxUnavailable
 from transforms.lean.repl_pool import INSTALL_TEXT, LeanNotFound, ReplPool, find_repl
 from transforms.lean.target import Target
+from tests.processes import descendants, still_running
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 LEAN_DATA = os.path.join(TESTS_DIR, "data", "lean")
@@ -869,3 +871,68 @@ def test_lean_verdicts_come_back_from_the_result_store(standin_log, tmp_path):
                   os_sandbox="none", store=store) as pool:
         check(pool, HEADER, ok)
         assert pool.stats().get("stored_verdicts", 0) == 0  # another command: another toolchain
+
+
+# ---------------------------------------------------------------- one pool per machine
+
+# an SDK process of its own: on each line of stdin, "check" checks one proof and prints the outcome,
+# "close" gives the machine's pool back
+POOL_USER = """
+import sys, json
+from transforms.lean.pool_service import SharedPool
+from transforms.lean.repl_pool import ReplPool
+from transforms.lean.target import Target
+pool = SharedPool(ReplPool(json.loads(sys.argv[1]), cwd=sys.argv[2], size=1, timeout_s=10, memory_mb=None,
+                           os_sandbox="none").config)
+print("ready", flush=True)
+for i, line in enumerate(sys.stdin):
+    if line.strip() == "check":
+        v = pool.check(sys.argv[3], "theorem ok_%d : True := by\\n  trivial" % i, Target("ok_%d" % i, "True"))
+        print(v.outcome, v.complete, flush=True)
+    else:
+        pool.close()
+        print("closed", flush=True)
+"""
+
+
+def test_the_processes_of_a_machine_share_one_pool(standin_log):
+    """Two SDK processes (Dataflow runs one per vCPU) check on one pool of `size` REPLs, served by one
+    service process; it outlives the first to let go, and the last one stops it and its REPLs."""
+    users = [subprocess.Popen([sys.executable, "-c", POOL_USER, json.dumps([sys.executable, STANDIN]), TESTS_DIR,
+                               HEADER], cwd=os.path.dirname(TESTS_DIR), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+
+    def say(user, word):
+        user.stdin.write(word + "\n")
+        user.stdin.flush()
+        return user.stdout.readline().split()
+
+    try:
+        assert [u.stdout.readline().strip() for u in users] == ["ready", "ready"]
+        assert [say(u, "check") for u in users] == [["ok", "True"], ["ok", "True"]]
+        assert len(set(_starts(standin_log()))) == 1          # one REPL on the machine, not one per process
+        services = [p for p in _descendants_named(users, "pool_service")]
+        assert len(services) == 1, services
+        assert say(users[0], "close") == ["closed"]
+        assert say(users[1], "check") == ["ok", "True"]       # the pool outlived its first user
+        assert say(users[1], "close") == ["closed"]
+        assert not still_running(services + _starts(standin_log()), 5)
+    finally:
+        for u in users:
+            u.kill()
+            u.wait()
+
+
+def _descendants_named(users, module: str) -> list[int]:
+    """Processes below `users` that run `python -m ...module` (not their supervisors)."""
+    found = []
+    for user in users:
+        for pid in descendants(user.pid):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    argv = fh.read().split(b"\0")
+            except OSError:
+                continue
+            if argv[1:2] == [b"-m"] and module.encode() in argv[2]:
+                found.append(pid)
+    return found

@@ -64,8 +64,8 @@ class Policy:
 
 
 class SearchProblem:
-    """Stage function: one problem -> its rows in the four tables. Holds the model and a REPL pool
-    per worker (setup), closes them in teardown."""
+    """Stage function: one problem -> its rows in the four tables. Holds the model per worker and
+    the machine's REPL pool (setup), gives them back in teardown."""
 
     def __init__(self, backend: Backend, pool_config, sampling: Sampling, settings: SearchSettings,
                  cache_location: Optional[str]):
@@ -80,9 +80,9 @@ class SearchProblem:
         self.__init__(**state)
 
     def setup(self):
-        from transforms.lean.repl_pool import ReplPool
+        from transforms.lean.pool_service import SharedPool
         if self._pool is None:
-            self._pool = ReplPool.from_config(self.pool_config)
+            self._pool = SharedPool(self.pool_config)   # the machine's one pool (pool_service.py)
             self.backend = self.backend.load()
             self._cache = ResponseCache(self.cache_location) if self.cache_location else None
 

@@ -37,6 +37,7 @@ from typing import Iterator, Optional, Sequence
 from transforms.io.ids import canonical_json
 from core.rejected import Rejected
 from transforms.llm.backend import Backend
+from core import machine
 from transforms.llm.models import DEFAULT_MODEL, LocalModel, ResolvedModel
 from transforms.llm.requests import Completion, Request, Sampling
 
@@ -52,8 +53,9 @@ def _row_seed(sampling: Sampling, request: Request) -> int:
 class TransformersBackend(LocalModel, Backend):
     """Batched generation with transformers. `model` is a built-in name, a local HF folder or a
     ResolvedModel; `dtype` defaults to float32 on CPU and bfloat16 on CUDA. `threads` caps torch's
-    CPU threads for the whole process (torch.set_num_threads): set it when several worker processes
-    share a machine's cores, since spinning OpenMP threads that oversubscribe the cores make CPU
+    CPU threads for the whole process (torch.set_num_threads). By default, on the CPU, each process
+    takes its share of the machine's cores among the processes generating on it (core/machine.py),
+    asked again before each batch: spinning OpenMP threads that oversubscribe the cores make CPU
     generation several times slower."""
 
     name = BACKEND_NAME
@@ -118,6 +120,7 @@ class TransformersBackend(LocalModel, Backend):
         """Run `requests` sub-batch by sub-batch, yielding [(index in requests, result), ...] after
         each, so a caller can save results as they come (generate_with_cache does)."""
         self.load()
+        self._size_threads()
         rejected, groups = [], {}
         for index, request in enumerate(requests):
             try:
@@ -171,6 +174,15 @@ class TransformersBackend(LocalModel, Backend):
                 return [(index, Rejected(f"generation failed: {exc}", requests[index], type(exc).__name__))]
         # one request spoiled the batch (or it did not fit): retry one by one to find which
         return [result for item in chunk for result in self._run_chunk(sampling, [item], requests)]
+
+    def _size_threads(self) -> None:
+        """Take this process's share of the cores (unless `threads` fixed it, or the model is on a GPU)."""
+        if self.threads or not str(self.device).startswith("cpu"):
+            return
+        import torch
+        share = machine.share_of_cores("torch-generate")
+        if torch.get_num_threads() != share:
+            torch.set_num_threads(share)
 
     def _generate_batch(self, sampling: Sampling, chunk, requests) -> list[tuple[int, Completion]]:
         import torch
