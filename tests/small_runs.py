@@ -3,7 +3,7 @@ runner, the wheel's worker pool) and hold the files to the local runner's byte f
 
 The models are scripted servers on loopback whose answers depend only on the request
 (tests/scripted_models.py), Lean is the stand-in REPL (tests/lean_standin.py), Chromium renders
-four pages of the bundled site, the concretizer runs its backbone on one simulated scan. No result
+three pages of the bundled site, the concretizer runs its backbone on one simulated scan. No result
 store: every run computes everything.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.scripted_models import ScriptedModel, ScriptedPolicy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATASETS = ("pruned-synth", "selfmoe", "multiui", "rmaxts", "concretizer")
-MULTIUI_PAGES = ("index", "shop", "product", "blog")
+MULTIUI_PAGES = ("index", "shop", "blog")
 # two bundled miniF2F problems: one the stand-in accepts, one it refuses
 PROOFS = {"mathd_numbertheory_81": "\n  norm_num\n```", "mathd_numbertheory_132": "\n  exact fail_me\n```"}
 

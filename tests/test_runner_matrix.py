@@ -3,10 +3,11 @@
 Each runner runs at least one dataset here, and a case leaves out a runner whose path another test
 or case takes for it. A run on the dask runner costs about 4,000 dask tasks per experiment whatever
 the rows (Beam's DaskRunner shuffles), and one of multiui about 2 CPU-s of Chromium per render. So:
-pruned-synth on local, multiprocess and portable (the portable runner's harness is the local
-runner's: pruned-synth is enough for it); concretizer's backbone in multiprocess workers; multiui's
+pruned-synth on local and multiprocess; concretizer's backbone in multiprocess workers; multiui's
 Chromium in the workers of dask's LocalCluster. Pruned-synth (one experiment, features with dead
-letters, read from S3) and concretizer also run on a real Dask cluster in tests/test_dask_cluster.py.
+letters, read from S3) and concretizer also run on a real Dask cluster in tests/test_dask_cluster.py;
+all five datasets run on the portable runner with the EXTERNAL worker pool of the installed wheel in
+tests/test_wheel.py, held to the local runner's bytes.
 """
 import os
 import shutil
@@ -28,9 +29,9 @@ RUNNERS = [
     ("portable", []),
     ("dask", []),
 ]
-# the portable runner submits the job through Beam's job API and runs it in the same SDK harness as
-# the local runner; the pruned-synth cases cover that path
-PRUNED_RUNNERS = [r for r in RUNNERS if r[0] != "dask"]      # dask: tests/test_dask_cluster.py
+# dask: tests/test_dask_cluster.py; portable: tests/test_wheel.py runs every dataset on it (with the
+# EXTERNAL worker pool Flink uses), tests/test_detached_jobs.py against a job service of its own
+PRUNED_RUNNERS = [r for r in RUNNERS if r[0] not in ("dask", "portable")]
 
 
 def _runners(*names):
