@@ -19,6 +19,12 @@ def llm_keys(temperature: float = 0.7, batch_size: int = 16) -> tuple[Key, ...]:
         Key("retries", int, 6, "backend=openai (and multiui's vision endpoint): retries of a request the endpoint failed transiently (connection, "
             "timeout, 429, 5xx), with exponential back-off from 0.5 s, at most 30 s; then the run fails with the "
             "reason", low=0, gridable=False),
+        Key("concurrency", int, 8, "backend=openai: requests in flight at once in each worker process", low=1,
+            gridable=False),
+        Key("requests_per_minute", float, None, "backend=openai: requests a minute the whole job may send, every worker "
+            "together (a hosted API's limit); each process takes its share", optional=True, low=1e-3, gridable=False),
+        Key("tokens_per_minute", float, None, "backend=openai: tokens a minute the whole job may ask for (prompt and "
+            "max_tokens, counted before sending), every worker together", optional=True, low=1.0, gridable=False),
         Key("vllm_python", str, None, "python of a venv with vLLM for backend=vllm (default: $SHARDSMITH_VLLM_PYTHON, "
             "then .venv-vllm/bin/python, built by `make vllm`)", optional=True, is_path=True, gridable=False),
         Key("vllm_args", str, "", "extra `vllm serve` arguments for backend=vllm, e.g. '--optimization-level 0' "
@@ -39,7 +45,9 @@ def make_backend(c: dict):
     """The backend the config names (built here, loaded on the workers)."""
     if c["backend"] == "openai":
         from transforms.llm.openai_backend import OpenAIBackend
-        return OpenAIBackend(c["base_url"], c["model"], batch_size=c["batch_size"], max_retries=c["retries"])
+        return OpenAIBackend(c["base_url"], c["model"], batch_size=c["batch_size"], max_retries=c["retries"],
+                             concurrency=c.get("concurrency", 8), requests_per_minute=c.get("requests_per_minute"),
+                             tokens_per_minute=c.get("tokens_per_minute"))
     if c["backend"] == "vllm":
         from transforms.llm.vllm_backend import VllmBackend
         from transforms.llm.vllm_server import VllmServerError

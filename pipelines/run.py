@@ -15,7 +15,7 @@ import apache_beam as beam
 from pipelines import progress
 from core.config import ConfigError
 from pipelines.dataset import Dataset, check_cache
-from pipelines.runners import RUNNERS, outlives_launcher, pipeline_options
+from pipelines.runners import RUNNERS, declared_workers, outlives_launcher, pipeline_options
 from core import storage
 from transforms.io import layout, lease, publish
 from transforms.io.publish import Publication, RunFailed  # noqa: F401 (RunFailed: the run's API)
@@ -113,7 +113,8 @@ def _run_attached(dataset: Dataset, resolved, pub: Publication, runner: str, bea
     """Run the job and wait: its manifest, or RunFailed. A crash or an interrupt takes the
     unpublished generation away."""
     keep = False  # the generation stays: published, or a failed run's for the user to read
-    held = lease.Lease(pub.gen_dir).acquire()  # tells the next run this generation is not a leftover
+    # tells the next run this generation is not a leftover, and the job's workers how many they are
+    held = lease.Lease(pub.gen_dir, workers=declared_workers(runner, beam_args)).acquire()
     try:
         with pipeline_options(runner, beam_args) as (options, runner_obj), \
                 progress.live(runner, quiet) as progress_address:  # quiet: no live display on stderr
@@ -141,7 +142,7 @@ def _run_attached(dataset: Dataset, resolved, pub: Publication, runner: str, bea
 def _submit_detached(dataset: Dataset, resolved, pub: Publication, runner: str, beam_args: list[str],
                      part_mb: float) -> dict:
     """Submit the job and return: it publishes itself; its workers keep the generation alive."""
-    lease.Lease(pub.gen_dir, detached=True).acquire()
+    lease.Lease(pub.gen_dir, detached=True, workers=declared_workers(runner, beam_args)).acquire()
     with pipeline_options(runner, beam_args) as (options, runner_obj):
         result = _submit(dataset, resolved, pub, options, runner_obj, part_mb, None)
     return {"dataset": dataset.name, "generation": pub.gen_dir, "state": str(getattr(result, "state", "")),

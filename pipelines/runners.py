@@ -68,6 +68,26 @@ def _dask_partitions(address: str, extra: list[str]) -> list[str]:
     return [f"--dask_npartitions={PARTITIONS_PER_WORKER * max(1, workers)}"]
 
 
+def declared_workers(runner: str, extra: list[str]) -> int:
+    """The worker processes a run asks its runner for, where the options say (at least 1): what a
+    job's shared rates are divided by before its workers' heartbeats are counted."""
+    def value(flag):
+        found = next((a.split("=", 1)[1] for a in extra if a.startswith(flag + "=")), None)
+        try:
+            return int(found) if found is not None else None
+        except ValueError:
+            return None
+    if runner == "multiprocess":
+        return value("--direct_num_workers") or os.cpu_count() or 1
+    if runner == "dask":
+        return value("--dask_npartitions") or os.cpu_count() or 1
+    if runner == "dataflow":
+        return value("--max_num_workers") or value("--num_workers") or 1
+    if runner == "flink":
+        return value("--parallelism") or 1
+    return 1
+
+
 def outlives_launcher(runner: str, extra: list[str]) -> bool:
     """Whether a job on `runner` goes on when the launching process exits: Dataflow's and Flink's
     do, and the portable runner's against a job service of its own (`--job_endpoint=HOST:PORT`)."""

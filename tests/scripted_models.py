@@ -3,6 +3,7 @@ depend only on the request, so every runner and every order of requests gets the
 from __future__ import annotations
 
 import re
+import time
 
 from tests.conftest import ScriptedOpenAI
 
@@ -17,10 +18,11 @@ class ScriptedModel(ScriptedOpenAI):
     usable task; answers: 'The answer is s.'"""
 
     def __init__(self):
-        self.brainstorms, self.answers = [], []
+        self.brainstorms, self.answers, self.times = [], [], []   # times: when each request came (monotonic)
         super().__init__(self._answer)
 
     def _answer(self, path, body):
+        self.times.append(time.monotonic())
         if path.endswith("/chat/completions"):
             asked = body["messages"][-1]["content"]
             self.answers.append(asked)

@@ -81,10 +81,22 @@ def test_a_domain_the_rounds_cannot_fill_says_how_short_it_fell(model, tmp_path)
     assert skipped == {f"{d}: kept 2 of per_domain 6 after 1 rounds (raise rounds or oversample)": 4 for d in DOMAINS}
 
 
+RATE = 480   # requests a minute, the whole job: 8 a second
+
+
 @pytest.mark.cluster
-def test_rounds_give_the_same_rows_on_the_multiprocess_runner(model, first, tmp_path):
-    """Against the first (local) run; this one without a result store, so every round is asked again."""
+def test_rounds_give_the_same_rows_on_the_multiprocess_runner_within_the_jobs_rate(model, first, tmp_path):
+    """Against the first (local) run; this one without a result store, so every round is asked again,
+    by 4 worker processes that share one request rate: the endpoint never sees more than it."""
     _, local, _ = first
-    run.run(registry.get("selfmoe"), out=str(tmp_path / "multi"), sets=_sets(model, "cache="), runner="multiprocess",
-            beam_args=["--direct_num_workers=2"])
+    model.times.clear()
+    run.run(registry.get("selfmoe"), out=str(tmp_path / "multi"), sets=_sets(model, "cache=",
+            f"requests_per_minute={RATE}"), runner="multiprocess", beam_args=["--direct_num_workers=4"])
     assert parquet_digests(str(tmp_path / "multi" / "selfmoe")) == parquet_digests(str(local))
+    times, per_s, workers = sorted(model.times), RATE / 60, 4
+    assert len(times) > 3 * workers, len(times)
+    # each process may send its first request at once; after that, the shared rate
+    for i, start in enumerate(times):
+        within = sum(1 for t in times[i:] if t - start < 0.5)
+        assert within <= per_s * 0.5 + workers, (within, i)
+    assert times[-1] - times[0] >= (len(times) - workers) / per_s * 0.95

@@ -65,13 +65,15 @@ class Lease:
     `detached=True` writes it once, for a launcher that exits after submitting: until the job's
     workers beat, it alone says the folder is in use, for EXPIRE_S."""
 
-    def __init__(self, gen_dir: str, renew_s: float = RENEW_S, detached: bool = False):
+    def __init__(self, gen_dir: str, renew_s: float = RENEW_S, detached: bool = False, workers: int = 1):
         self.path, self.renew_s, self.detached = storage.join(gen_dir, LEASE), renew_s, detached
+        self.workers = workers   # the worker processes the runner was asked for (job_processes' floor)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
     def _write(self) -> None:
-        body = dict(_holder(), renewed=time.time(), **({"detached": True} if self.detached else {}))
+        body = dict(_holder(), renewed=time.time(), workers=self.workers,
+                    **({"detached": True} if self.detached else {}))
         storage.write_bytes(self.path, json.dumps(body).encode())
 
     def _renew(self) -> None:
@@ -170,6 +172,12 @@ class Heartbeat:
             beat.active = time.time()
 
     @classmethod
+    def active(cls) -> list[str]:
+        """The generation folders of the jobs this process runs a bundle of now."""
+        with cls._lock:
+            return [gen for gen, beat in cls._beats.items() if beat.bundles > 0 and not beat.ended]
+
+    @classmethod
     def finish(cls, gen_dir: str) -> None:
         """The job is committed (or given up) here: this process never writes for it again."""
         with cls._lock:
@@ -181,6 +189,8 @@ class Heartbeat:
             time.sleep(cls.renew_s)
             with cls._lock:
                 now = time.time()
+                for gen in [g for g, b in cls._beats.items() if b.ended and b.bundles == 0]:
+                    del cls._beats[gen]   # a job over: a long-lived worker keeps nothing of it
                 due = [b for b in cls._beats.values()
                        if not b.ended and b.bundles > 0 and now - b.active < SILENT_S]
             for beat in due:
@@ -246,6 +256,17 @@ def stale_by(found: list[dict], generation: str, now: float, expire_s: float = E
 def is_stale(target: str, generation: str, now: Optional[float] = None, expire_s: float = EXPIRE_S) -> bool:
     now = time.time() if now is None else now
     return stale_by(holders(target, generation), generation, now, expire_s)
+
+
+def job_processes(gen_dir: str, now: Optional[float] = None) -> int:
+    """The worker processes of the job writing `gen_dir`: its live heartbeats, never fewer than the
+    workers its launcher asked the runner for (its lease's `workers`), at least 1."""
+    now = time.time() if now is None else now
+    target, generation = storage.parent(gen_dir), storage.basename(gen_dir)
+    found = holders(target, generation)
+    beating = sum(1 for h in found if "stages" in h and is_live(h, now))
+    asked = max([int(h.get("workers", 1)) for h in found if "stages" not in h and not h.get("torn")] or [1])
+    return max(1, beating, asked)
 
 
 def generation_files(target: str) -> dict[str, set[str]]:

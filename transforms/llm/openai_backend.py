@@ -76,6 +76,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from core.rejected import Rejected
 from transforms.llm.backend import Backend
+from transforms.llm.job_rate import JobRate, request_tokens
 from transforms.llm.requests import Completion, Request
 
 BACKEND_NAME = "openai"
@@ -118,6 +119,8 @@ class OpenAIBackend(Backend):
 
     `sleep` (default time.sleep) is what back-off waits with; tests pass a recorder. `jitter_seed`
     seeds the back-off jitter. `model_id` overrides the cache identity (default: `model`).
+    `requests_per_minute` and `tokens_per_minute` bound what the whole job sends, every worker
+    process of it together (transforms/llm/job_rate.py); None: no limit but `concurrency`.
     """
 
     name = BACKEND_NAME
@@ -125,7 +128,8 @@ class OpenAIBackend(Backend):
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8,
                  timeout_s: float = 60, max_retries: int = 6, backoff_s: float = 0.5, max_backoff_s: float = 30,
                  batch_size: int = 32, *, model_id: Optional[str] = None, jitter_seed: int = 0,
-                 sleep: Optional[Callable[[float], None]] = None):
+                 sleep: Optional[Callable[[float], None]] = None, requests_per_minute: Optional[float] = None,
+                 tokens_per_minute: Optional[float] = None):
         if not isinstance(base_url, str) or urllib.parse.urlsplit(base_url).scheme not in ("http", "https") \
                 or not urllib.parse.urlsplit(base_url).netloc:
             raise ValueError(f"base_url must be an http(s) URL such as http://localhost:8000/v1, got {base_url!r}")
@@ -152,6 +156,7 @@ class OpenAIBackend(Backend):
         self.jitter_seed = jitter_seed
         self.sleep = sleep
         self._model_id = model_id
+        self.rate = JobRate(requests_per_minute, tokens_per_minute)
 
     def __repr__(self):
         return f"OpenAIBackend({self.base_url!r}, {self.model!r}, concurrency={self.concurrency})"
@@ -220,6 +225,7 @@ class OpenAIBackend(Backend):
         try:
             while True:
                 attempts += 1
+                self.rate.acquire(request_tokens(len(body), request.sampling.max_tokens))
                 try:
                     return self._completion(request, self._attempt(url, body, key), call)
                 except _Final as exc:
