@@ -95,6 +95,8 @@ class TransformersBackend(LocalModel, Backend):
 
         if self.threads:
             torch.set_num_threads(self.threads)
+        else:
+            self._size_threads()   # counted among the machine's generating processes from the start
         dtype = self.dtype or ("bfloat16" if str(self.device).startswith("cuda") else "float32")
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         path = self.resolved.path
@@ -120,7 +122,6 @@ class TransformersBackend(LocalModel, Backend):
         """Run `requests` sub-batch by sub-batch, yielding [(index in requests, result), ...] after
         each, so a caller can save results as they come (generate_with_cache does)."""
         self.load()
-        self._size_threads()
         rejected, groups = [], {}
         for index, request in enumerate(requests):
             try:
@@ -141,6 +142,7 @@ class TransformersBackend(LocalModel, Backend):
             items.sort(key=lambda item: -len(item[1]))
             for start in range(0, len(items), self.batch_size):
                 chunk = items[start:start + self.batch_size]
+                self._size_threads()
                 yield self._run_chunk(sampling, chunk, requests)
 
     # -- internals -------------------------------------------------------------------------------
