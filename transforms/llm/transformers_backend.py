@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import os
 from typing import Iterator, Optional, Sequence
 
 from transforms.io.ids import canonical_json
@@ -55,7 +56,7 @@ class TransformersBackend(LocalModel, Backend):
     ResolvedModel; `dtype` defaults to float32 on CPU and bfloat16 on CUDA. `threads` caps torch's
     CPU threads for the whole process (torch.set_num_threads). By default, on the CPU, each process
     takes its share of the machine's cores among the processes generating on it (core/machine.py),
-    asked again before each batch: spinning OpenMP threads that oversubscribe the cores make CPU
+    asked again before each batch, never more than OMP_NUM_THREADS where that is set: spinning OpenMP threads that oversubscribe the cores make CPU
     generation several times slower."""
 
     name = BACKEND_NAME
@@ -183,6 +184,8 @@ class TransformersBackend(LocalModel, Backend):
             return
         import torch
         share = machine.share_of_cores("torch-generate")
+        if os.environ.get("OMP_NUM_THREADS", "").isdigit():   # the user's (or the runner's) own cap holds
+            share = max(1, min(share, int(os.environ["OMP_NUM_THREADS"])))
         if torch.get_num_threads() != share:
             torch.set_num_threads(share)
 
