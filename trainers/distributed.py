@@ -137,16 +137,17 @@ def launch(fn: Callable, nproc: int, *args, device: str | None = None, preload: 
             try:
                 return _run(fn, nproc, args, backend(device, nproc), _rendezvous(rendezvous), preload)
             except _JoinFailed as failed:
-                # gloo's mesh can fail to connect on a busy machine (seen once in 1,500 test runs:
-                # "connectFullMesh failed ... Connection closed by peer"); nothing has trained yet
+                # gloo's mesh can fail to connect on a busy machine (seen in 2 of about 8 full test
+                # runs: "connectFullMesh failed ... Connection closed by peer"); nothing has trained yet
                 if attempt == JOIN_TRIES:
                     raise failed.cause from None
-                log.warning("the %d training processes could not form their group (%s); trying once more",
-                            nproc, str(failed.cause).partition("\n")[0][:200] or type(failed.cause).__name__)
+                log.warning("the %d training processes could not form their group (%s); trying again (%d of %d)",
+                            nproc, str(failed.cause).partition("\n")[0][:200] or type(failed.cause).__name__,
+                            attempt + 1, JOIN_TRIES)
     raise AssertionError("unreachable")
 
 
-JOIN_TRIES = 2
+JOIN_TRIES = 3
 
 
 class _JoinFailed(Exception):
