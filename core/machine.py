@@ -68,6 +68,18 @@ class State(dict):
         os.replace(tmp, self.path)
 
 
+def join(state: State) -> None:
+    """Count this process among the live users of a shared thing (call under `held`)."""
+    leave(state)
+    state["users"].append(os.getpid())
+
+
+def leave(state: State) -> list[int]:
+    """This process no longer uses it: the live users left (call under `held`)."""
+    state["users"] = [p for p in state.get("users", []) if p != os.getpid() and alive(p)]
+    return state["users"]
+
+
 @contextlib.contextmanager
 def held(name: str) -> Iterator[State]:
     """Hold the machine-wide lock of `name` and yield its state."""

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from core import storage
+from core import machine, storage
 from transforms.io import layout
 
 LEASE = "_lease.json"
@@ -47,16 +47,6 @@ log = logging.getLogger(__name__)
 
 def _holder() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid()}
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
 
 
 class Lease:
@@ -240,7 +230,7 @@ def holders(target: str, generation: str) -> list[dict]:
 
 def is_live(holder: dict, now: float, expire_s: float = EXPIRE_S) -> bool:
     if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int) \
-            and not holder.get("detached") and not _pid_alive(holder["pid"]):
+            and not holder.get("detached") and not machine.alive(holder["pid"]):
         return False
     return now - holder["renewed"] <= expire_s
 

@@ -101,7 +101,7 @@ def outcome(pub: Publication) -> dict:
     own = storage.join(pub.gen_dir, layout.MANIFEST)
     if storage.exists(own):
         failed = storage.read_json(own)
-        raise RunFailed(failure_message(failed, pub.gen_dir, pub.max_error_rate), pub.gen_dir)
+        raise RunFailed(failure_message(failed, pub), pub.gen_dir)
     try:
         manifest = layout.read_manifest(pub.target)
     except FileNotFoundError:
@@ -206,16 +206,14 @@ def worst_stage(manifest: dict, filter_stages=()):
     return worst
 
 
-def failure_message(failed: dict, gen_dir: str, max_error_rate: float) -> str:
+def failure_message(failed: dict, pub: Publication) -> str:
     """What a run over its error budget tells the user, from its generation's own manifest."""
-    name = failed["failed"].rsplit(" in stage ", 1)[-1]
-    stats = failed["stages"].get(name, {"dead": 0, "outputs": 0})
-    total = stats["dead"] + stats["outputs"]
-    rate = stats["dead"] / total if total else 0.0
-    return (f"stage {name!r} sent {stats['dead']} of {total} results ({rate:.1%}) to dead letters, above "
-            f"--max-error-rate {max_error_rate:g}; nothing was published. Read the reasons in "
-            f"{gen_dir}/{layout.DEAD_LETTER_DIR}/ (`shardsmith inspect {gen_dir}`), fix the input, or raise "
-            f"--max-error-rate")
+    name, rate, stats = worst_stage(failed, pub.filter_stages)
+    gen_dir = pub.gen_dir
+    return (f"stage {name!r} sent {stats['dead']} of {stats['dead'] + stats['outputs']} results ({rate:.1%}) "
+            f"to dead letters, above --max-error-rate {pub.max_error_rate:g}; nothing was published. Read the "
+            f"reasons in {gen_dir}/{layout.DEAD_LETTER_DIR}/ (`shardsmith inspect {gen_dir}`), fix the input, "
+            f"or raise --max-error-rate")
 
 
 def previous_manifest(target: str) -> dict | None:

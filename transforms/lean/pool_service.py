@@ -53,12 +53,6 @@ def config_of(text: str) -> ReplPoolConfig:
     return ReplPoolConfig(**c)
 
 
-def verdict_of(d: dict) -> Verdict:
-    d = dict(d)
-    d["passed"] = d.pop("pass")
-    return Verdict(**d)
-
-
 # -- the service process ------------------------------------------------------------------------
 
 def serve(socket_path: str, config: ReplPoolConfig) -> None:
@@ -125,7 +119,7 @@ class SharedPool:
                 writer.flush()
                 line = reader.readline()
                 if line:
-                    return verdict_of(json.loads(line))
+                    return Verdict.from_dict(json.loads(line))
                 raise ConnectionError("the pool service closed the connection")
             except (OSError, ValueError) as exc:
                 self._drop_connection()
@@ -157,13 +151,12 @@ class SharedPool:
 
     def _acquire(self, restart: bool = False) -> str:
         """The socket of the machine's pool, started here if no live process serves it."""
-        me = os.getpid()
         with self._lock, machine.held(self.name) as state:
             if self._socket is not None and not restart:
                 return self._socket
             if not (machine.alive(state.get("pid")) and _answers(state.get("socket"))):
                 self._start(state)
-            state["users"] = [p for p in state.get("users", []) if p != me and machine.alive(p)] + [me]
+            machine.join(state)
             state.save()
             self._socket = state["socket"]
             return self._socket
@@ -190,10 +183,8 @@ class SharedPool:
             return
         self._closed = True
         self._drop_connection()
-        me = os.getpid()
         with machine.held(self.name) as state:
-            state["users"] = [p for p in state.get("users", []) if p != me and machine.alive(p)]
-            if not state["users"] and machine.alive(state.get("pid")):
+            if not machine.leave(state) and machine.alive(state.get("pid")):
                 try:
                     os.killpg(state["pid"], signal.SIGTERM)
                 except ProcessLookupError:

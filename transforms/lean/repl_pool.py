@@ -274,9 +274,7 @@ class ReplPool:
         if not isinstance(data, dict):
             return None
         try:
-            data = dict(data)
-            data["passed"] = data.pop("pass")
-            return Verdict(**dict(data, env=None))  # an env id means nothing outside the process that made it
+            return Verdict.from_dict(dict(data, env=None))  # an env id means nothing outside the process that made it
         except (KeyError, TypeError):
             return None  # another layout: check again
 

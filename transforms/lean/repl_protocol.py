@@ -139,6 +139,13 @@ class Verdict:
     reason: str | None = None
     axioms: list[str] | None = None
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Verdict":
+        """The verdict `to_dict` wrote (KeyError or TypeError for another layout)."""
+        d = dict(d)
+        d["passed"] = d.pop("pass")
+        return cls(**d)
+
     def to_dict(self) -> dict:
         """`{pass, complete, messages, sorries, tactics, verify_time, env, outcome, reason,
         axioms}`."""

@@ -88,7 +88,7 @@ def _machine_acquire(key: tuple, make, local: Optional[VllmServer]):
         if server is None:
             server = (local or make()).start()  # start() restarts a local server that died
             state.update(owner=me, port=server.port, pid=server.pid)
-        state["users"] = [p for p in state.get("users", []) if p != me and machine.alive(p)] + [me]
+        machine.join(state)
         state.save()
     return server
 
@@ -96,10 +96,8 @@ def _machine_acquire(key: tuple, make, local: Optional[VllmServer]):
 def _machine_release(key: tuple, server) -> None:
     """This process no longer uses the server: the last user of the machine stops it, owner or not.
     An owner that exits while others use it takes the server along; the next user starts another."""
-    me = os.getpid()
     with machine.held("vllm-" + machine.name_of(key)) as state:
-        state["users"] = [p for p in state.get("users", []) if p != me and machine.alive(p)]
-        if not state["users"]:
+        if not machine.leave(state):
             if isinstance(server, VllmServer):
                 server.stop()
             elif server.running:
