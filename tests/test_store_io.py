@@ -88,6 +88,11 @@ def test_cli_run_validate_inspect_train_against_s3(s3_store, tmp_path, capsys):
     assert capsys.readouterr().out.strip().endswith(f"{target}: valid")
     assert main(["inspect", target, "--rows", "2"]) == 0
     assert "[rows] pruned-synth/rows v1: 550 rows" in capsys.readouterr().out
+    assert main(["status", target]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith(f"{target}: 1 generation(s)") and "  published run-" in shown, shown
+    assert main(["status", f"{out}/nothing-here"]) == 2
+    assert "no such dataset folder" in capsys.readouterr().err
     assert main(["train", "pruned-synth", "--data", target, "--out", str(tmp_path / "train")]) == 0
     assert (tmp_path / "train" / "metrics.json").exists()
     assert not os.path.exists("s3:")
