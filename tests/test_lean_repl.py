@@ -936,3 +936,22 @@ def _descendants_named(users, module: str) -> list[int]:
             if argv[1:2] == [b"-m"] and module.encode() in argv[2]:
                 found.append(pid)
     return found
+
+
+def test_a_killed_user_takes_the_pool_service_it_started_with_it(standin_log):
+    """SIGKILL to the process that started the machine's pool (no teardown, no atexit): its service
+    and the REPLs under it end too; nothing of the pool outlives it."""
+    user = subprocess.Popen([sys.executable, "-c", POOL_USER, json.dumps([sys.executable, STANDIN]), TESTS_DIR, HEADER],
+                            cwd=os.path.dirname(TESTS_DIR), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert user.stdout.readline().strip() == "ready"
+        user.stdin.write("check\n")
+        user.stdin.flush()
+        assert user.stdout.readline().split() == ["ok", "True"]
+        services = _descendants_named([user], "pool_service")
+        repls = _starts(standin_log())
+        assert len(services) == 1 and len(repls) == 1
+    finally:
+        user.kill()
+        user.wait()
+    assert not still_running(services + repls, 10)
