@@ -52,6 +52,7 @@ def _needs(*modules: str, paths: tuple[tuple[str, str], ...] = ()) -> str | None
 SMOKE = {
     "pruned_synth.py": ("pruned_synth.json", _needs("apache_beam", "pyarrow", "numpy")),
     "dedup.py": (None, _needs("rouge_score")),
+    "dedup_workers.py": ("dedup_workers.json", _needs()),
     "render.py": ("render.json", _needs("playwright", "lingua", "datatrove", paths=(
         (CHROMIUM, "Debian's chromium (apt-get install -y chromium)"),
         (PYTHON_DOCS, "Debian's python3.11-doc (apt-get install -y python3.11-doc)")))),

@@ -54,12 +54,32 @@ def test_response_messages_interleave_demonstrations():
 
 def test_a_domain_short_of_per_domain_is_counted():
     from core.rejected import Skipped
-    from transforms.text.self_specialization import cap_domain_counted
-    rows = [{"kept": True, "reject_reason": None, "order": [0, i]} for i in range(2)]
-    out = cap_domain_counted("math", rows, 5, 4)
+    from transforms.text import self_specialization as ss
+    orders = [[0, 1], None, [0, 0]]
+    out = ss.cap_cutoff("math", ss.first_kept(orders, 5), 5, 4)
     (short,) = [o for o in out if isinstance(o, Skipped)]
     assert short.count == 3 and "math: kept 2 of per_domain 5 after 4 rounds" in short.reason
-    assert not any(isinstance(o, Skipped) for o in cap_domain_counted("math", rows, 2, 4))
+    assert {cut for (domain, _), cut in out[:-1]} == {None} and len(out) == ss.CAP_PIECES + 1
+    full = ss.cap_cutoff("math", ss.first_kept(orders, 2), 2, 4)
+    assert not any(isinstance(o, Skipped) for o in full) and full[0] == (("math", 0), (0, 1))
+
+
+def test_the_cap_keeps_the_first_good_rows_in_order_in_any_piece():
+    from transforms.text import self_specialization as ss
+    rows = [{"id": f"r{i}", "domain": "math", "kept": i % 3 != 0, "reject_reason": None if i % 3 else "rouge_l",
+             "order": [i // 4, i % 4]} for i in range(40)]
+    first = ss.first_kept(ss.first_kept([r["order"] if r["kept"] else None for r in rows[:20]], 10)
+                          + [r["order"] if r["kept"] else None for r in rows[20:]], 10)   # merged as a combine
+    ((_, cutoff), *_) = ss.cap_cutoff("math", first, 10, 4)
+    pieces = {}
+    for row in rows:
+        pieces.setdefault(ss.cap_piece(row), []).append(row)
+    assert len(pieces) > 4
+    capped = sorted((r for group in pieces.values() for r in ss.cap_rows(group, cutoff)), key=lambda r: int(r["id"][1:]))
+    good = [r for r in rows if r["kept"]]
+    assert [r["id"] for r in capped if r["kept"]] == [r["id"] for r in good[:10]]
+    assert {r["id"] for r in capped if r["reject_reason"] == "over_target"} == {r["id"] for r in good[10:]}
+    assert all("order" not in r for r in capped)
 
 
 def test_a_brainstorm_cut_at_the_token_limit_keeps_its_last_task_as_a_truncated_row():
@@ -106,7 +126,7 @@ def test_rounds_go_on_at_the_yield_seen_until_the_domain_is_full():
     assert ss.round_prompts(state, per_domain=8, oversample=3.0, tasks_per_prompt=4) == 6     # 24 tasks
     plan = ss.brainstorm_plan(state, 6, 2, __import__("transforms.llm.requests", fromlist=["Sampling"]).Sampling(), 0)
     assert [m["index"] for _, m in plan] == list(range(6)) and {m["round"] for _, m in plan} == {1}
-    state = ss.after_answers(ss.after_dedup(state, 6, [{"instruction": "A new task to answer."}]), [{"kept": True}] * 2)
+    state = ss.after_answers(ss.after_dedup(state, 6, [{"instruction": "A new task to answer."}]), 2)
     assert (state.kept, state.prompts, state.round, state.answered) == (2, 6, 1, ("A new task to answer.",))
     # 6 missing at 2 kept per 6 prompts: 18 prompts (more than oversample alone asks: 5)
     assert ss.round_prompts(state, 8, 3.0, 4) == 18 and ss.answer_limit(state, 8) == 9
@@ -115,7 +135,7 @@ def test_rounds_go_on_at_the_yield_seen_until_the_domain_is_full():
     assert not {r.id for r, _ in again} & {r.id for r, _ in plan}         # new requests, earlier ones cached
     nothing = ss.after_dedup(ss.first_state("math", seeds), 6, [])
     assert ss.round_prompts(nothing, 8, 3.0, 4) == 12                     # nothing kept: twice the prompts
-    assert ss.round_prompts(ss.after_answers(nothing, [{"kept": True}] * 8), 8, 3.0, 4) == 0   # full: done
+    assert ss.round_prompts(ss.after_answers(nothing, 8), 8, 3.0, 4) == 0   # full: done
     starved = ss.after_dedup(ss.first_state("math", seeds), 40, [])
     assert ss.round_prompts(starved, 8, 3.0, 4) == 48                     # at most 8x round 1's prompts
 

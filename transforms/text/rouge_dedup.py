@@ -148,39 +148,53 @@ class RougeDedup:
             self._postings.setdefault(e, []).append(j)
 
     # -- public -------------------------------------------------------------------------------
+    def scored(self, text: str, below: int | None = None) -> list[tuple[int, float]]:
+        """(pool index, exact F) of every pool text (before index `below`, default all) that the
+        length window and the prefix filter let through, ascending. Whether a pair passes and its F
+        depend on the two texts alone, never on what else is in the pool: that is what lets
+        dedup_pieces score the pairs apart from the greedy decision."""
+        return self._scored(self._ids(tokenize(text)), len(self._texts) if below is None else below)
+
+    def _scored(self, ids: tuple[int, ...], below: int) -> list[tuple[int, float]]:
+        a = len(ids)
+        if not a:
+            return []
+        lo, hi = self._window_for(a)
+        lens, cands, postings = self._lens, set(), self._postings
+        for e in self._prefix(ids):
+            lst = postings.get(e)
+            if lst:
+                cands.update(lst)
+        todo = [j for j in sorted(cands) if j < below and lo <= lens[j] <= hi]
+        if not todo:
+            return []
+        self.pairs_scored += len(todo)
+        masks, tokens = match_masks(ids), self._tokens
+        # new text is the prediction, the kept one the target (Self-Instruct order; F is symmetric anyway)
+        return [(j, f_from_lcs(lcs_length_masks(masks, a, tokens[j]), lens[j], a)) for j in todo]
+
     def add(self, text: str) -> Decision:
         """Decide `text` against every text kept so far; keep it (add to the pool) if no
         ROUGE-L F reaches the threshold."""
         ids = self._ids(tokenize(text))
-        a = len(ids)
         best_f, best_j = 0.0, -1
-        dup = self._exact.get(ids) if a else None
+        dup = self._exact.get(ids) if ids else None
         if dup is not None:  # F == 1.0 exactly, the maximum possible; only identical tokens reach it
             best_f, best_j = 1.0, dup
-        elif a:
-            lo, hi = self._window_for(a)
-            lens = self._lens
-            cands: set[int] = set()
-            postings = self._postings
-            for e in self._prefix(ids):
-                lst = postings.get(e)
-                if lst:
-                    cands.update(lst)
-            if cands:
-                masks = match_masks(ids)
-                tokens = self._tokens
-                todo = [j for j in sorted(cands) if lo <= lens[j] <= hi]
-                self.pairs_scored += len(todo)
-                for j in todo:
-                    # new text is the prediction, the kept one the target (Self-Instruct order;
-                    # F is symmetric anyway)
-                    f = f_from_lcs(lcs_length_masks(masks, a, tokens[j]), lens[j], a)
-                    if f > best_f:
-                        best_f, best_j = f, j
-        kept = best_f < self.threshold if self.inclusive else not best_f > self.threshold
+        else:
+            best_f, best_j = best_of(self._scored(ids, len(self._texts)))
+        kept = self.keeps(best_f)
         if kept:
             self._insert(text, ids)
         return Decision(kept, best_f, self._texts[best_j] if best_j >= 0 else None)
+
+    def keep(self, text: str) -> None:
+        """Put `text` in the pool without deciding it (a caller that decided it from `scored`)."""
+        self._insert(text, self._ids(tokenize(text)))
+
+    def keeps(self, max_f: float) -> bool:
+        """Whether a text whose max F against the pool is max_f stays (the threshold rule)."""
+        return max_f < self.threshold if self.inclusive else not max_f > self.threshold
 
     @property
     def pool(self) -> list[str]:
@@ -191,6 +205,15 @@ class RougeDedup:
     def kept_texts(self) -> list[str]:
         """Texts added and kept (seeds excluded), in order."""
         return self._texts[self.n_seeds:]
+
+
+def best_of(pairs: Iterable[tuple[int, float]], best_f: float = 0.0, best_j: int = -1) -> tuple[float, int]:
+    """(max F, its index) over (index, F) pairs in ascending index: the earliest on ties; a pair must
+    beat best_f (0.0 at first, so an F of 0 names no text)."""
+    for j, f in pairs:
+        if f > best_f:
+            best_f, best_j = f, j
+    return best_f, best_j
 
 
 def token_frequencies(texts: Iterable[str]) -> Counter[str]:

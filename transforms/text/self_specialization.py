@@ -16,13 +16,14 @@ import dataclasses
 import json
 import math
 import random
-from typing import Sequence
+import zlib
+from typing import Iterable, Sequence
 
 from schemas import selfmoe as schema
 from transforms.io.ids import stable_id
 from core.rejected import Skipped
 from transforms.llm.requests import Completion, Request, Sampling
-from transforms.text.rouge_dedup import RougeDedup
+from transforms.text import dedup_pieces
 from transforms.text.self_instruct import (brainstorm_prompt, instruction_problem, normalised_instructions,
                                            parse_tasks, response_problem, response_prompt)
 
@@ -106,28 +107,98 @@ def candidates(meta: dict, completion: Completion) -> list[dict]:
     return out
 
 
-def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: float,
-                 answer_limit: int, embedding_threshold: float | None = None,
-                 prompt_format: str = "chat", answered: Sequence[str] = ()) -> tuple[list[dict], list[dict]]:
-    """(candidates to answer, rows dropped here). Filters, then ROUGE-L against the seeds, the
-    instructions `answered` in earlier rounds and the ones kept before it, then (when
-    embedding_threshold is set) embedding cosine against the same. A near-duplicate's row names
-    the instruction it matched (`near_duplicate`)."""
-    seed_texts = [s["instruction"] for s in sorted(seeds, key=lambda s: s["id"])] + list(answered)
-    dedup = RougeDedup(threshold, seed_texts=seed_texts)
+@dataclasses.dataclass(frozen=True)
+class DedupInputs:
+    """What a domain's dedup decides over: the pool (the seeds' instructions by id, then the ones
+    answered in earlier rounds), the candidates in order (each with the filter `problem` that drops
+    it, or None), and the texts the pieces score (a candidate's instruction; None where a filter
+    dropped it)."""
+
+    pool: tuple
+    cands: tuple
+    texts: tuple
+
+
+def dedup_inputs(seeds: list[dict], found: list[dict], answered: Sequence[str] = ()) -> DedupInputs:
+    pool = tuple(s["instruction"] for s in sorted(seeds, key=lambda s: s["id"])) + tuple(answered)
     copied = normalised_instructions(seeds)
+    cands = tuple(dict(c, problem=c.get("problem") or instruction_problem(c["instruction"], copied))
+                  for c in sorted(found, key=lambda c: c["order"]))
+    return DedupInputs(pool, cands, tuple(None if c["problem"] else c["instruction"] for c in cands))
+
+
+# A domain's candidates are decided in this many blocks, one after another: a block's pieces score
+# against what earlier blocks kept, so only pairs inside a block reach a candidate that turns out
+# dropped (dedup_pieces: a piece cannot know). More blocks: less wasted work, more stages in the graph.
+DEDUP_BLOCKS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class DedupProgress:
+    """A domain's dedup between two blocks: its inputs, the candidates' instructions kept so far,
+    the decisions so far (one per candidate, None where a filter dropped it), and the embeddings
+    the pieces made (text -> float32 bytes; only with the embedding dedup)."""
+
+    inputs: DedupInputs
+    kept: tuple = ()
+    decisions: tuple = ()
+    vectors: tuple = ()
+
+
+def _block(inputs: DedupInputs, block: int) -> slice:
+    n = len(inputs.texts)
+    return slice(n * block // DEDUP_BLOCKS, n * (block + 1) // DEDUP_BLOCKS)
+
+
+def dedup_block_pieces(progress: DedupProgress, block: int, embedding: bool = False) -> list[tuple]:
+    """The pieces of one block: (pool, texts, piece, pieces, pool texts to embed) each; the pool is
+    the domain's pool and the candidates kept by earlier blocks. None for a block with nothing to score."""
+    texts = progress.inputs.texts[_block(progress.inputs, block)]
+    if not any(t is not None for t in texts):
+        return []
+    pool = progress.inputs.pool + progress.kept
+    pieces = dedup_pieces.pieces_for(len(texts))
+    embed_pool = progress.inputs.pool if embedding and block == 0 else ()
+    return [(pool, texts, piece, pieces, embed_pool[piece::pieces]) for piece in range(pieces)]
+
+
+def dedup_piece(pool: Sequence[str], texts: Sequence, piece: int, pieces: int, embed_pool: Sequence[str],
+                threshold: float, embedding_threshold: float | None = None) -> tuple[list, dict]:
+    """One piece's share of a block's dedup work (dedup_pieces): its ROUGE-L scores, and, when the
+    embedding dedup is on, the embeddings of its texts and of `embed_pool`."""
+    scores = dedup_pieces.score_piece(pool, texts, piece, pieces, threshold)
+    vectors = ({} if embedding_threshold is None
+               else dedup_pieces.embed([*embed_pool, *(t for t in texts[piece::pieces] if t is not None)]))
+    return scores, vectors
+
+
+def after_block(progress: DedupProgress, block: int, pieces: list[tuple[list, dict]],
+                threshold: float) -> DedupProgress:
+    """The progress once a block is decided from its pieces' work."""
+    texts = progress.inputs.texts[_block(progress.inputs, block)]
+    scores = {s.index: s for piece_scores, _ in pieces for s in piece_scores}
+    decisions = dedup_pieces.decide(progress.inputs.pool + progress.kept, texts, scores, threshold)
+    vectors = progress.vectors + tuple(item for _, piece_vectors in pieces for item in piece_vectors.items())
+    return DedupProgress(progress.inputs, progress.kept + tuple(t for t, d in zip(texts, decisions) if d and d.kept),
+                         progress.decisions + tuple(decisions), vectors)
+
+
+def dedup_decide(progress: DedupProgress, answer_limit: int, embedding_threshold: float | None = None,
+                 prompt_format: str = "chat") -> tuple[list[dict], list[dict]]:
+    """(candidates to answer, rows dropped here), once every block is decided: the filters' drops,
+    then ROUGE-L against the pool and the candidates kept before, then (when embedding_threshold
+    is set) embedding cosine against the same, then the answer limit. A near-duplicate's row
+    names the instruction it matched (`near_duplicate`)."""
+    inputs = progress.inputs
     embedding = None
     if embedding_threshold is not None:
         from transforms.text.embedding_dedup import EmbeddingDedup  # optional dependency (extra "llm")
-        embedding = EmbeddingDedup(embedding_threshold, seed_texts=seed_texts)
-        embedding.prefetch(c["instruction"] for c in sorted(found, key=lambda c: c["order"])
-                           if not c.get("problem") and instruction_problem(c["instruction"], copied) is None)
+        embedding = EmbeddingDedup(embedding_threshold, dedup_pieces.Vectors(dict(progress.vectors)),
+                                   seed_texts=inputs.pool)
     to_answer, dropped = [], []
-    for cand in sorted(found, key=lambda c: c["order"]):
-        problem = cand.get("problem") or instruction_problem(cand["instruction"], copied)
-        score = matched = None
-        if problem is None:
-            decision = dedup.add(cand["instruction"])
+    for cand, decision in zip(inputs.cands, progress.decisions):
+        problem, score, matched = cand["problem"], None, None
+        if decision is not None:
             score = decision.max_f
             similar = embedding.add(cand["instruction"]) if decision.kept and embedding is not None else None
             if not decision.kept:
@@ -136,12 +207,25 @@ def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: f
                 problem, matched = "embedding", similar.most_similar
             elif len(to_answer) >= answer_limit:
                 problem = "over_target"
-        cand = dict(cand, rouge_l_max=score, near_duplicate=matched)
+        cand = {**{k: v for k, v in cand.items() if k != "problem"}, "rouge_l_max": score, "near_duplicate": matched}
         if problem is None:
             to_answer.append(cand)
         else:
             dropped.append(example_row(cand, None, "", problem, prompt_format))
     return to_answer, dropped
+
+
+def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: float,
+                 answer_limit: int, embedding_threshold: float | None = None,
+                 prompt_format: str = "chat", answered: Sequence[str] = ()) -> tuple[list[dict], list[dict]]:
+    """The whole dedup of a domain's round in one process: every block and piece in turn, then
+    dedup_decide (what the graph spreads over workers)."""
+    progress = DedupProgress(dedup_inputs(seeds, found, answered))
+    for block in range(DEDUP_BLOCKS):
+        work = [dedup_piece(*task, threshold, embedding_threshold)
+                for task in dedup_block_pieces(progress, block, embedding_threshold is not None)]
+        progress = after_block(progress, block, work, threshold)
+    return dedup_decide(progress, answer_limit, embedding_threshold, prompt_format)
 
 
 def after_dedup(state: RoundState, prompts: int, to_answer: list[dict]) -> RoundState:
@@ -150,9 +234,9 @@ def after_dedup(state: RoundState, prompts: int, to_answer: list[dict]) -> Round
                                prompts=state.prompts + prompts, round=state.round + 1)
 
 
-def after_answers(state: RoundState, rows: list[dict]) -> RoundState:
-    """The state once a round's answers are judged: its kept rows counted."""
-    return dataclasses.replace(state, kept=state.kept + sum(r["kept"] for r in rows))
+def after_answers(state: RoundState, kept: int) -> RoundState:
+    """The state once a round's answers are judged: its `kept` rows counted."""
+    return dataclasses.replace(state, kept=state.kept + kept)
 
 
 def response_request(cand: dict, seeds: list[dict], demos: int, sampling: Sampling,
@@ -192,26 +276,41 @@ def answered_row(cand: dict, completion: Completion | None, sampling: Sampling,
                        response_problem(completion.text, completion.finish_reason), prompt_format)
 
 
-def cap_domain(rows: list[dict], per_domain: int) -> list[dict]:
-    """Keep the first per_domain good rows of a domain in order; later good rows become over_target."""
-    out, kept = [], 0
-    for row in sorted(rows, key=lambda r: r["order"]):
-        row = {k: v for k, v in row.items() if k != "order"}
-        if row["kept"]:
-            if kept >= per_domain:
-                row.update(kept=False, reject_reason="over_target")
-            else:
-                kept += 1
-        out.append(row)
+CAP_PIECES = 32   # a domain's rows are capped in this many groups, on as many workers
+
+
+def first_kept(orders: Iterable, per_domain: int) -> list:
+    """The per_domain first orders (ascending) among `orders` (None: a row not kept): the rows the
+    cap keeps. A combine: merge two results with first_kept(a + b, per_domain)."""
+    return sorted(tuple(o) for o in orders if o is not None)[:per_domain]
+
+
+def cap_cutoff(domain: str, first: list, per_domain: int, rounds: int) -> list:
+    """((domain, piece), cutoff) for every piece of the domain's rows, cutoff the order of the last
+    row kept (None: every good row stays); plus a Skipped count when the domain fell short of
+    per_domain after `rounds` rounds, so the manifest says which domains need more (raise rounds
+    or oversample)."""
+    cutoff = first[-1] if len(first) >= per_domain else None
+    out: list = [((domain, piece), cutoff) for piece in range(CAP_PIECES)]
+    if len(first) < per_domain:
+        out.append(Skipped(f"{domain}: kept {len(first)} of per_domain {per_domain} after {rounds} rounds "
+                           "(raise rounds or oversample)", per_domain - len(first)))
     return out
 
 
-def cap_domain_counted(domain: str, rows: list[dict], per_domain: int, rounds: int) -> list:
-    """cap_domain, plus a Skipped count when the domain fell short of per_domain after `rounds`
-    rounds (the cap), so the manifest says which domains need more (raise rounds or oversample)."""
-    out = cap_domain(rows, per_domain)
-    kept = sum(r["kept"] for r in out)
-    if kept < per_domain:
-        out.append(Skipped(f"{domain}: kept {kept} of per_domain {per_domain} after {rounds} rounds "
-                           "(raise rounds or oversample)", per_domain - kept))
+def cap_piece(row: dict) -> tuple[str, int]:
+    """The group a row is capped in: its domain and a piece drawn from its id."""
+    return row["domain"], zlib.crc32(row["id"].encode()) % CAP_PIECES
+
+
+def cap_rows(rows: list[dict], cutoff) -> list[dict]:
+    """The rows with the cap applied: a good row after the cutoff (the domain's per_domain-th good
+    row in order) becomes over_target."""
+    out = []
+    for row in rows:
+        order = tuple(row["order"])
+        row = {k: v for k, v in row.items() if k != "order"}
+        if row["kept"] and cutoff is not None and order > cutoff:
+            row.update(kept=False, reject_reason="over_target")
+        out.append(row)
     return out

@@ -11,7 +11,7 @@ from transforms.io.stage import Ledger, payloads
 from transforms.llm.ask import Ask, asking
 from transforms.llm.backend import Backend
 from transforms.llm.requests import Sampling
-from transforms.text import self_specialization as ss
+from transforms.text import dedup_pieces, self_specialization as ss
 from transforms.text.seeds import read_seeds
 
 
@@ -69,10 +69,21 @@ class SelfmoeGraph(beam.PTransform):
             states, rows = states | f"Round{number}" >> _Round(s, ledger)
             made.append(rows)
         per_domain, rounds = s.per_domain, s.rounds
-        generated = (made | "Generated" >> beam.Flatten()
-                     | "RowKey" >> beam.Map(lambda r: (r["domain"], r))
-                     | "RowsPerDomain" >> beam.GroupByKey()
-                     | ledger.stage("cap", lambda kv: ss.cap_domain_counted(kv[0], list(kv[1]), per_domain, rounds)))
+        generated = made | "Generated" >> beam.Flatten()
+        # the cap: each domain's first per_domain good rows (a combine, so no worker holds a domain's
+        # rows), then the rows in CAP_PIECES groups per domain, each told that cutoff
+        cutoffs = (generated
+                   | "KeptOrders" >> beam.Map(lambda r: (r["domain"], r["order"] if r["kept"] else None))
+                   | "FirstKept" >> beam.CombinePerKey(_FirstKept(per_domain))
+                   | ledger.stage("cap", lambda kv: ss.cap_cutoff(kv[0], kv[1], per_domain, rounds)))
+
+        def cap(keyed):
+            (cutoff,) = keyed[1]["cutoff"]
+            return ss.cap_rows(list(keyed[1]["rows"]), cutoff)
+
+        generated = ({"cutoff": cutoffs, "rows": generated | "CapPiece" >> beam.Map(lambda r: (ss.cap_piece(r), r))}
+                     | "JoinCutoff" >> beam.CoGroupByKey()
+                     | ledger.stage("cap_rows", cap))
         seed_rows = seeds | "SeedRows" >> beam.Map(ss.seed_row, s.prompt_format)
         return {"examples": (generated, seed_rows)}
 
@@ -100,22 +111,25 @@ class _Round(beam.PTransform):
                  | "Brainstorm" >> Ask(s.backend, ledger, stage="brainstorm", cache_location=s.cache_location)
                  | ledger.stage("parse", lambda asked: ss.candidates(*asked) if asked[1] is not None else []))
 
+        # the dedup: a domain's candidates in blocks, each scored in pieces on any worker, then decided
+        progress = ({"state": states, "found": found | "FoundKey" >> beam.Map(lambda c: (c["domain"], c))}
+                    | "JoinDomain" >> beam.CoGroupByKey()
+                    | "DedupInputs" >> beam.MapTuple(lambda domain, grouped: (domain, _first_progress(grouped))))
+        for block in range(ss.DEDUP_BLOCKS):
+            progress = progress | f"DedupBlock{block}" >> _DedupBlock(block, threshold, embedding_threshold, ledger)
+
         def dedup(keyed):
-            domain, grouped = keyed
-            (state,) = grouped["state"]
+            domain, (state, progress) = keyed
             prompts = ss.round_prompts(state, per_domain, oversample, tasks)
-            to_answer, dropped = ss.dedup_domain(domain, list(state.seeds), list(grouped["found"]), threshold,
-                                                 ss.answer_limit(state, per_domain), embedding_threshold,
-                                                 prompt_format, state.answered)
+            to_answer, dropped = ss.dedup_decide(progress, ss.answer_limit(state, per_domain), embedding_threshold,
+                                                 prompt_format)
             for row in dropped:
                 yield "row", row
             for cand in to_answer:
                 yield from asking(ss.response_request(cand, list(state.seeds), demos, respond, prompt_format), cand)
             yield "state", (domain, ss.after_dedup(state, prompts, to_answer))
 
-        deduped = ({"state": states, "found": found | "FoundKey" >> beam.Map(lambda c: (c["domain"], c))}
-                   | "JoinDomain" >> beam.CoGroupByKey()
-                   | ledger.stage("dedup", dedup))
+        deduped = progress | ledger.stage("dedup", dedup)
         answered = (deduped
                     | "Respond" >> Ask(s.backend, ledger, stage="respond", cache_location=s.cache_location)
                     | ledger.stage("filter", lambda asked: [ss.answered_row(*asked, respond, prompt_format)]))
@@ -123,11 +137,69 @@ class _Round(beam.PTransform):
         def next_state(keyed):
             _, grouped = keyed
             (state,) = grouped["state"]
-            return state.domain, ss.after_answers(state, list(grouped["rows"]))
+            return state.domain, ss.after_answers(state, sum(grouped["kept"]))
 
         following = ({"state": payloads(deduped, "state", "Deduped"),
-                      "rows": answered | "AnsweredKey" >> beam.Map(lambda r: (r["domain"], r))}
+                      "kept": (answered | "AnsweredKept" >> beam.Map(lambda r: (r["domain"], int(r["kept"])))
+                               | "KeptPerDomain" >> beam.CombinePerKey(sum))}
                      | "JoinAnswers" >> beam.CoGroupByKey()
                      | "NextState" >> beam.Map(next_state))
         rows = (answered, payloads(deduped, "row", "DroppedRows")) | "RoundRows" >> beam.Flatten()
         return following, rows
+
+
+def _first_progress(grouped) -> tuple:
+    (state,) = grouped["state"]
+    return state, ss.DedupProgress(ss.dedup_inputs(list(state.seeds), list(grouped["found"]), state.answered))
+
+
+class _DedupBlock(beam.PTransform):
+    """(domain, (RoundState, DedupProgress)) -> the same with one more block decided: the block's
+    pieces go to any worker (dedup_score), then one step per domain decides it (dedup_block)."""
+
+    def __init__(self, block: int, threshold: float, embedding_threshold, ledger: Ledger):
+        super().__init__()
+        self.block, self.threshold, self.embedding_threshold, self.ledger = block, threshold, embedding_threshold, ledger
+
+    def expand(self, progress):
+        block, threshold, embedding_threshold, ledger = self.block, self.threshold, self.embedding_threshold, self.ledger
+
+        def score(task):
+            domain, piece = task
+            return [(domain, ss.dedup_piece(*piece, threshold, embedding_threshold))]
+
+        def decide(keyed):
+            domain, grouped = keyed
+            ((state, progress),) = grouped["progress"]
+            return [(domain, (state, ss.after_block(progress, block, list(grouped["pieces"]), threshold)))]
+
+        pieces = (progress
+                  | "Pieces" >> beam.FlatMapTuple(lambda domain, sp: [
+                      (domain, piece) for piece in ss.dedup_block_pieces(sp[1], block, embedding_threshold is not None)])
+                  | "Spread" >> beam.Reshuffle()
+                  | ledger.stage("dedup_score", score))
+        return ({"progress": progress, "pieces": pieces}
+                | "JoinPieces" >> beam.CoGroupByKey()
+                | ledger.stage("dedup_block", decide))
+
+
+class _FirstKept(beam.CombineFn):
+    """A domain's first per_domain good rows' orders (ss.first_kept), combined on the workers."""
+
+    def __init__(self, per_domain: int):
+        super().__init__()
+        self.per_domain = per_domain
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, order):
+        if order is not None:
+            acc.append(order)
+        return ss.first_kept(acc, self.per_domain) if len(acc) > 2 * self.per_domain else acc
+
+    def merge_accumulators(self, accs):
+        return ss.first_kept([o for acc in accs for o in acc], self.per_domain)
+
+    def extract_output(self, acc):
+        return ss.first_kept(acc, self.per_domain)
