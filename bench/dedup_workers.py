@@ -7,7 +7,8 @@ worker per domain. Now the pairs are scored in pieces on any worker and one chea
 (transforms/text/dedup_pieces.py). This times the stage functions the pipeline runs
 (self_specialization.dedup_piece for each piece, then dedup_decide) on a one-domain round:
 S seed instructions and N candidates (transforms.text.synthetic_instructions: about half of them
-near-duplicates around ROUGE-L 0.7), in blocks and pieces as the pipeline cuts them.
+near-duplicates around ROUGE-L 0.7), in blocks and pieces as the pipeline cuts them (MAX_BLOCKS blocks: the pipeline's number for
+a run that brainstorms this many a domain).
 
   one worker    every piece and the decision in one process;
   two workers   two forked processes take each block's pieces as they come free (as a runner
@@ -55,9 +56,9 @@ def run(inputs: ss.DedupInputs, workers: int) -> dict:
     """The dedup's stages as the pipeline runs them: block after block, each block's pieces on the
     workers, then the block decided."""
     pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
-    progress, busy, decide_s, pieces = ss.DedupProgress(inputs), {}, 0.0, 0
+    progress, busy, decide_s, pieces = ss.DedupProgress(inputs, ss.MAX_BLOCKS), {}, 0.0, 0
     try:
-        for block in range(ss.DEDUP_BLOCKS):
+        for block in range(progress.blocks):
             jobs = ss.dedup_block_pieces(progress, block)
             pieces += len(jobs)
             done = list(pool.imap_unordered(_piece, jobs, chunksize=1) if pool else map(_piece, jobs))

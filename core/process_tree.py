@@ -5,7 +5,8 @@ teardown and no atexit. A browser or a model server started in a session of its 
 whole group can be stopped at once) is then reparented to init and keeps running, with its own
 children (Chromium's renderers, vLLM's engine). `tied_to_parent(cmd)` runs `cmd` under a small
 supervisor that asks the kernel for a signal when its parent dies (PR_SET_PDEATHSIG) and then
-kills its whole process group; otherwise it only waits for the command and exits as it did.
+kills its whole process group; otherwise it only waits for the command and exits as it did. The
+command itself dies with the supervisor (a SIGKILL of the supervisor alone leaves nothing running).
 Start the child with `start_new_session=True`, so the group is the child's alone.
 
 The kernel sends that signal when the *thread* that started the child ends, so start such a
@@ -25,10 +26,14 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)       # a stop of the group is the
 ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGUSR2), 0, 0, 0)   # PR_SET_PDEATHSIG
 if os.getppid() != parent:                          # it died before we asked
     os.killpg(0, signal.SIGKILL)
+supervisor = os.getpid()
 pid = os.fork()
 if pid == 0:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # the supervisor killed: so is the command
+    if os.getppid() != supervisor:
+        os._exit(137)
     try:
         os.execvp(cmd[0], cmd)
     except OSError as exc:

@@ -342,8 +342,8 @@ def pytest_collection_modifyitems(config, items):
 
 def _file_costs(items, heavy: tuple[str, ...]) -> dict[str, float]:
     """Seconds per test file: as measured on a full run (tests/durations.json, refreshed by hand
-    from SHARDSMITH_TEST_CPU's seconds column; a stale figure only changes the order), else guessed
-    from the marks."""
+    from SHARDSMITH_TEST_CPU's wall-seconds column, summed per file: how long the file holds a
+    worker, waiting included; a stale figure only changes the order), else guessed from the marks."""
     path = os.path.join(os.path.dirname(__file__), "durations.json")
     with open(path) as fh:
         measured = json.load(fh)

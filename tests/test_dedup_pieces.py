@@ -63,3 +63,17 @@ def test_pieces_for_grows_with_candidates_and_stops():
     assert dedup_pieces.pieces_for(0) == dedup_pieces.pieces_for(1) == 1
     assert dedup_pieces.pieces_for(1000) == 5
     assert dedup_pieces.pieces_for(10 ** 7) == dedup_pieces.MAX_PIECES
+
+
+def test_a_domains_dedup_is_the_same_in_any_number_of_blocks():
+    from transforms.text import self_specialization as ss
+    texts = make_instructions(900, 3)
+    seeds = [{"id": f"s{i:02d}", "domain": "math", "instruction": t, "input": "", "output": "ok"}
+             for i, t in enumerate(texts[:20])]
+    found = [{"domain": "math", "order": [i // 4, i % 4], "instruction": t, "input": "", "seed_ids": ["s00"],
+              "model": "m", "round": 1} for i, t in enumerate(texts[20:])]
+    one = ss.dedup_domain("math", seeds, found, 0.7, answer_limit=300)
+    assert 100 < len(one[1]) and len(one[0]) == 300   # near-duplicates dropped, the rest over the answer limit
+    for blocks in (2, 3, ss.MAX_BLOCKS):
+        assert ss.dedup_domain("math", seeds, found, 0.7, answer_limit=300, blocks=blocks) == one
+    assert ss.dedup_blocks(8, 3.0) == 1 and ss.dedup_blocks(5000, 3.0) == ss.MAX_BLOCKS

@@ -4,8 +4,10 @@ Each runner runs at least one dataset here, and a case leaves out a runner whose
 or case takes for it. A run on the dask runner costs about 4,000 dask tasks per experiment whatever
 the rows (Beam's DaskRunner shuffles), and one of multiui about 2 CPU-s of Chromium per render. So:
 pruned-synth on local and multiprocess; concretizer's backbone in multiprocess workers; multiui's
-Chromium in the workers of dask's LocalCluster. Pruned-synth (one experiment, features with dead
-letters, read from S3) and concretizer also run on a real Dask cluster in tests/test_dask_cluster.py;
+Chromium in the workers of dask's LocalCluster; rmaxts (its REPL pool shared by the workers of
+the machine) and multiui (a Chromium per worker) in multiprocess workers, from tests/small_runs.py
+(selfmoe's multiprocess run is tests/test_selfmoe_rounds.py's). Pruned-synth (one experiment, features with dead
+letters, read from S3), concretizer, selfmoe and rmaxts also run on a real Dask cluster in tests/test_dask_cluster.py;
 all five datasets run on the portable runner with the EXTERNAL worker pool of the installed wheel in
 tests/test_wheel.py, held to the local runner's bytes.
 """
@@ -121,3 +123,25 @@ def test_heavy_workers_write_the_same_files_on_every_runner(run_dataset, tmp_pat
     for runner, (digests, manifest, _) in results.items():
         assert digests == reference, f"{runner} wrote different {dataset} shards than local"
         assert without_generation(manifest["tables"]) == without_generation(ref_manifest["tables"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["rmaxts", "multiui"])
+def test_small_runs_write_the_same_files_on_the_multiprocess_runner(tmp_path, dataset):
+    """The stand-in REPL pool (one per machine, shared by both workers) and a Chromium per worker:
+    the files match the local runner's byte for byte."""
+    if dataset == "multiui" and not os.path.exists("/usr/bin/chromium"):
+        pytest.skip("needs Debian's chromium: apt-get install chromium")
+    from pipelines import registry
+    from pipelines.run import run
+    from tests.small_runs import small_runs
+    manifests = {}
+    with small_runs(str(tmp_path)) as sets:
+        for runner, beam_args in _runners("local", "multiprocess"):
+            manifests[runner] = run(registry.get(dataset), out=str(tmp_path / runner), sets=sets(dataset),
+                                    quiet=True, max_error_rate=1.0, runner=runner, beam_args=beam_args)
+    local, multi = manifests["local"], manifests["multiprocess"]
+    assert all(t["rows"] > 0 for t in local["tables"].values()), local["tables"]
+    assert multi["runner"] == "multiprocess"
+    assert _digests(str(tmp_path / "multiprocess" / dataset)) == _digests(str(tmp_path / "local" / dataset))
+    assert without_generation(multi["tables"]) == without_generation(local["tables"])

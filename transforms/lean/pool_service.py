@@ -37,6 +37,9 @@ from transforms.lean.repl_protocol import Verdict
 from transforms.lean.target import Target
 
 START_TIMEOUT_S = 60.0
+# a request is a proof attempt: a model's completion is a few KB; a line longer than this is refused
+MAX_REQUEST_BYTES = 4 << 20
+SOCKET_PATH_BYTES = 107   # sun_path: 108 bytes with its terminating NUL
 # started from this one thread, which lives as long as the process (see core/process_tree.py)
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="repl-service-spawner")
 log = logging.getLogger(__name__)
@@ -60,10 +63,15 @@ def serve(socket_path: str, config: ReplPoolConfig) -> None:
 
     class Handler(socketserver.StreamRequestHandler):
         def handle(self):
-            for line in self.rfile:
-                ask = json.loads(line)
-                target = Target(ask["target"]["name"], ask["target"]["statement"])
-                verdict = pool.check(ask["header"], ask["code"], target)
+            while line := self.rfile.readline(MAX_REQUEST_BYTES + 1):
+                try:
+                    if len(line) > MAX_REQUEST_BYTES:
+                        raise ValueError(f"a request over {MAX_REQUEST_BYTES} bytes")
+                    header, code, target = _request(line)
+                except (ValueError, KeyError, TypeError) as exc:   # not a client of ours: drop the connection
+                    log.warning("refused a request: %s", str(exc)[:200])
+                    return
+                verdict = pool.check(header, code, target)
                 self.wfile.write(json.dumps(verdict.to_dict()).encode() + b"\n")
                 self.wfile.flush()
 
@@ -72,7 +80,11 @@ def serve(socket_path: str, config: ReplPoolConfig) -> None:
 
     if os.path.exists(socket_path):
         os.unlink(socket_path)
-    server = Server(socket_path, Handler)
+    old = os.umask(0o177)            # the socket is this user's alone, whatever the umask was
+    try:
+        server = Server(socket_path, Handler)
+    finally:
+        os.umask(old)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     try:
         server.serve_forever()
@@ -80,6 +92,15 @@ def serve(socket_path: str, config: ReplPoolConfig) -> None:
         pool.close()
         if os.path.exists(socket_path):
             os.unlink(socket_path)
+
+
+def _request(line: bytes) -> tuple[str, str, Target]:
+    ask = json.loads(line)
+    header, code, target = ask["header"], ask["code"], ask["target"]
+    if not (isinstance(header, str) and isinstance(code, str) and isinstance(target["name"], str)
+            and isinstance(target["statement"], str)):
+        raise TypeError("header, code and the target's name and statement must be strings")
+    return header, code, Target(target["name"], target["statement"])
 
 
 def main(argv=None) -> int:
@@ -154,18 +175,31 @@ class SharedPool:
         with self._lock, machine.held(self.name) as state:
             if self._socket is not None and not restart:
                 return self._socket
-            if not (machine.alive(state.get("pid")) and _answers(state.get("socket"))):
+            if not (self._is_service(state.get("pid")) and state.get("socket") == self._path()
+                    and _answers(self._path())):
                 self._start(state)
             machine.join(state)
             state.save()
             self._socket = state["socket"]
             return self._socket
 
-    def _start(self, state) -> None:
+    def _path(self) -> str:
         path = os.path.join(machine.folder(), self.name + ".sock")
+        if len(path.encode()) > SOCKET_PATH_BYTES:
+            raise ValueError(f"the pool's socket path {path} is longer than a Unix socket allows "
+                             f"({SOCKET_PATH_BYTES} bytes): set {machine.DIR_ENV} to a shorter folder")
+        return path
+
+    def _is_service(self, pid) -> bool:
+        """Whether `pid` (from the state file) is this pool's service (its supervisor)."""
+        return machine.runs(pid, "transforms.lean.pool_service", self._path())
+
+    def _start(self, state) -> None:
+        path = self._path()
         log_path = os.path.join(machine.folder(), self.name + ".log")
         cmd = tied_to_parent([sys.executable, "-m", "transforms.lean.pool_service", path, config_json(self.config)])
-        with open(log_path, "ab") as log_file:
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(log_fd, "ab") as log_file:
             process = _SPAWNER.submit(subprocess.Popen, cmd, stdin=subprocess.DEVNULL, stdout=log_file,
                                       stderr=subprocess.STDOUT, start_new_session=True).result()
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -184,9 +218,9 @@ class SharedPool:
         self._closed = True
         self._drop_connection()
         with machine.held(self.name) as state:
-            if not machine.leave(state) and machine.alive(state.get("pid")):
+            if not machine.leave(state) and self._is_service(state.get("pid")):
                 try:
-                    os.killpg(state["pid"], signal.SIGTERM)
+                    os.killpg(state["pid"], signal.SIGTERM)   # its own session: the group is its alone
                 except ProcessLookupError:
                     pass
                 if self._process is not None:

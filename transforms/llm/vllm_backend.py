@@ -82,7 +82,8 @@ def _machine_acquire(key: tuple, make, local: Optional[VllmServer]):
     me = os.getpid()
     with machine.held("vllm-" + machine.name_of(key)) as state:
         server = None
-        if state.get("owner") not in (None, me) and machine.alive(state.get("owner")):
+        if (state.get("owner") not in (None, me) and machine.alive(state.get("owner"))
+                and machine.runs(state.get("pid"), "--port", str(state.get("port")))):
             remote = RemoteServer(state["port"], state["pid"])
             server = remote if remote.running and remote.healthy() else None
         if server is None:
@@ -100,7 +101,7 @@ def _machine_release(key: tuple, server) -> None:
         if not machine.leave(state):
             if isinstance(server, VllmServer):
                 server.stop()
-            elif server.running:
+            elif server.running and machine.runs(server.pid, "--port", str(server.port)):
                 end_group(server.pid, STOP_GRACE_S)
             state.clear()
         state.save()

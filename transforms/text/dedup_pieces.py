@@ -9,7 +9,7 @@ and against every earlier candidate (`score_piece`, as many pieces as `pieces_fo
 on any worker), and `decide` replays the greedy loop in order from those scores alone, with no
 text compared again: the same kept texts, max F and matched text as `RougeDedup.add` in order.
 
-A domain's candidates go in blocks (self_specialization.DEDUP_BLOCKS), decided one after another,
+A domain's candidates go in blocks (self_specialization.dedup_blocks), decided one after another,
 so that a piece scores against what earlier blocks kept, not against every earlier candidate.
 The embedding dedup (optional) splits the same way: pieces embed the texts (the model's work),
 the pass compares vectors.

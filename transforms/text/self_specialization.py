@@ -127,33 +127,41 @@ def dedup_inputs(seeds: list[dict], found: list[dict], answered: Sequence[str] =
     return DedupInputs(pool, cands, tuple(None if c["problem"] else c["instruction"] for c in cands))
 
 
-# A domain's candidates are decided in this many blocks, one after another: a block's pieces score
-# against what earlier blocks kept, so only pairs inside a block reach a candidate that turns out
-# dropped (dedup_pieces: a piece cannot know). More blocks: less wasted work, more stages in the graph.
-DEDUP_BLOCKS = 4
+# A domain's candidates are decided in blocks, one after another: a block's pieces score against
+# what earlier blocks kept, so only pairs inside a block reach a candidate that turns out dropped
+# (dedup_pieces: a piece cannot know). More blocks: less wasted work, more stages in the graph.
+MAX_BLOCKS = 4
+BLOCK_CANDIDATES = 1000   # a round that brainstorms fewer per domain decides in one block
+
+
+def dedup_blocks(per_domain: int, oversample: float) -> int:
+    """Blocks per round for a run that brainstorms about per_domain x oversample candidates a
+    domain in its first round (the graph is fixed before the run, so this is decided from the config)."""
+    return max(1, min(MAX_BLOCKS, math.ceil(per_domain * oversample / BLOCK_CANDIDATES)))
 
 
 @dataclasses.dataclass(frozen=True)
 class DedupProgress:
-    """A domain's dedup between two blocks: its inputs, the candidates' instructions kept so far,
-    the decisions so far (one per candidate, None where a filter dropped it), and the embeddings
-    the pieces made (text -> float32 bytes; only with the embedding dedup)."""
+    """A domain's dedup between two blocks: its inputs, the number of blocks, the candidates'
+    instructions kept so far, the decisions so far (one per candidate, None where a filter dropped
+    it), and the embeddings the pieces made (text -> float32 bytes; only with the embedding dedup)."""
 
     inputs: DedupInputs
+    blocks: int = 1
     kept: tuple = ()
     decisions: tuple = ()
     vectors: tuple = ()
 
 
-def _block(inputs: DedupInputs, block: int) -> slice:
-    n = len(inputs.texts)
-    return slice(n * block // DEDUP_BLOCKS, n * (block + 1) // DEDUP_BLOCKS)
+def _block(progress: DedupProgress, block: int) -> slice:
+    n = len(progress.inputs.texts)
+    return slice(n * block // progress.blocks, n * (block + 1) // progress.blocks)
 
 
 def dedup_block_pieces(progress: DedupProgress, block: int, embedding: bool = False) -> list[tuple]:
     """The pieces of one block: (pool, texts, piece, pieces, pool texts to embed) each; the pool is
     the domain's pool and the candidates kept by earlier blocks. None for a block with nothing to score."""
-    texts = progress.inputs.texts[_block(progress.inputs, block)]
+    texts = progress.inputs.texts[_block(progress, block)]
     if not any(t is not None for t in texts):
         return []
     pool = progress.inputs.pool + progress.kept
@@ -175,12 +183,12 @@ def dedup_piece(pool: Sequence[str], texts: Sequence, piece: int, pieces: int, e
 def after_block(progress: DedupProgress, block: int, pieces: list[tuple[list, dict]],
                 threshold: float) -> DedupProgress:
     """The progress once a block is decided from its pieces' work."""
-    texts = progress.inputs.texts[_block(progress.inputs, block)]
+    texts = progress.inputs.texts[_block(progress, block)]
     scores = {s.index: s for piece_scores, _ in pieces for s in piece_scores}
     decisions = dedup_pieces.decide(progress.inputs.pool + progress.kept, texts, scores, threshold)
     vectors = progress.vectors + tuple(item for _, piece_vectors in pieces for item in piece_vectors.items())
-    return DedupProgress(progress.inputs, progress.kept + tuple(t for t, d in zip(texts, decisions) if d and d.kept),
-                         progress.decisions + tuple(decisions), vectors)
+    return dataclasses.replace(progress, kept=progress.kept + tuple(t for t, d in zip(texts, decisions) if d and d.kept),
+                               decisions=progress.decisions + tuple(decisions), vectors=vectors)
 
 
 def dedup_decide(progress: DedupProgress, answer_limit: int, embedding_threshold: float | None = None,
@@ -217,11 +225,12 @@ def dedup_decide(progress: DedupProgress, answer_limit: int, embedding_threshold
 
 def dedup_domain(domain: str, seeds: list[dict], found: list[dict], threshold: float,
                  answer_limit: int, embedding_threshold: float | None = None,
-                 prompt_format: str = "chat", answered: Sequence[str] = ()) -> tuple[list[dict], list[dict]]:
+                 prompt_format: str = "chat", answered: Sequence[str] = (),
+                 blocks: int = 1) -> tuple[list[dict], list[dict]]:
     """The whole dedup of a domain's round in one process: every block and piece in turn, then
     dedup_decide (what the graph spreads over workers)."""
-    progress = DedupProgress(dedup_inputs(seeds, found, answered))
-    for block in range(DEDUP_BLOCKS):
+    progress = DedupProgress(dedup_inputs(seeds, found, answered), blocks)
+    for block in range(blocks):
         work = [dedup_piece(*task, threshold, embedding_threshold)
                 for task in dedup_block_pieces(progress, block, embedding_threshold is not None)]
         progress = after_block(progress, block, work, threshold)

@@ -100,6 +100,7 @@ class _Round(beam.PTransform):
         per_domain, oversample, tasks, k_shot = s.per_domain, s.oversample, s.tasks_per_prompt, s.k_shot
         sampling, seed, threshold, demos, respond = s.brainstorm, s.seed, s.threshold, s.demos, s.respond
         embedding_threshold, prompt_format = s.embedding_threshold, s.prompt_format
+        blocks = ss.dedup_blocks(per_domain, oversample)
 
         def plan(keyed):
             state = keyed[1]
@@ -114,8 +115,8 @@ class _Round(beam.PTransform):
         # the dedup: a domain's candidates in blocks, each scored in pieces on any worker, then decided
         progress = ({"state": states, "found": found | "FoundKey" >> beam.Map(lambda c: (c["domain"], c))}
                     | "JoinDomain" >> beam.CoGroupByKey()
-                    | "DedupInputs" >> beam.MapTuple(lambda domain, grouped: (domain, _first_progress(grouped))))
-        for block in range(ss.DEDUP_BLOCKS):
+                    | "DedupInputs" >> beam.MapTuple(lambda domain, grouped: (domain, _first_progress(grouped, blocks))))
+        for block in range(blocks):
             progress = progress | f"DedupBlock{block}" >> _DedupBlock(block, threshold, embedding_threshold, ledger)
 
         def dedup(keyed):
@@ -148,9 +149,9 @@ class _Round(beam.PTransform):
         return following, rows
 
 
-def _first_progress(grouped) -> tuple:
+def _first_progress(grouped, blocks: int) -> tuple:
     (state,) = grouped["state"]
-    return state, ss.DedupProgress(ss.dedup_inputs(list(state.seeds), list(grouped["found"]), state.answered))
+    return state, ss.DedupProgress(ss.dedup_inputs(list(state.seeds), list(grouped["found"]), state.answered), blocks)
 
 
 class _DedupBlock(beam.PTransform):
