@@ -45,7 +45,7 @@ import schemas
 from core import storage
 from schemas import SchemaError, TableSchema
 from transforms.io import layout
-from transforms.io.stage import BeatingDoFn, Ledger, StageStats
+from transforms.io.stage import BeatingDoFn, Ledger, StageStats, payloads
 
 ROW_GROUP_ROWS = 8192
 PART_BYTES = 256 << 20        # default target payload per part file (--part-mb)
@@ -470,21 +470,12 @@ class WriteDataset(beam.PTransform):
                    for name, pcolls in sorted(tables.items())
                    for i, pcoll in enumerate(pcolls if isinstance(pcolls, tuple) else (pcolls,))]
         events = tuple(spilled) | "AllSpilled" >> beam.Flatten()
-        row_events = (events
-                      | "Rows" >> beam.Filter(lambda ev: ev[0] == "row")
-                      | "UnwrapRows" >> beam.Map(lambda ev: ev[1])
+        row_events = (payloads(events, "row", "Rows")
                       | "GroupRows" >> beam.GroupByKey()
                       | "SpillRows" >> beam.ParDo(_SpillRows(self.specs, spill_dir, beat)).with_output_types(typing.Any))
-        row_refs = (row_events
-                    | "RowRefs" >> beam.Filter(lambda ev: ev[0] == "ref")
-                    | "UnwrapRowRefs" >> beam.Map(lambda ev: ev[1]))
-        batch_refs = (events
-                      | "Refs" >> beam.Filter(lambda ev: ev[0] == "ref")
-                      | "UnwrapRefs" >> beam.Map(lambda ev: ev[1]))
-        spill_costs = ((events, row_events)
-                       | "AllSpillEvents" >> beam.Flatten()
-                       | "Costs" >> beam.Filter(lambda ev: ev[0] == "cost")
-                       | "UnwrapCosts" >> beam.Map(lambda ev: ev[1])
+        row_refs = payloads(row_events, "ref", "RowRefs")
+        batch_refs = payloads(events, "ref", "Refs")
+        spill_costs = (payloads((events, row_events) | "AllSpillEvents" >> beam.Flatten(), "cost", "Costs")
                        | "SumCosts" >> beam.CombinePerKey(_merge_stats)
                        | "TagCosts" >> beam.Map(lambda kv: ("spill", kv)))
         # every table gets a plan, even one with no rows: it still writes part-00000-of-00001

@@ -219,9 +219,11 @@ class _StageDoFn(BeatingDoFn):
 
 def payloads(events: beam.PCollection, kind: str, label: str) -> beam.PCollection:
     """The payloads of one kind of (kind, payload) event."""
-    return (events
-            | f"{label}/Is{kind.title()}" >> beam.Filter(lambda ev, k=kind: ev[0] == k)
-            | f"{label}/Unwrap{kind.title()}" >> beam.Map(lambda ev: ev[1]))
+    return events | f"{label}/{kind.title()}" >> beam.FlatMap(_payload_of, kind)   # one transform, not a filter and a map
+
+
+def _payload_of(event, kind: str) -> list:
+    return [event[1]] if event[0] == kind else []
 
 
 class Ledger:
