@@ -184,3 +184,24 @@ def test_a_killed_supervisor_takes_its_command_along(tmp_path):
     finally:
         supervisor.kill()
         supervisor.wait()
+
+
+@pytest.mark.slow
+def test_another_user_cannot_reach_the_pool(folder):
+    """As root, a process of uid 65534 (setpriv) tries the pool's socket: the folder (0700) and the
+    socket (0600) both keep it out."""
+    import shutil
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to act as another user")
+    pool = _pool()
+    try:
+        assert _check(pool).outcome == "ok"
+        path = os.path.join(str(folder), pool.name + ".sock")
+        probe = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1])\n"
+                 "    print('connected')\nexcept OSError as e:\n    print(type(e).__name__)\n")
+        os.chmod(folder.parent, 0o755)   # the test's own top folder: let the other user look inside it
+        out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                              "-c", probe, path], capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "PermissionError", out
+    finally:
+        pool.close()
