@@ -142,6 +142,21 @@ def test_selfmoe_dedup_stage_drops_paraphrases_with_reason_embedding(model):
     assert {r["instruction"]: r["reject_reason"] for r in dropped}[UNRELATED[2]] == "over_target"
 
 
+def test_selfmoe_dedup_stage_with_embeddings_and_nothing_to_score_first(model):
+    """A round with no candidates, and one whose first block a filter empties: the pool is embedded
+    by the first block that scores anything, and a round that scores nothing embeds nothing."""
+    from transforms.text import self_specialization as ss
+
+    seeds = [_seed(0, "Explain why the sky is blue."), _seed(1, "Name the capital city of France.")]
+    assert ss.dedup_domain("knowledge", seeds, [], 0.7, answer_limit=10, embedding_threshold=0.8) == ([], [])
+    found = [_cand(0, 0, "x"), _cand(1, 0, SEA), _cand(1, 1, OCEAN)]   # "x": too short, a filter drops it
+    to_answer, dropped = ss.dedup_domain("knowledge", seeds, found, 0.7, answer_limit=10,
+                                         embedding_threshold=0.8, blocks=2)
+    assert [c["instruction"] for c in to_answer] == [SEA]
+    assert {r["instruction"]: r["reject_reason"] for r in dropped}[OCEAN] == "embedding"
+    assert {r["instruction"]: r["reject_reason"] for r in dropped}["x"] not in (None, "embedding", "rouge_l")
+
+
 def test_selfmoe_config_key():
     from pipelines.selfmoe import CONFIG
     key = {k.name: k for k in CONFIG.keys}["embedding_threshold"]

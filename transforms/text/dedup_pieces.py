@@ -101,15 +101,13 @@ def decide(pool: Sequence[str], texts: Sequence[Optional[str]], scores: dict[int
     return out
 
 
-def embed(texts: Sequence[str], model=None) -> dict[str, bytes]:
-    """The embeddings of `texts` (float32 bytes by text, for `Vectors`), in batches; model as
-    EmbeddingDedup takes it (None: the bundled MiniLM)."""
+def embed(texts: Sequence[str]) -> dict[str, bytes]:
+    """The embeddings of `texts` by the bundled MiniLM (float32 bytes by text, for `Vectors`), in batches."""
     from transforms.text.embedding_dedup import MiniLM  # optional dependency (extra "llm")
     texts = list(dict.fromkeys(texts))
     if not texts:
         return {}
-    embedder = model if model is not None and not isinstance(model, str) else MiniLM(model)
-    return {t: np.asarray(v, dtype=np.float32).tobytes() for t, v in zip(texts, embedder.embed(texts))}
+    return {t: np.asarray(v, dtype=np.float32).tobytes() for t, v in zip(texts, MiniLM().embed(texts))}
 
 
 class Vectors:

@@ -160,13 +160,15 @@ def _block(progress: DedupProgress, block: int) -> slice:
 
 def dedup_block_pieces(progress: DedupProgress, block: int, embedding: bool = False) -> list[tuple]:
     """The pieces of one block: (pool, texts, piece, pieces, pool texts to embed) each; the pool is
-    the domain's pool and the candidates kept by earlier blocks. None for a block with nothing to score."""
+    the domain's pool and the candidates kept by earlier blocks. [] for a block with nothing to
+    score. With the embedding dedup, the first block that scores anything embeds the domain's pool."""
     texts = progress.inputs.texts[_block(progress, block)]
     if not any(t is not None for t in texts):
         return []
     pool = progress.inputs.pool + progress.kept
     pieces = dedup_pieces.pieces_for(len(texts))
-    embed_pool = progress.inputs.pool if embedding and block == 0 else ()
+    first = not any(d is not None for d in progress.decisions)
+    embed_pool = progress.inputs.pool if embedding and first else ()
     return [(pool, texts, piece, pieces, embed_pool[piece::pieces]) for piece in range(pieces)]
 
 
@@ -199,7 +201,7 @@ def dedup_decide(progress: DedupProgress, answer_limit: int, embedding_threshold
     names the instruction it matched (`near_duplicate`)."""
     inputs = progress.inputs
     embedding = None
-    if embedding_threshold is not None:
+    if embedding_threshold is not None and any(d is not None and d.kept for d in progress.decisions):
         from transforms.text.embedding_dedup import EmbeddingDedup  # optional dependency (extra "llm")
         embedding = EmbeddingDedup(embedding_threshold, dedup_pieces.Vectors(dict(progress.vectors)),
                                    seed_texts=inputs.pool)
