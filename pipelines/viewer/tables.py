@@ -8,6 +8,7 @@ once.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import threading
 from dataclasses import dataclass
@@ -40,26 +41,36 @@ class Table:
     def __init__(self, dataset_dir: str, name: str, manifest: dict, split_field: str | None = None):
         self.name, self.split_field = name, split_field
         self._lock = threading.Lock()
-        self._files: dict[str, pq.ParquetFile] = {}
+        # a ParquetFile is not safe to read from two threads at once (the viewer's server answers
+        # requests on several): each file has a lock its readers hold
+        self._files: dict[str, tuple[pq.ParquetFile, threading.Lock]] = {}
         self.groups: list[Group] = []
         start = 0
         for location in table_locations(dataset_dir, name, manifest):
-            meta = self._file(location).metadata
+            with self._reading(location) as f:
+                meta = f.metadata
             for i in range(meta.num_row_groups):
                 n = meta.row_group(i).num_rows
                 if n:
                     self.groups.append(Group(location, i, start, n))
                     start += n
         self.rows = start
-        self.schema = self._file(self.groups[0].location).schema_arrow if self.groups else pa.schema([])
+        self.schema = pa.schema([])
+        if self.groups:
+            with self._reading(self.groups[0].location) as f:
+                self.schema = f.schema_arrow
         self._starts = [g.start for g in self.groups]
 
-    def _file(self, location: str) -> pq.ParquetFile:
+    @contextlib.contextmanager
+    def _reading(self, location: str):
+        """The open file at `location`, this thread's alone until the block ends."""
         with self._lock:
             if location not in self._files:
                 fs, path = storage.filesystem(location)
-                self._files[location] = pq.ParquetFile(fs.open_input_file(path))
-            return self._files[location]
+                self._files[location] = (pq.ParquetFile(fs.open_input_file(path)), threading.Lock())
+            file, lock = self._files[location]
+        with lock:
+            yield file
 
     @property
     def filter_columns(self) -> list[str]:
@@ -67,7 +78,8 @@ class Table:
         return [c for c in dict.fromkeys(wanted) if c in self.schema.names]
 
     def _group_rows(self, group: Group, columns=None) -> pa.Table:
-        return self._file(group.location).read_row_group(group.index, columns=columns)
+        with self._reading(group.location) as f:
+            return f.read_row_group(group.index, columns=columns)
 
     def slice(self, start: int, stop: int) -> list[dict]:
         """Rows [start, stop) of the table, as dicts. Within a row group only the batches up to the
@@ -78,12 +90,13 @@ class Table:
             g = self.groups[k]
             lo, hi = max(start, g.start) - g.start, min(stop, g.start + g.rows) - g.start
             seen = 0
-            for batch in self._file(g.location).iter_batches(batch_size=BATCH_ROWS, row_groups=[g.index]):
-                if seen + batch.num_rows > lo:
-                    out += batch.slice(max(0, lo - seen), hi - max(lo, seen)).to_pylist()
-                seen += batch.num_rows
-                if seen >= hi:
-                    break
+            with self._reading(g.location) as f:
+                for batch in f.iter_batches(batch_size=BATCH_ROWS, row_groups=[g.index]):
+                    if seen + batch.num_rows > lo:
+                        out += batch.slice(max(0, lo - seen), hi - max(lo, seen)).to_pylist()
+                    seen += batch.num_rows
+                    if seen >= hi:
+                        break
             k += 1
         return out
 
@@ -129,13 +142,14 @@ class Table:
         for k, wanted in by_group.items():
             g = self.groups[k]
             seen, last = g.start, max(wanted)
-            for batch in self._file(g.location).iter_batches(batch_size=BATCH_ROWS, row_groups=[g.index]):
-                here = [n for n in wanted if seen <= n < seen + batch.num_rows]
-                if here:
-                    found.update(zip(here, batch.take([n - seen for n in here]).to_pylist()))
-                seen += batch.num_rows
-                if seen > last:
-                    break
+            with self._reading(g.location) as f:
+                for batch in f.iter_batches(batch_size=BATCH_ROWS, row_groups=[g.index]):
+                    here = [n for n in wanted if seen <= n < seen + batch.num_rows]
+                    if here:
+                        found.update(zip(here, batch.take([n - seen for n in here]).to_pylist()))
+                    seen += batch.num_rows
+                    if seen > last:
+                        break
         return [found[n] for n in numbers]
 
 
