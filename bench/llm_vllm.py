@@ -12,7 +12,10 @@ tokens of context, 8 sequences at once, no torch.compile, 1 GB of KV cache, one 
                 the vLLM venv's Python (a subprocess of this script): the baseline. Its engine core
                 runs in a process of its own, as vLLM does by default; `--raw-engine inline` (what
                 --tiny sets) runs it in the same process (VLLM_ENABLE_V1_MULTIPROCESSING=0), which
-                starts in about half the time: one vLLM import fewer;
+                starts in about half the time: one vLLM import fewer. Inline also applies to the
+                server of (b): its engine core runs the model itself (`--distributed-executor-backend
+                uni`) instead of in a worker process of its own (vLLM's CPU default), which starts
+                it in 22 s instead of 30 on 2 cores;
   (b) pipeline  the shardsmith step: `Generate(VllmBackend(...), ledger, batch_size=16)` in a Beam
                 pipeline run by FnApiRunner, the backend (its default batch size and concurrency, 16
                 and 16) starting a vLLM server on loopback and sending the prompts over its
@@ -58,6 +61,10 @@ MAX_MODEL_LEN, MAX_NUM_SEQS, KV_CACHE_GB = 1024, 8, 1
 SERVER_ARGS = ("--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32", "--max-num-seqs", str(MAX_NUM_SEQS),
                "--optimization-level", "0")
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GB), "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+# the server's engine core runs the model in its own process: vLLM's CPU build does so only when told
+# both (with multiprocessing on, it turns "uni" back into a worker process of its own)
+INLINE_SERVER_ARGS = ("--distributed-executor-backend", "uni")
+INLINE_SERVER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 # run by the vLLM venv's Python: the offline engine on the same settings as the server
 RAW = r"""
@@ -160,7 +167,9 @@ def main(argv=None) -> int:
 
     # the backend's own batch size and concurrency (16 and 16: twice the engine's sequences in flight,
     # so a finished sequence's slot is refilled from the server's queue, not after a round trip)
-    backend = VllmBackend(python=python, server_args=SERVER_ARGS, env=ENGINE_ENV, startup_timeout_s=900,
+    inline = args.raw_engine == "inline"
+    backend = VllmBackend(python=python, server_args=SERVER_ARGS + (INLINE_SERVER_ARGS if inline else ()),
+                          env=dict(ENGINE_ENV, **(INLINE_SERVER_ENV if inline else {})), startup_timeout_s=900,
                           request_timeout_s=300)
     t0 = time.perf_counter()
     scratch = tempfile.mkdtemp(prefix="bench-llm-vllm-")
@@ -206,7 +215,7 @@ def main(argv=None) -> int:
     record = {"recorded": time.strftime("%Y-%m-%d"),
               "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
               "args": {k: v for k, v in vars(args).items() if k != "json"}, "model": model.model_id,
-              "engine": {"server_args": list(SERVER_ARGS), "env": ENGINE_ENV}, "target": TARGET,
+              "engine": {"server_args": list(backend.server_args), "env": backend.env}, "target": TARGET,
               "raw": {"tokens_per_s": raw_tps, "engine_start_s": raw["load_s"], "rounds": raw["rounds"],
                       "other_load_cores": raw["other_load_cores"]},
               "pipeline": {"tokens_per_s": pipe_tps, "server_start_s": start_s, "rounds": rounds},

@@ -45,8 +45,6 @@ class Dataset:
     filter_stages: tuple[str, ...] = ()
     # datasets with images: (dataset folder, png path or None, sample_id=, task=) -> the PNG written
     picture: Callable[..., str] | None = None
-    # runners the graph cannot run on, each with the reason and what to use instead
-    refused_runners: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if all(k.name != CACHE.name for k in self.config.keys):

@@ -54,8 +54,6 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
     `resume=False` turns the result store off (as `--set cache=` does): everything is computed."""
     started = time.time()
     _check_options(max_error_rate, part_mb, runner, detach, list(beam_args))
-    if runner in dataset.refused_runners:
-        raise ConfigError(f"{dataset.name} does not run on the {runner} runner: {dataset.refused_runners[runner]}")
     resolved = dataset.config.resolve(config_file, list(sets) + ([] if resume else ["cache="]))
     check_cache(resolved.values)
     pub = _prepare(dataset, resolved, out, runner, overwrite, max_error_rate, started)

@@ -13,7 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.config import ConfigError
 
-DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+DASK_RUNNER = "pipelines.dask_runner.DaskRunner"   # Beam's, with partitions kept (see that module)
 
 RUNNERS = {
     "local": "FnApiRunner in this process (default)",

@@ -117,10 +117,4 @@ DATASET = Dataset(
     summary="Self-MoE self-specialization data per domain (brainstorm, ROUGE-L dedup, responses, filters)",
     config=CONFIG, tables=tables, build=build, inputs=inputs,
     trainer="trainers.selfmoe.training:train", train_setup=base_model_setup,
-    # measured 2026-12-05: the two-domain small run of tests/small_runs.py with rounds=1 ran over
-    # 4 minutes on a loopback cluster of 2 workers (under 10 s on every other runner); with 4 rounds
-    # the client spent over 4 minutes building the task graph alone
-    refused_runners={"dask": "its rounds chain joins, and Beam's DaskRunner gives each join's output the "
-                             "partitions of all its inputs together, so the task graph grows with every round "
-                             "(a small run takes minutes); use the multiprocess, portable (Flink) or dataflow runner"},
 )
