@@ -43,6 +43,9 @@ class Dataset:
     # stages whose rejections are quality decisions about model output (garbage, refusals), not bad
     # input: their dead letters are written as usual but do not count towards --max-error-rate
     filter_stages: tuple[str, ...] = ()
+    # what a user reads before a long run: resolved -> a summary of the inputs as read (printed to
+    # stderr before the job starts); raises ConfigError when the inputs leave nothing to do
+    preflight: Callable[[Resolved], str] | None = None
     # datasets with images: (dataset folder, png path or None, sample_id=, task=) -> the PNG written
     picture: Callable[..., str] | None = None
 

@@ -49,7 +49,8 @@ def _check(c: dict) -> None:
 
 
 CONFIG = ConfigSpec(check=_check, keys=(
-    Key("problems", str, None, "problem files: DeepSeek-style .jsonl or .lean files of `theorem ... := by sorry` "
+    Key("problems", str, None, "problem files: .jsonl (DeepSeek-Prover, ProofNet-lean4, Lean Workbook) or .lean "
+        "files of `theorem ... := sorry` (miniF2F-lean4, ProofNet-lean4, PutnamBench; docs/papers/rmaxts.md) "
         "(comma-separated paths, globs or s3:// / gs:// URLs; default: 8 bundled miniF2F problems)", optional=True,
         gridable=False),
     Key("leandojo", str, None, "LeanDojo traced theorems (.json / .jsonl; paths, globs or store URLs) converted "
@@ -101,6 +102,29 @@ def settings(resolved: Resolved):
         sampling=settings_from(Sampling, c), search=settings_from(SearchSettings, c), cache_location=responses(c))
 
 
+FIRST_REASONS = 3
+
+
+def preflight(resolved: Resolved) -> str:
+    """How many problems each problem file gave and how many it refused, with the first reasons,
+    read on the launcher before the search starts (the workers read the files again). A run whose
+    every problem is refused fails here, with this summary, instead of searching nothing."""
+    from core.rejected import Rejected
+    from transforms.lean.rmaxts_graph import read_problems
+    lines, total = [], 0
+    for path in problem_files(resolved.values):
+        items = list(read_problems(path))
+        refused = [item for item in items if isinstance(item, Rejected)]
+        total += len(items) - len(refused)
+        lines.append(f"  {path}: {len(items) - len(refused):,} problems, {len(refused):,} refused")
+        lines += [f"    {r.error_type}: {r.reason}" for r in refused[:FIRST_REASONS]]
+        if len(refused) > FIRST_REASONS:
+            lines.append(f"    ... and {len(refused) - FIRST_REASONS:,} more (the run's _dead_letter table lists them)")
+    if not total:
+        raise ConfigError("rmaxts: every problem was refused, nothing to search:\n" + "\n".join(lines))
+    return f"rmaxts: {total:,} problems to search\n" + "\n".join(lines)
+
+
 def build(pipeline, resolved: Resolved, ledger):
     from transforms.lean.rmaxts_graph import RmaxtsGraph
     return pipeline | "Rmaxts" >> RmaxtsGraph(settings(resolved), ledger)
@@ -114,6 +138,6 @@ def inputs(resolved: Resolved) -> dict[str, str]:
 DATASET = Dataset(
     name=schema.DATASET,
     summary="RMaxTS proof search: sampled proofs checked by a Lean REPL pool, tree nodes, tactic transitions",
-    config=CONFIG, tables=tables, build=build, inputs=inputs,
+    config=CONFIG, tables=tables, build=build, inputs=inputs, preflight=preflight,
     trainer="trainers.rmaxts:train", train_setup=base_model_setup,
 )

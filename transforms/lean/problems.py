@@ -2,10 +2,12 @@
 
 Three inputs (docs/papers/rmaxts.md), each a local path or a store URL (s3://, gs://):
 
-- DeepSeek-style JSON Lines (miniF2F, ProofNet): one object per line with
-  ``name, split, informal_prefix, formal_statement, goal, header``.
-- A ``.lean`` file in the miniF2F-lean4 style: imports and opens, then theorems whose proof is
-  ``sorry``, each optionally preceded by a doc comment ``/-- ... -/`` (the informal statement).
+- JSON Lines, a problem a line: DeepSeek-Prover-V1.5's (miniF2F, ProofNet), ProofNet-lean4's and
+  Lean Workbook's layouts (`_jsonl_fields`).
+- A ``.lean`` file (miniF2F-lean4, ProofNet-lean4, PutnamBench): imports and opens, then theorems
+  whose value is ``sorry``, each optionally preceded by a doc comment ``/-- ... -/`` (the informal
+  statement); definitions before a theorem are its header, one left as ``sorry`` refuses the
+  theorems that use it (an answer to write).
 - LeanDojo traced theorems (JSON list or JSON Lines): every traced tactic becomes a
   ``state_before -> tactic -> state_after`` transition row of the ``rmaxts/transitions`` table.
 
@@ -17,17 +19,23 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from core import storage
 from core.rejected import Rejected
+from transforms.lean.declaration import DeclarationError, signature
+from transforms.lean.lexer import LexError, tokenize
 
 EXCERPT_CHARS = 300
 REQUIRED_FIELDS = ("name", "formal_statement", "header")
 OPTIONAL_FIELDS = ("split", "informal_prefix", "goal")      # '' when absent or null
 NO_GOALS = "no goals"
+NO_PROOF_TO_FILL = ("no proof to fill: formal_statement must end in `:=`, `:= by`, `:= sorry` or `:= by sorry` "
+                    "(comments aside)")
+# the header Lean Workbook's statements were checked with (its rows carry none)
+LEAN_WORKBOOK_HEADER = ("import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\n"
+                        "open BigOperators Real Nat Topology Rat\n\n")
 
 
 @dataclass(frozen=True)
@@ -55,14 +63,26 @@ def _read_text(path: str) -> str:
 
 
 def statement_to_fill(statement: str) -> str | None:
-    """`statement` cut to end in ':= by' (trailing whitespace and a trailing `sorry` removed), or
-    None when it does not end in ':= by' (a full proof, a term-mode proof, or no proof start)."""
-    text = statement.rstrip()
-    if text.endswith("sorry"):
-        text = text[:-len("sorry")].rstrip()
-    if not re.search(r":=\s*by$", text):
-        return None
-    return re.sub(r":=\s*by$", ":= by", text)
+    """`statement` cut to end in ':= by', or None when it holds a proof (or no declaration).
+
+    The provers' files end a statement to fill in `:= by` (DeepSeek-Prover-V1.5's miniF2F), `:=`
+    (its ProofNet: the prover writes `by ...` itself), `:= sorry` or `:= by sorry`, on one line or
+    several, with comments between (ProofNet-lean4, PutnamBench, Lean Workbook). The `:=` that ends
+    the statement is the lexer's (transforms/lean/declaration.py): one inside the statement (`let`,
+    a default argument, a structure instance) does not end it."""
+    return _fill(statement)[0]
+
+
+def _fill(statement: str) -> tuple[str | None, str | None]:
+    """(statement_to_fill's answer, why it is None)."""
+    try:
+        sig = signature(statement)
+        rest = [t.text for t in tokenize(statement, sig.assign.end)]
+    except (DeclarationError, LexError) as exc:
+        return None, f"formal_statement is not a statement this reader can end: {exc}"
+    if rest not in ([], ["by"], ["sorry"], ["by", "sorry"]):
+        return None, NO_PROOF_TO_FILL
+    return _strip_trailing_ws_lines(statement[:sig.assign.start]).rstrip() + " := by", None
 
 
 # ------------------------------------------------------------------------------------ JSON Lines
@@ -74,17 +94,54 @@ def no_target(statement: str) -> str | None:
     try:
         Target.of_statement(statement)
     except TargetError as exc:
-        return f"the statement names no declaration to prove: {exc}"
+        return f"the statement names no theorem to prove: {exc}"
     return None
 
 
-def read_jsonl(path: str | os.PathLike) -> Iterator[Problem | Rejected]:
-    """Problems of a DeepSeek-style JSON Lines file, in file order.
+def _as_doc_comment(text: str) -> str:
+    """An informal statement as the Lean doc comment the prompts carry (`/-- ... -/` and a newline)."""
+    text = text.strip().replace("-/", "- /")
+    return f"/-- {text} -/\n" if text else ""
 
-    Required: ``name, formal_statement, header`` (strings); ``split, informal_prefix, goal`` are ''
-    when absent or null. Blank lines are skipped. A line that is not a JSON object, misses a
-    required field, or whose statement does not end in ':= by' (after stripping whitespace and a
-    trailing ``sorry``) is yielded as a Rejected whose reason starts with ``"<file>:<line>: "``.
+
+def _jsonl_fields(row: dict) -> dict | str:
+    """The Problem fields of one JSON Lines row, or why it is refused. Three layouts:
+
+    - DeepSeek-Prover-V1.5 (its miniF2F and ProofNet files): ``name, formal_statement, header``
+      required; ``split, informal_prefix, goal`` optional;
+    - ProofNet-lean4's ``proofnet_lean4.jsonl``: the same, the informal statement in
+      ``informal_stmt`` (which goes on with the informal proof: cut at ``\\begin{proof}``, so the
+      prompt does not hold the proof);
+    - Lean Workbook: ``id`` (the name), ``formal_statement``, ``natural_language_statement``, no
+      header: the one Lean Workbook's statements were checked with (LEAN_WORKBOOK_HEADER).
+    """
+    workbook = "header" not in row and "natural_language_statement" in row
+    if workbook:
+        row = dict(name=row.get("id"), header=LEAN_WORKBOOK_HEADER, split=row.get("split"),
+                   informal_prefix=_as_doc_comment(row["natural_language_statement"])
+                   if isinstance(row["natural_language_statement"], str) else None,
+                   formal_statement=row.get("formal_statement"))
+    elif row.get("informal_prefix") is None and isinstance(row.get("informal_stmt"), str):
+        row = dict(row, informal_prefix=_as_doc_comment(row["informal_stmt"].split("\\begin{proof}")[0]))
+    missing = [k for k in REQUIRED_FIELDS if row.get(k) is None]
+    if missing:
+        return f"missing fields {missing}" + (" (a Lean Workbook row: 'id' is the name)" if workbook else "")
+    bad = [k for k in REQUIRED_FIELDS + OPTIONAL_FIELDS if row.get(k) is not None and not isinstance(row[k], str)]
+    if bad:
+        return f"fields {bad} are not strings"
+    if not row["name"].strip():
+        return "field 'name' is empty"
+    return {"name": row["name"].strip(), "split": row.get("split") or "", "header": row["header"],
+            "informal_prefix": row.get("informal_prefix") or "", "formal_statement": row["formal_statement"],
+            "goal": row.get("goal") or ""}
+
+
+def read_jsonl(path: str | os.PathLike) -> Iterator[Problem | Rejected]:
+    """Problems of a JSON Lines file (the layouts of `_jsonl_fields`), in file order.
+
+    Blank lines are skipped. A line that is not a JSON object, misses a required field, or whose
+    statement holds a proof rather than a place for one (`statement_to_fill`) is yielded as a
+    Rejected whose reason starts with ``"<file>:<line>: "``.
     """
     path = os.fspath(path)
     with io.TextIOWrapper(storage.open_stream(path), encoding="utf-8", errors="replace") as fh:
@@ -103,161 +160,205 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[Problem | Rejected]:
             if not isinstance(row, dict):
                 yield reject(f"not a JSON object but {type(row).__name__}")
                 continue
-            missing = [k for k in REQUIRED_FIELDS if row.get(k) is None]
-            if missing:
-                yield reject(f"missing fields {missing}")
+            fields = _jsonl_fields(row)
+            if isinstance(fields, str):
+                yield reject(fields)
                 continue
-            bad = [k for k in REQUIRED_FIELDS + OPTIONAL_FIELDS
-                   if row.get(k) is not None and not isinstance(row[k], str)]
-            if bad:
-                yield reject(f"fields {bad} are not strings")
-                continue
-            if not row["name"].strip():
-                yield reject("field 'name' is empty")
-                continue
-            statement = statement_to_fill(row["formal_statement"])
+            statement, why = _fill(fields["formal_statement"])
             if statement is None:
-                yield reject("no proof to fill: formal_statement does not end in ':= by'", "NoProofToFill")
+                yield reject(why, "NoProofToFill")
                 continue
             why = no_target(statement)
             if why:
                 yield reject(why, "NoTarget")
                 continue
-            yield Problem(name=row["name"].strip(), split=row.get("split") or "", source="jsonl",
-                          header=row["header"], informal_prefix=row.get("informal_prefix") or "",
-                          formal_statement=statement, goal=row.get("goal") or "")
+            header, why = header_at_root(fields["header"])
+            if why:
+                yield reject(why, "HeaderScope")
+                continue
+            yield Problem(source="jsonl", **dict(fields, formal_statement=statement, header=header))
 
 
 # ------------------------------------------------------------------------------------ .lean files
 
-_DECL = re.compile(r"^[ \t]*(?:@\[[^\]\n]*\][ \t]*(?:\n[ \t]*)?)?(?:(?:private|protected|nonrec)[ \t]+)*"
-                   r"(?:theorem|lemma)[ \t]+([^\s(){}\[\]:]+)", re.M)
-_OPEN, _CLOSE = "([{⟨", ")]}⟩"
+# a top-level command starts at column 0 with one of these (its attributes and doc comment before it)
+COMMAND_WORDS = frozenset({
+    "theorem", "lemma", "def", "abbrev", "instance", "example", "noncomputable", "private", "protected",
+    "namespace", "section", "end", "open", "variable", "universe", "set_option", "import", "attribute",
+    "notation", "infix", "infixl", "infixr", "prefix", "postfix", "macro", "macro_rules", "syntax", "elab",
+    "structure", "inductive", "class", "axiom", "opaque", "mutual", "local", "scoped", "@["})
+THEOREM_WORDS = ("theorem", "lemma")
 
 
-def _comment_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of every comment: nested block comments `/- -/` and line comments `--`;
-    string literals are skipped so a `--` inside one is not a comment."""
-    spans, i, n = [], 0, len(text)
-    while i < n:
-        if text.startswith("/-", i):
-            depth, j = 1, i + 2
-            while j < n and depth:
-                if text.startswith("/-", j):
-                    depth, j = depth + 1, j + 2
-                elif text.startswith("-/", j):
-                    depth, j = depth - 1, j + 2
-                else:
-                    j += 1
-            spans.append((i, j))
-            i = j
-        elif text.startswith("--", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            spans.append((i, j))
-            i = j
-        elif text[i] == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
-        else:
-            i += 1
-    return spans
+@dataclass(frozen=True)
+class _Command:
+    start: int               # where its text starts (its doc comment, if any, comes before)
+    end: int
+    doc: tuple[int, int] | None
+    line: int
 
 
-def _inside(pos: int, spans: list[tuple[int, int]]) -> bool:
-    return any(a <= pos < b for a, b in spans)
+def _commands(text: str) -> list[_Command]:
+    """The file's top-level commands, by the lexer: each runs from a command word at column 0 to
+    the next one; a `/-- ... -/` right before it is its doc comment. Raises LexError."""
+    toks = tokenize(text, comments=True)
+    starts = []
+    for k, tok in enumerate(toks):
+        if tok.kind != "comment" and tok.column == 0 and (tok.text in COMMAND_WORDS or tok.text.startswith("#")):
+            prev = toks[k - 1] if k else None
+            doc = (prev.start, prev.end) if prev is not None and prev.kind == "comment" and \
+                prev.text.startswith("/--") and not text[prev.end:tok.start].strip() else None
+            starts.append((tok.start, doc, tok.line))
+    return [_Command(start, starts[i + 1][1][0] if i + 1 < len(starts) and starts[i + 1][1] else
+                     (starts[i + 1][0] if i + 1 < len(starts) else len(text)), doc, line)
+            for i, (start, doc, line) in enumerate(starts)]
 
 
-def _strip_comments(text: str) -> str:
-    spans = _comment_spans(text)
-    out, last = [], 0
-    for a, b in spans:
-        out.append(text[last:a])
-        last = b
-    out.append(text[last:])
-    return "".join(out)
+def _keyword(text: str) -> str | None:
+    """theorem, lemma, def, ... of a declaration command, or None for any other command."""
+    try:
+        return signature(text).keyword.text
+    except DeclarationError:
+        return None
 
 
-def _find_assign(text: str, spans: list[tuple[int, int]], start: int, end: int) -> int:
-    """Index of the first `:=` in text[start:end] outside comments and brackets, or -1."""
-    depth, i = 0, start
-    while i < end:
-        span = next(((a, b) for a, b in spans if a <= i < b), None)
-        if span is not None:
-            i = span[1]
-            continue
-        c = text[i]
-        if c in _OPEN:
-            depth += 1
-        elif c in _CLOSE:
-            depth = max(0, depth - 1)
-        elif depth == 0 and text.startswith(":=", i):
-            return i
-        i += 1
-    return -1
+def _bare_sorry(text: str) -> bool | None:
+    """Whether a declaration's value is a bare `sorry` (`:= sorry`, `:= by sorry`); None: not a
+    declaration with a `:=` the lexer can find."""
+    try:
+        sig = signature(text)
+        return [t.text for t in tokenize(text, sig.assign.end)] in (["sorry"], ["by", "sorry"])
+    except (DeclarationError, LexError):
+        return None
 
 
-def _line_of(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
+def _uses(text: str, name: str) -> bool:
+    """Whether `text` names `name` (alone or as the head of a dotted name: `NAME.eval`)."""
+    try:
+        return any(t.kind == "ident" and (t.text == name or t.text.startswith(name + "."))
+                   for t in tokenize(text))
+    except LexError:
+        return True     # cannot tell: count it as used (the problem is then refused, not spoilt)
 
 
 def read_lean_file(path: str | os.PathLike, split: str | None = None) -> Iterator[Problem | Rejected]:
-    """Problems of a miniF2F-lean4-style `.lean` file, in file order.
+    """Problems of a `.lean` file of statements to prove, in file order: miniF2F-lean4 (a file per
+    problem or per split), ProofNet-lean4 (a file per textbook), PutnamBench (a file per problem).
 
-    The header is the text before the first theorem (or before its doc comment): imports,
-    set_option, open. Each ``theorem``/``lemma`` whose proof is a bare ``sorry`` (``:= by sorry``,
-    possibly on the next lines; ``:= sorry`` is accepted too) becomes a Problem with the statement
-    up to ':= by'; a doc comment ``/-- ... -/`` right before it becomes its informal_prefix (as
-    the Lean comment, ending in a newline, like the DeepSeek files). A theorem with a real proof
-    (nothing to fill) or no `:=` is yielded as a Rejected naming its line. `split` defaults to the
-    file's stem when that is valid or test (miniF2F-lean4's Valid.lean / Test.lean), else ''.
+    The file is cut into top-level commands with the lexer. Each ``theorem``/``lemma`` whose value
+    is a bare ``sorry`` (``:= by sorry``, ``:= sorry``, on one line or several, comments aside)
+    becomes a Problem: its statement up to the `:=` that ends it (`statement_to_fill`), its doc
+    comment the informal_prefix, and as header every command before it that is not a statement
+    to prove (imports, options, opens, definitions it may use; an open `section` is closed,
+    `header_at_root`). A theorem with a proof, or whose statement the verdict cannot check, is a
+    Rejected naming its line, and so is one that uses a definition left as `sorry` before it
+    (PutnamBench's `abbrev NAME_solution : T := sorry`: a problem whose answer the prover must also
+    write): the header never holds a `sorry`. Data to build (`instance NAME : T := sorry`, as
+    ProofNet states a few problems) is refused by name too. `split` defaults to the file's stem,
+    else its folder's name, when that is valid or test (miniF2F-lean4's Valid.lean, Test/), else ''.
     """
     path = os.fspath(path)
     if split is None:
         stem = os.path.splitext(os.path.basename(path))[0].lower()
-        split = stem if stem in ("valid", "test") else ""
+        folder = os.path.basename(os.path.dirname(path)).lower()
+        split = next((s for s in (stem, folder) if s in ("valid", "test")), "")
     text = _read_text(path)
-    spans = _comment_spans(text)
-    decls = [m for m in _DECL.finditer(text) if not _inside(m.start(), spans)]
-    docs = {}                                           # decl start -> its doc comment span
-    for m in decls:
-        before = [(a, b) for a, b in spans if b <= m.start() and not text[b:m.start()].strip()]
-        if before and text.startswith("/--", before[-1][0]):
-            docs[m.start()] = before[-1]
-    starts = [docs.get(m.start(), (m.start(), 0))[0] for m in decls]
-    header = text[:starts[0]] if decls else text
-    header = header.rstrip() + "\n\n" if header.strip() else ""
-    for k, m in enumerate(decls):
-        name, line = m.group(1), _line_of(text, m.start())
-        end = starts[k + 1] if k + 1 < len(decls) else len(text)
+    try:
+        commands = _commands(text)
+    except LexError as exc:
+        yield Rejected(f"{path}: the file does not lex as Lean: {exc}", _excerpt(text), "MalformedTheorem")
+        return
+    header = [text[:commands[0].doc[0] if commands and commands[0].doc else
+                   (commands[0].start if commands else len(text))]]
+    solutions: dict[str, int] = {}      # a definition left as sorry -> its line
+    for cmd in commands:
+        body = text[cmd.start:cmd.end]
+        kind = _keyword(body)
+        if kind in THEOREM_WORDS:
+            found = list(_theorem(path, text, cmd, body, split, "".join(header), solutions))
+            yield from found
+            if any(r.error_type == "NoProofToFill" and "already has a proof" in r.reason for r in found
+                   if isinstance(r, Rejected)):
+                header.append(text[cmd.doc[0] if cmd.doc else cmd.start:cmd.end])   # a proved lemma: usable
+            continue
+        if kind in ("def", "abbrev", "instance") and _bare_sorry(body):
+            name = signature(body).name
+            if name is None or not any(_uses(text[c.start:c.end], name.text) for c in commands
+                                       if c.start > cmd.start and _keyword(text[c.start:c.end]) in THEOREM_WORDS):
+                yield Rejected(f"{path}:{cmd.line}: {kind} {name.text if name else '(anonymous)'}: the answer is "
+                               "data to build, not a proof: the verdict checks theorems only",
+                               _excerpt(body.strip()), "NoTarget")
+            else:
+                solutions[name.text] = cmd.line
+            continue
+        header.append(text[cmd.doc[0] if cmd.doc else cmd.start:cmd.end])
 
-        def reject(what: str, error_type: str = "MalformedTheorem") -> Rejected:
-            return Rejected(f"{path}:{line}: theorem {name}: {what}", _excerpt(text[m.start():end].strip()),
-                            error_type)
 
-        assign = _find_assign(text, spans, m.end(), end)
-        if assign < 0:
-            yield reject("no ':=' (not a theorem statement this reader understands)")
+def _theorem(path: str, text: str, cmd: _Command, body: str, split: str, header: str,
+             solutions: dict[str, int]) -> Iterator[Problem | Rejected]:
+    sig = signature(body)
+    name = sig.name.text if sig.name is not None else "(anonymous)"
+
+    def reject(what: str, error_type: str) -> Rejected:
+        return Rejected(f"{path}:{cmd.line}: theorem {name}: {what}", _excerpt(body.strip()), error_type)
+
+    statement = statement_to_fill(body)
+    if statement is None:
+        rest = [t.text for t in tokenize(body, sig.assign.end)]
+        yield reject("no sorry to fill: the theorem already has a proof" if "sorry" not in rest else
+                     "the proof is more than a bare `sorry`: only `:= sorry` and `:= by sorry` are problems",
+                     "NoProofToFill")
+        return
+    used = sorted(n for n in solutions if _uses(statement, n))
+    if used:
+        yield reject(f"its statement uses {', '.join(used)}, left as `sorry` on line "
+                     f"{', '.join(str(solutions[n]) for n in used)}: a problem whose answer the prover must "
+                     "write too (PutnamBench's solutions) is not supported yet", "OpenSolution")
+        return
+    why = no_target(statement)
+    if why:
+        yield reject(why, "NoTarget")
+        return
+    fixed, why = header_at_root(header.rstrip() + "\n\n" if header.strip() else "")
+    if why:
+        yield reject(why, "HeaderScope")
+        return
+    yield Problem(name=name, split=split, source="lean", header=fixed,
+                  informal_prefix=text[cmd.doc[0]:cmd.doc[1]] + "\n" if cmd.doc else "",
+                  formal_statement=statement, goal="")
+
+
+def header_at_root(header: str) -> tuple[str, str | None]:
+    """(header, None) with every `section` the header leaves open closed at its end, or (header,
+    why) when it cannot be: the verdict (transforms/lean/target.py) needs the code to end at the
+    root, and a section the header opened would close there instead. ProofNet-lean4 opens
+    `noncomputable section` in 315 of its 374 headers; its definitions stay noncomputable once
+    the section is closed. A namespace, or `variable`s (which closing would drop), are refused."""
+    try:
+        toks = tokenize(header)
+    except LexError as exc:
+        return header, f"the header does not lex as Lean: {exc}"
+    scopes: list[tuple[str, str]] = []          # (section or namespace, name)
+    variables = False
+    for k, tok in enumerate(toks):
+        if tok.column != 0 and not (tok.text == "section" and k and toks[k - 1].text == "noncomputable"):
             continue
-        proof = _strip_comments(text[assign + 2:end]).strip()
-        by = re.match(r"by\b", proof)
-        body = proof[by.end():].strip() if by else proof
-        if body != "sorry":
-            what = "no sorry to fill: the theorem already has a proof" if "sorry" not in body else \
-                "the proof is more than a bare `sorry`; only `:= by sorry` theorems are problems"
-            yield reject(what, "NoProofToFill")
-            continue
-        statement = _strip_trailing_ws_lines(text[m.start():assign]).strip() + " := by"
-        why = no_target(statement)
-        if why:
-            yield reject(why, "NoTarget")
-            continue
-        doc = docs.get(m.start())
-        yield Problem(name=name, split=split, source="lean", header=header,
-                      informal_prefix=text[doc[0]:doc[1]] + "\n" if doc else "",
-                      formal_statement=statement, goal="")
+        nxt = toks[k + 1] if k + 1 < len(toks) and toks[k + 1].line == tok.line else None
+        name = nxt.text if nxt is not None and nxt.kind == "ident" else ""
+        if tok.text in ("section", "namespace"):
+            scopes.append((tok.text, name))
+        elif tok.text == "end" and scopes:
+            scopes.pop()
+        elif tok.text == "variable" and scopes:
+            variables = True
+    if not scopes:
+        return header, None
+    if any(kind == "namespace" for kind, _ in scopes) or variables:
+        kind, name = next((s for s in scopes if s[0] == "namespace"), scopes[-1])
+        return header, (f"the header leaves {kind} {name} open" + (" with variables in it" if variables else "")
+                        + ": the verdict needs the proof to end at the root; close it in the header")
+    closing = "".join(f"end {name}\n" if name else "end\n" for _, name in reversed(scopes))
+    return header.rstrip() + "\n\n" + closing + "\n", None
 
 
 def _strip_trailing_ws_lines(text: str) -> str:

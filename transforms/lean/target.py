@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transforms.lean.lexer import LexError, escaped_part, tokenize
+from transforms.lean.declaration import DeclarationError, signature
+from transforms.lean.lexer import escaped_part
 from transforms.lean.repl_protocol import excerpt, parse_axioms
 
 # Lean 4 src/Lean/Elab/Command.lean, elabEnd with no scope to close
 ROOT_SCOPE_ERROR = "invalid 'end', insufficient scopes"
 THEOREM_KEYWORDS = ("theorem", "lemma")
-_OPEN, _CLOSE = "([{⦃⟨", ")]}⦄⟩"
+DATA_KEYWORDS = ("def", "abbrev", "instance")   # ProofNet states a few problems as instances to build
 
 
 class TargetError(ValueError):
@@ -48,32 +49,26 @@ class Target:
 
     @classmethod
     def of_statement(cls, formal_statement: str) -> "Target":
-        """The target of a problem's `theorem NAME BINDERS : TYPE := ...` (or `lemma`)."""
+        """The target of a problem's `theorem NAME BINDERS : TYPE := ...` (or `lemma`); the `:=`
+        that ends it is found by the lexer (transforms/lean/declaration.py), not by the first
+        one in the text."""
         try:
-            toks = tokenize(formal_statement)
-        except LexError as exc:
-            raise TargetError(f"the statement does not lex: {exc}") from None
-        if len(toks) < 2 or toks[0].text not in THEOREM_KEYWORDS or toks[1].kind != "ident":
+            sig = signature(formal_statement)
+        except DeclarationError as exc:
+            raise TargetError(str(exc)) from None
+        if sig.keyword.text in DATA_KEYWORDS:
+            raise TargetError(f"the answer is data (`{sig.keyword.text}`), not a proof: the verdict checks "
+                              "theorems (`theorem NAME ... : PROP`) only")
+        if sig.keyword.text not in THEOREM_KEYWORDS or sig.name is None:
             raise TargetError("the statement must start with `theorem NAME` (or `lemma NAME`)")
-        parts = toks[1].parts[1:] if toks[1].parts[:1] == ("_root_",) else toks[1].parts
-        colon = assign = None
-        depth = 0
-        for tok in toks[2:]:
-            if tok.kind == "symbol" and tok.text in _OPEN:
-                depth += 1
-            elif tok.kind == "symbol" and tok.text in _CLOSE:
-                depth -= 1
-            elif depth == 0 and tok.text == ":" and colon is None:
-                colon = tok
-            elif depth == 0 and tok.text == ":=":
-                assign = tok
-                break
-        if colon is None or assign is None:
+        if sig.colon is None:
             raise TargetError("the statement has no top-level `: TYPE :=`")
+        name = sig.name
+        parts = name.parts[1:] if name.parts[:1] == ("_root_",) else name.parts
         if any(ch.isspace() or ord(ch) < 0x20 for part in parts for ch in part):
             raise TargetError("the declaration's name holds whitespace or control characters")
-        binders = formal_statement[toks[1].end:colon.start].strip()
-        prop = formal_statement[colon.end:assign.start].strip()
+        binders = formal_statement[name.end:sig.colon.start].strip()
+        prop = formal_statement[sig.colon.end:sig.assign.start].strip()
         if not prop:
             raise TargetError("the statement's type is empty")
         statement = f"∀ {binders}, {prop}" if binders else prop
