@@ -23,8 +23,10 @@ def scan_files(c: dict) -> list[str]:
 
 def jobs(c: dict):
     from transforms.lidar.frames import FrameJob
+    from transforms.lidar.readers import WaymoPoints
     layout = c["layout"] or ("waymo" if c["preset"] == "waymo" else "kitti")
-    out = [FrameJob(source=layout, path=path, layout=layout) for path in scan_files(c)]
+    waymo = WaymoPoints(intensity=c["waymo_intensity"], no_label_zone=c["waymo_nlz"])
+    out = [FrameJob(source=layout, path=path, layout=layout, waymo=waymo) for path in scan_files(c)]
     out += [FrameJob(source="sim", sim_seed=c["seed"], index=i) for i in range(c["simulated"])]
     return out
 
@@ -44,9 +46,14 @@ def _check(c: dict) -> None:
 
 CONFIG = ConfigSpec(check=_check, keys=(
     Key("scans", str, None, "scan files: comma-separated paths, globs or s3:// / gs:// URLs (KITTI .bin with "
-        "calib/ and label_2/ beside velodyne/, Waymo or nuScenes .bin, .pcd, .ply)", optional=True, gridable=False),
-    Key("layout", str, None, "point layout of the scans: kitti (N x 4), waymo (N x 6), nuscenes (N x 5), pcd, ply "
-        "(default: the preset's)", optional=True),
+        "calib/ and label_2/ beside velodyne/, Waymo .npy or .bin, nuScenes .bin, .pcd, .ply)", optional=True,
+        gridable=False),
+    Key("layout", str, None, "point layout of the scans: kitti (N x 4), waymo (OpenPCDet's .npy frames or "
+        "mmdetection3d's N x 6 .bin), nuscenes (N x 5), pcd, ply (default: the preset's)", optional=True),
+    Key("waymo_intensity", str, "tanh", "waymo points: intensity as OpenPCDet reads it (tanh) or as stored (raw)",
+        choices=("tanh", "raw")),
+    Key("waymo_nlz", str, "keep", "waymo .npy points in a no-label zone: keep (OpenPCDet's waymo_dataset.yaml, "
+        "DISABLE_NLZ_FLAG_ON_POINTS: True) or drop", choices=("keep", "drop")),
     Key("bundled", bool, True, "without scans: use the bundled real KITTI frame"),
     Key("simulated", int, 3, "frames from the LiDAR simulator (64 beams, procedural scenes)", low=0),
     Key("seed", int, 0, "seed of the simulated scenes", low=0),

@@ -29,7 +29,8 @@ LABEL = pa.struct([
 FRAMES = TableSchema(
     dataset=DATASET,
     table="frames",
-    version=2,  # 2: the id includes a digest of the scan's points, the source_ref its last three path parts
+    version=3,  # 2: the id includes a digest of the scan's points, the source_ref its last three path parts;
+                # 3: point_processing
     doc="One LiDAR frame after cropping: its points, labels and voxel grid.",
     split_field="source",
     fields=(
@@ -40,6 +41,10 @@ FRAMES = TableSchema(
               "sim:<seed>:<index> for simulated scans."),
         Field("preset", pa.string(), "Voxelization preset (kitti or waymo: OpenPCDet ranges and voxel sizes)."),
         Field("point_features", pa.list_(pa.string()), "Names of the point columns, e.g. [x, y, z, intensity]."),
+        Field("point_processing", pa.list_(pa.string()), "What was done to the scan's points before the range crop, "
+              "in order: camera_fov (KITTI: camera 2's field of view kept), drop_no_label_zone (Waymo .npy: points "
+              "with an NLZ flag dropped), tanh_intensity (Waymo: intensity is tanh(intensity), as OpenPCDet reads "
+              "it); empty for none."),
         Field("points", pa.binary(), "float32 little-endian (num_points, len(point_features)) array of the points "
               "kept after the range crop (and the camera field of view where the preset uses it)."),
         Field("num_points", pa.int64(), "Points kept."),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -209,7 +210,12 @@ def test_layouts_read_with_their_widths(name, layout, width, n):
     points = readers.read_points(path, layout)
     assert points.dtype == np.float32
     assert points.shape == (len(raw), len(readers.POINT_FEATURES[layout]))
-    assert np.array_equal(points, raw[:, :points.shape[1]])
+    expected = raw[:, :points.shape[1]].copy()
+    if layout == "waymo":   # as OpenPCDet reads Waymo points; raw on request
+        expected[:, 3] = np.tanh(expected[:, 3])
+        assert np.array_equal(readers.read_points(path, layout, readers.WaymoPoints(intensity="raw")),
+                              raw[:, :points.shape[1]])
+    assert np.array_equal(points, expected)
     if n is not None:
         assert len(points) == n
     if layout == "waymo":
@@ -314,3 +320,64 @@ def test_threads_share_one_table_and_each_call_is_whole():
             assert np.array_equal(a, b)
     (train, train_lock), (test, test_lock) = V._CACHE[("kitti", "train")], V._CACHE[("kitti", "test")]
     assert train._table is test._table and train_lock is test_lock   # one grid: one table and its lock
+
+
+# ---------------------------------------------------------------- Waymo as OpenPCDet prepares it
+
+
+def _openpcdet_waymo_frame(path, rng, n=6000):
+    """A frame as OpenPCDet's Waymo preprocessing saves it (waymo_utils.save_lidar_points:
+    np.save of float32 (N, 6) x, y, z, intensity, elongation, NLZ flag), points in and around the
+    preset's range, raw intensities up to 20 (Waymo's are unbounded), a third in no-label zones."""
+    xyz = np.concatenate([rng.uniform(-80, 80, (n, 2)), rng.uniform(-3, 5, (n, 1))], axis=1)
+    intensity = rng.exponential(2.0, (n, 1)).clip(0, 20)
+    elongation = rng.uniform(0, 1.5, (n, 1))
+    nlz = np.where(rng.random((n, 1)) < 0.33, 1.0, -1.0)
+    np.save(path, np.concatenate([xyz, intensity, elongation, nlz], axis=1).astype(np.float32))
+
+
+def _openpcdet_get_lidar(path, disable_nlz_flag_on_points):
+    """OpenPCDet's WaymoDataset.get_lidar (pcdet/datasets/waymo/waymo_dataset.py), POINTS_TANH_DIM
+    unset: the reference the reader is held to."""
+    point_features = np.load(path)
+    points_all, nlz_flag = point_features[:, 0:5], point_features[:, 5]
+    if not disable_nlz_flag_on_points:
+        points_all = points_all[nlz_flag == -1]
+    points_all[:, 3] = np.tanh(points_all[:, 3])
+    return points_all
+
+
+@pytest.mark.parametrize("nlz", ["keep", "drop"])
+def test_waymo_npy_frames_voxelize_as_openpcdet_reads_them(torch1, tmp_path, nlz):
+    """OpenPCDet's get_lidar, its mask_points_by_range and spconv's PointToVoxel (the reference)
+    against the pipeline's reading, crop and voxelization of the same .npy: identical voxels,
+    coordinates, counts and MeanVFE features, for both NLZ choices."""
+    from transforms.lidar.frames import FrameJob, load_frame
+    rng = np.random.default_rng(7)
+    path = str(tmp_path / "segment-1_with_camera_labels" / "0003.npy")
+    os.makedirs(os.path.dirname(path))
+    _openpcdet_waymo_frame(path, rng)
+    reference = crop(_openpcdet_get_lidar(path, disable_nlz_flag_on_points=nlz == "keep"), "waymo")
+    frame = load_frame(FrameJob(source="waymo", path=path, layout="waymo",
+                                waymo=readers.WaymoPoints(no_label_zone=nlz)), "waymo", "train")
+    assert np.array_equal(frame["points"], reference)
+    assert frame["point_processing"] == (["drop_no_label_zone"] if nlz == "drop" else []) + ["tanh_intensity"]
+    assert frame["point_features"] == ["x", "y", "z", "intensity", "elongation"]
+    ours = voxelize(frame["points"], "waymo", "train")
+    theirs = _spconv(torch1, "waymo", "train", reference)
+    _assert_same(ours, theirs)
+    assert np.array_equal(mean_vfe(ours[0], ours[2]), mean_vfe(theirs[0], theirs[2]))
+    assert (frame["points"][:, 3] <= 1).all() and np.load(path)[:, 3].max() > 1 and len(ours[1]) > 1000
+
+
+def test_a_waymo_npy_that_is_not_openpcdets_points_is_refused(tmp_path):
+    pickled = tmp_path / "objects.npy"
+    np.save(pickled, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    narrow = tmp_path / "narrow.npy"
+    np.save(narrow, np.zeros((10, 4), np.float32))
+    empty = tmp_path / "empty.npy"
+    np.save(empty, np.zeros((0, 6), np.float32))
+    for path, says in ((pickled, "not a NumPy .npy array of numbers"), (narrow, "shape (10, 4)"),
+                       (empty, "holds no points")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            readers.read_points(str(path), "waymo")

@@ -90,7 +90,8 @@ def voxel_rows(frame: dict, preset: str, mode: str):
     points = frame["points"]
     yield "frames", _table("frames", {
         "id": [frame["id"]], "source": [frame["source"]], "source_ref": [frame["source_ref"]], "preset": [preset],
-        "point_features": [frame["point_features"]], "points": binary_column([points]), "num_points": [len(points)],
+        "point_features": [frame["point_features"]], "point_processing": [frame["point_processing"]],
+        "points": binary_column([points]), "num_points": [len(points)],
         "num_points_raw": [frame["num_points_raw"]], "labels": [frame["labels"]],
         "grid_size": [list(grid_size(preset))], "point_cloud_range": [[float(v) for v in p["point_cloud_range"]]],
         "voxel_size": [[float(v) for v in p["voxel_size"]]]})

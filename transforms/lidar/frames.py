@@ -18,7 +18,8 @@ import numpy as np
 from core import storage
 from transforms.io.ids import stable_id
 from transforms.lidar.presets import get_preset
-from transforms.lidar.readers import POINT_FEATURES, fov_mask, read_kitti_calib, read_kitti_labels, read_points
+from transforms.lidar.readers import (POINT_FEATURES, WaymoPoints, fov_mask, read_kitti_calib, read_kitti_labels,
+                                     read_points)
 from transforms.lidar.voxelize import crop
 
 KITTI_HALF_FOV_COT = 721.5 / 621.0
@@ -34,6 +35,7 @@ class FrameJob:
     layout: str = "kitti"
     sim_seed: int = 0
     index: int = 0
+    waymo: WaymoPoints = WaymoPoints()   # how a waymo layout's points are read (OpenPCDet's get_lidar)
 
     @property
     def ref(self) -> str:
@@ -56,7 +58,7 @@ def job_identity(job: FrameJob) -> tuple:
             versions.append(storage.version(f))   # one request per file, also in a store
         except FileNotFoundError:
             pass                                  # no sidecar (or no scan: load_frame says so)
-    return (job.source, job.layout, versions)
+    return (job.source, job.layout, versions) + ((job.waymo,) if job.layout == "waymo" else ())
 
 
 def kitti_sidecar(scan_path: str, folder: str, suffix: str) -> str:
@@ -74,8 +76,8 @@ def frame_id(job: FrameJob, preset: str, mode: str, content: str = "") -> str:
 
 
 def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
-    """The frame as a dict: id, source, source_ref, preset, point_features, points (float32 array,
-    cropped), num_points_raw and labels."""
+    """The frame as a dict: id, source, source_ref, preset, point_features, point_processing, points
+    (float32 array, cropped), num_points_raw and labels."""
     p = get_preset(preset)
     labels: list = []
     if job.source == "sim":
@@ -84,10 +86,11 @@ def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
         scene_seed = job.sim_seed * 100_003 + job.index
         points, sim_labels = simulate_scan(simulate_scene(scene_seed), scene_seed)
         labels = [{"type": lab["type"], "box": [float(v) for v in lab["box"]]} for lab in sim_labels]
-        layout, content = "kitti", ""
+        layout, content, steps = "kitti", "", []
     else:
         layout = job.layout
-        points = read_points(job.path, layout)
+        points = read_points(job.path, layout, job.waymo)
+        steps = job.waymo.steps(job.path) if layout == "waymo" else []
         content = hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()
     if len(points) == 0:
         raise ValueError(f"{job.ref}: the scan has no points")
@@ -100,17 +103,20 @@ def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
                              f"calibration {calib_path}; add it, or use a preset without the FOV filter")
         calib = read_kitti_calib(calib_path)
         points = points[fov_mask(points, calib, p.get("image_shape"))]
+        steps = ["camera_fov"] + steps
         label_path = kitti_sidecar(job.path, "label_2", ".txt")
         if storage.is_file(label_path):
             labels = read_kitti_labels(label_path, calib)
     elif p.get("use_fov") and job.source == "sim":
         # the simulator has no camera: keep what KITTI's camera 2 sees, 81.5 deg wide (1242 px, f = 721 px)
         points = points[points[:, 0] > np.abs(points[:, 1]) * KITTI_HALF_FOV_COT]
+        steps = ["camera_fov"]
     points = crop(points, preset)
     if len(points) == 0:
         lo, hi = p["point_cloud_range"][:3], p["point_cloud_range"][3:]
         raise ValueError(f"{job.ref}: no point inside the range {list(lo)} .. {list(hi)} m of preset {preset!r}; "
                          "is the layout or the preset right?")
     return {"id": frame_id(job, preset, mode, content), "source": job.source, "source_ref": job.ref, "preset": preset,
-            "point_features": list(POINT_FEATURES[layout]), "points": np.ascontiguousarray(points, np.float32),
+            "point_features": list(POINT_FEATURES[layout]), "point_processing": steps,
+            "points": np.ascontiguousarray(points, np.float32),
             "num_points_raw": raw, "labels": labels}

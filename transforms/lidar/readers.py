@@ -6,15 +6,23 @@ what to do next; the pipeline turns that into a dead-letter row.
 
 Layouts (`POINT_FEATURES[layout]` names the columns `read_points` returns):
 - kitti: float32 N x 4 (x, y, z, intensity), all kept.
-- waymo: float32 N x 6 (x, y, z, intensity, elongation, timestamp) as OpenPCDet's / mmdetection3d's
-  KITTI-format export writes it; the first 5 are kept (OpenPCDet's Waymo features).
+- waymo: OpenPCDet's Waymo points (x, y, z, intensity, elongation), from either file it is kept in:
+  a `.npy` as OpenPCDet's preprocessing writes each frame (`segment-*/NNNN.npy`, N x 6: x, y, z,
+  intensity, elongation, NLZ flag), or a `.bin` of mmdetection3d's KITTI-format export (float32 N x
+  6: x, y, z, intensity, elongation, timestamp). As OpenPCDet's `WaymoDataset.get_lidar` does,
+  intensity becomes tanh(intensity) (`WaymoPoints.intensity`, the features a detector trained on
+  Waymo with OpenPCDet saw), and points in a no-label zone (NLZ flag != -1, `.npy` only) are kept
+  unless `WaymoPoints.no_label_zone` says drop (OpenPCDet's waymo_dataset.yaml keeps them:
+  DISABLE_NLZ_FLAG_ON_POINTS: True).
 - nuscenes: float32 N x 5 (x, y, z, intensity, ring); x, y, z, intensity kept.
 - pcd, ply: read through open3d (tensor API, so a PCD's `intensity` field survives); intensity 0
   when the file has none.
 """
 from __future__ import annotations
 
+import io
 import struct
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -55,12 +63,27 @@ def _read(path: str, missing: str) -> bytes:
         raise ValueError(missing) from None
 
 
-def read_points(path: str, layout: str) -> np.ndarray:
+@dataclass(frozen=True)
+class WaymoPoints:
+    """What OpenPCDet does to a Waymo frame's points before voxelization (its `get_lidar`)."""
+
+    intensity: str = "tanh"        # tanh (OpenPCDet, POINTS_TANH_DIM unset) or raw
+    no_label_zone: str = "keep"    # keep (OpenPCDet's waymo_dataset.yaml) or drop (NLZ flag != -1; .npy only)
+
+    def steps(self, path: str) -> list[str]:
+        """The steps applied to a file's points, as the frames table's `point_processing` names them."""
+        return ((["drop_no_label_zone"] if self.no_label_zone == "drop" and path.endswith(".npy") else [])
+                + (["tanh_intensity"] if self.intensity == "tanh" else []))
+
+
+def read_points(path: str, layout: str, waymo: WaymoPoints = WaymoPoints()) -> np.ndarray:
     """The scan at `path` (a local path or a store URL) as float32 (N, len(POINT_FEATURES[layout]))."""
     if layout not in POINT_FEATURES:
         raise ValueError(f"unknown point layout {layout!r}; choose one of {', '.join(LAYOUTS)} "
                          f"(set it in the config: the layout is never guessed from the file)")
-    if layout in BIN_LAYOUTS:
+    if layout == "waymo":
+        points = _read_waymo(path, waymo)
+    elif layout in BIN_LAYOUTS:
         points = _read_bin(path, layout)
     else:
         if not storage.exists(path):
@@ -82,6 +105,42 @@ def _read_bin(path: str, layout: str) -> np.ndarray:
                          f"(the file may also be truncated)")
     raw = np.frombuffer(data, dtype="<f4").reshape(-1, width)
     return np.array(raw[:, :keep], dtype=np.float32, order="C")  # a writable copy, as np.fromfile gave
+
+
+WAYMO_NPY_COLUMNS = 6   # x, y, z, intensity, elongation, NLZ flag (OpenPCDet's waymo_utils.save_lidar_points)
+
+
+def _read_waymo(path: str, waymo: WaymoPoints) -> np.ndarray:
+    if waymo.intensity not in ("tanh", "raw") or waymo.no_label_zone not in ("keep", "drop"):
+        raise ValueError(f"waymo points: intensity must be tanh or raw, no_label_zone keep or drop; got {waymo}")
+    if path.endswith(".npy"):
+        points = _read_waymo_npy(path, waymo.no_label_zone == "drop")
+    else:
+        points = _read_bin(path, "waymo")
+    if waymo.intensity == "tanh":
+        points[:, 3] = np.tanh(points[:, 3])
+    return points
+
+
+def _read_waymo_npy(path: str, drop_nlz: bool) -> np.ndarray:
+    """OpenPCDet's frame file: a NumPy array (N, 6), read without unpickling (allow_pickle=False)."""
+    data = _read(path, f"{path}: no such scan file")
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except ValueError as exc:   # pickled objects, a bad header, a truncated body
+        raise ValueError(f"{path}: not a NumPy .npy array of numbers ({exc}); OpenPCDet's Waymo preprocessing "
+                         f"writes float (N, {WAYMO_NPY_COLUMNS}) arrays") from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "fi" or array.ndim != 2 \
+            or array.shape[1] < WAYMO_NPY_COLUMNS:
+        raise ValueError(f"{path}: a {getattr(array, 'dtype', '?')} array of shape {getattr(array, 'shape', '?')}, "
+                         f"not OpenPCDet's Waymo points (N, {WAYMO_NPY_COLUMNS}): x, y, z, intensity, elongation, "
+                         f"NLZ flag; is the file a Waymo frame from OpenPCDet's preprocessing?")
+    if len(array) == 0:
+        raise ValueError(f"{path} holds no points: an empty scan; re-export the frame or drop it")
+    points = np.array(array[:, :5], dtype=np.float32, order="C")
+    if drop_nlz:
+        points = points[array[:, 5] == -1]
+    return points
 
 
 def _read_open3d(path: str, layout: str) -> np.ndarray:
