@@ -1,0 +1,70 @@
+"""Curation in the languages a crawl keeps, measured on a set written blind to the rules.
+
+tests/data/curation_multilingual/ (112 pages: 7 in each of zh, ja, ru, de, es, fr, pt, it, pl, nl,
+tr, vi, id, ko, ar and en; good pages with hard negatives, adult, gambling and lottery, error and
+parked pages) was written by a helper who had not read the rules. Measured with languages=any, so
+no page is dropped for its language: a harm or error judgement must come from the rules themselves.
+Each page is an HTML-only row (curation's fallback), a page served with status >= 400 a drop (as the
+renderer's RenderError is).
+
+When written (2026-12-05), before any rule was changed for it: precision 0.96, recall 0.80 overall;
+recall 0.25 for pl, 0.50 for ar; two hard negatives dropped (id lottery-regulation news, a de
+museum's classical nudes). The floor test keeps that from getting worse; the target test (strict
+xfail) is issue 36's: every language group at precision >= 0.95 and recall >= 0.90.
+"""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from tests import curation_sets as S
+
+SET = "curation_multilingual"
+GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",), "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr"),
+          "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
+
+
+@pytest.fixture(scope="module")
+def measured():
+    """{group: (precision, recall)} of 'drop' and the pages judged wrong, printed as a table."""
+    rules = S.rules(None)
+    counts = collections.defaultdict(lambda: [0, 0, 0])     # tp, fp, fn
+    wrong = []
+    group_of = {lang: group for group, langs in GROUPS.items() for lang in langs}
+    for lab in S.labels(SET):
+        row = S.html_row(lab) if lab["status"] < 400 else f"HTTP {lab['status']}"
+        dropped, want = S.reason(row, rules) is not None, lab["label"] == "drop"
+        for key in (group_of[lab["language"]], "all"):
+            c = counts[key]
+            c[0] += want and dropped
+            c[1] += dropped and not want
+            c[2] += want and not dropped
+        if dropped != want:
+            wrong.append((lab["language"], lab["category"], lab["file"]))
+    scores = {k: (tp / (tp + fp) if tp + fp else 1.0, tp / (tp + fn) if tp + fn else 1.0)
+              for k, (tp, fp, fn) in counts.items()}
+    print("\n" + "\n".join(f"{k:15s} precision {p:.2f} recall {r:.2f}" for k, (p, r) in sorted(scores.items())))
+    return scores, wrong
+
+
+def test_every_language_is_measured():
+    labs = S.labels(SET)
+    assert collections.Counter(lab["language"] for lab in labs) == {lang: 7 for langs in GROUPS.values()
+                                                                    for lang in langs}
+    assert {lab["category"] for lab in labs} == {"good", "adult", "gambling", "error", "parked"}
+
+
+def test_multilingual_floor(measured):
+    """No worse than when the set was written: precision 0.96, recall 0.80 (51 of 64 drops)."""
+    scores, wrong = measured
+    precision, recall = scores["all"]
+    assert precision >= 0.95 and recall >= 51 / 64, wrong
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 36, item 4): adult, gambling and parked pages in pl, ar, tr, "
+                                       "fr, ru, pt, ja, nl, es and de kept; two hard negatives dropped")
+def test_every_language_group_meets_the_target(measured):
+    scores, wrong = measured
+    below = {k: v for k, v in scores.items() if v[0] < 0.95 or v[1] < 0.90}
+    assert not below, (below, wrong)
