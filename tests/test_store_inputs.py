@@ -129,6 +129,18 @@ def test_readers_read_from_gcs(gcs_store, tmp_path):
     with pytest.raises(ConfigError, match="no seed file for domain 'coding'"):
         seed_files({"domains": "coding", "seeds_dir": f"{bucket}/seeds"})
 
+    # a Waymo frame as OpenPCDet's preprocessing saves it, read from the store as from a folder
+    from transforms.lidar.readers import WaymoPoints, read_points
+    frame = np.random.default_rng(3).normal(size=(50, 6)).astype(np.float32)
+    frame[:, 5] = np.where(np.arange(50) % 5 == 0, 1.0, -1.0)   # every fifth point in a no-label zone
+    local_npy = tmp_path / "0000.npy"
+    np.save(local_npy, frame)
+    npy = _upload(str(local_npy), f"{bucket}/waymo/segment-1/0000.npy")
+    for waymo in (WaymoPoints(), WaymoPoints(no_label_zone="drop")):
+        got = read_points(npy, "waymo", waymo)
+        assert np.array_equal(got, read_points(str(local_npy), "waymo", waymo))
+    assert len(got) == 40 and np.array_equal(got[:, 3], np.tanh(frame[frame[:, 5] == -1, 3]))
+
     buf = io.BytesIO()
     np.savez(buf, x=np.arange(12, dtype=np.float64).reshape(4, 3), y=np.array([1, -1, 1, 7]))
     storage.write_bytes(f"{bucket}/f.npz", buf.getvalue())
