@@ -53,3 +53,33 @@ os._exit(code if code >= 0 else 128 - code)
 def tied_to_parent(cmd: list[str]) -> list[str]:
     """`cmd` under the supervisor: its process group is SIGKILLed when this thread or process dies."""
     return [sys.executable, "-c", SUPERVISOR, str(os.getpid()), *cmd]
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs. A zombie does not count: it holds no memory,
+    port or device, and waits only for its parent to reap it. An orphan's parent is init, and a
+    container's init may reap late: here, 1.8 s after the process died, so a stop that waited for
+    the zombies of a server's helpers took seconds. Read from /proc where there is one, else by
+    signal 0 (which counts zombies)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:   # a member we cannot signal: still there
+            return True
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()   # after the command name, which may hold spaces
+        except (OSError, IndexError):
+            continue                                              # gone meanwhile
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
+

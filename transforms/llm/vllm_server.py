@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from core.ports import HOST, on_free_port
-from core.process_tree import tied_to_parent
+from core.process_tree import group_alive, tied_to_parent
 
 PYTHON_ENV = "SHARDSMITH_VLLM_PYTHON"
 DEFAULT_VENV = ".venv-vllm"
@@ -85,16 +85,6 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
         return f"(log unreadable: {exc})"
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a member we cannot signal: still there
-        return True
-    return True
-
-
 def _stop_group(process: subprocess.Popen, owner_pid: int, grace_s: float) -> None:
     """SIGTERM to the server's process group, wait up to grace_s, then SIGKILL what is left.
     Does nothing in a forked child (only the process that started the server stops it)."""
@@ -116,9 +106,9 @@ def end_group(pgid: int, grace_s: float, process: Optional[subprocess.Popen] = N
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-    while _group_alive(pgid) and time.monotonic() < deadline:  # forked helpers (vLLM's engine) too
+    while group_alive(pgid) and time.monotonic() < deadline:  # forked helpers (vLLM's engine) too
         time.sleep(0.05)
-    if (process is not None and process.poll() is None) or _group_alive(pgid):
+    if (process is not None and process.poll() is None) or group_alive(pgid):
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
