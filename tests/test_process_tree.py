@@ -14,8 +14,8 @@ GROUP = """
 import os, signal, sys, time
 if sys.argv[1] == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-os.fork()
-print("ready", flush=True)
+if os.fork():                 # the leader says so once its helper exists
+    print("ready", flush=True)
 while True:
     time.sleep(1)
 """
