@@ -9,8 +9,11 @@ renderer's RenderError is).
 
 When written (2026-12-05), before any rule was changed for it: precision 0.96, recall 0.80 overall;
 recall 0.25 for pl, 0.50 for ar; two hard negatives dropped (id lottery-regulation news, a de
-museum's classical nudes). The floor test keeps that from getting worse; the target test (strict
-xfail) is issue 36's: every language group at precision >= 0.95 and recall >= 0.90.
+museum's classical nudes). tests/data/curation_multilingual2/ (96 pages, 6 a language) was written
+after, by another helper who had seen neither the rules nor the first set: precision 0.94, recall
+0.73. Keep it held out: tune on the first set, measure a change on the second. The floor test keeps
+each from getting worse; the target test (strict xfail) is issue 36's: every language group at
+precision >= 0.95 and recall >= 0.90.
 """
 from __future__ import annotations
 
@@ -20,19 +23,20 @@ import pytest
 
 from tests import curation_sets as S
 
-SET = "curation_multilingual"
+# each set's floor when it was written, before any rule change: (precision, drops found of drops)
+FLOORS = {"curation_multilingual": (0.95, 51 / 64), "curation_multilingual2": (0.94, 47 / 64)}
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",), "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
 
 
-@pytest.fixture(scope="module")
-def measured():
-    """{group: (precision, recall)} of 'drop' and the pages judged wrong, printed as a table."""
+@pytest.fixture(scope="module", params=sorted(FLOORS))
+def measured(request):
+    """{group: (precision, recall)} of 'drop' and the pages judged wrong, printed as a table; the set."""
     rules = S.rules(None)
     counts = collections.defaultdict(lambda: [0, 0, 0])     # tp, fp, fn
     wrong = []
     group_of = {lang: group for group, langs in GROUPS.items() for lang in langs}
-    for lab in S.labels(SET):
+    for lab in S.labels(request.param):
         row = S.html_row(lab) if lab["status"] < 400 else f"HTTP {lab['status']}"
         dropped, want = S.reason(row, rules) is not None, lab["label"] == "drop"
         for key in (group_of[lab["language"]], "all"):
@@ -44,27 +48,30 @@ def measured():
             wrong.append((lab["language"], lab["category"], lab["file"]))
     scores = {k: (tp / (tp + fp) if tp + fp else 1.0, tp / (tp + fn) if tp + fn else 1.0)
               for k, (tp, fp, fn) in counts.items()}
-    print("\n" + "\n".join(f"{k:15s} precision {p:.2f} recall {r:.2f}" for k, (p, r) in sorted(scores.items())))
-    return scores, wrong
+    print(f"\n{request.param}\n" + "\n".join(f"{k:15s} precision {p:.2f} recall {r:.2f}"
+                                           for k, (p, r) in sorted(scores.items())))
+    return scores, wrong, request.param
 
 
-def test_every_language_is_measured():
-    labs = S.labels(SET)
-    assert collections.Counter(lab["language"] for lab in labs) == {lang: 7 for langs in GROUPS.values()
+@pytest.mark.parametrize("name, per_language", [("curation_multilingual", 7), ("curation_multilingual2", 6)])
+def test_every_language_is_measured(name, per_language):
+    labs = S.labels(name)
+    assert collections.Counter(lab["language"] for lab in labs) == {lang: per_language for langs in GROUPS.values()
                                                                     for lang in langs}
     assert {lab["category"] for lab in labs} == {"good", "adult", "gambling", "error", "parked"}
 
 
 def test_multilingual_floor(measured):
-    """No worse than when the set was written: precision 0.96, recall 0.80 (51 of 64 drops)."""
-    scores, wrong = measured
+    """No worse than when each set was written (FLOORS)."""
+    scores, wrong, name = measured
     precision, recall = scores["all"]
-    assert precision >= 0.95 and recall >= 51 / 64, wrong
+    floor_precision, floor_recall = FLOORS[name]
+    assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
 @pytest.mark.xfail(strict=True, reason="open (issue 36, item 4): adult, gambling and parked pages in pl, ar, tr, "
                                        "fr, ru, pt, ja, nl, es and de kept; two hard negatives dropped")
 def test_every_language_group_meets_the_target(measured):
-    scores, wrong = measured
+    scores, wrong, _ = measured
     below = {k: v for k, v in scores.items() if v[0] < 0.95 or v[1] < 0.90}
     assert not below, (below, wrong)
