@@ -11,7 +11,9 @@ When written (2026-12-05), before any rule was changed for it: precision 0.96, r
 recall 0.25 for pl, 0.50 for ar; two hard negatives dropped (id lottery-regulation news, a de
 museum's classical nudes). tests/data/curation_multilingual2/ (96 pages, 6 a language) was written
 after, by another helper who had seen neither the rules nor the first set: precision 0.94, recall
-0.73. Keep it held out: tune on the first set, measure a change on the second. The floor test keeps
+0.73. Keep it held out: tune on the first set, measure a change on the second. A parked page that
+names its own host (curation.names_its_own_domain), tuned on the first set: 0.96 / 0.86 there, and on
+the held-out set 0.95 / 0.81 (parked pages missed: 6 of 16 -> 1). The floor test keeps
 each from getting worse; the target test (strict xfail) is issue 36's: every language group at
 precision >= 0.95 and recall >= 0.90.
 """
@@ -24,7 +26,7 @@ import pytest
 from tests import curation_sets as S
 
 # each set's floor when it was written, before any rule change: (precision, drops found of drops)
-FLOORS = {"curation_multilingual": (0.95, 51 / 64), "curation_multilingual2": (0.94, 47 / 64)}
+FLOORS = {"curation_multilingual": (0.96, 55 / 64), "curation_multilingual2": (0.94, 52 / 64)}
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",), "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
 
@@ -75,3 +77,24 @@ def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured
     below = {k: v for k, v in scores.items() if v[0] < 0.95 or v[1] < 0.90}
     assert not below, (below, wrong)
+
+
+def test_a_short_page_about_its_own_domain_is_parked():
+    """The structure of a parking or for-sale page, in words no rule lists: its own host in the title,
+    a word for "domain", little else. A real site titled with its host, or a short page that does not
+    speak of a domain, is kept."""
+    from transforms.web import curation
+    rules = curation.Rules(languages=None, blocklists=())
+
+    def page(url, title, body):
+        html = f"<html><head><title>{title}</title></head><body><h1>{title}</h1><p>{body}</p></body></html>"
+        return {"url": url, "final_url": url, "title": title, "html": html, "nodes": []}
+
+    sale = ("Ta domena czeka na nowego właściciela. Cena do negocjacji, faktura VAT, bezpieczny transfer przez "
+            "serwis pośredniczący. Skontaktuj się z nami, aby złożyć ofertę na ten adres internetowy.")
+    assert curation.rule_reason(page("https://www.ogrodnik-x.pl/", "ogrodnik-x.pl", sale), rules=rules) == "parked"
+    about = ("Fotografie aus Kyoto: Tempel im Herbst, Gassen in Gion, Teehäuser am Abend. Neue Bilder jede Woche, "
+             "Drucke auf Anfrage, Workshops im Frühjahr und Herbst für Anfänger und Fortgeschrittene.")
+    assert curation.rule_reason(page("https://kazu-photo.de/", "kazu-photo.de", about), rules=rules) is None
+    long_news = (sale.replace("Ta domena", "Każda domena") + " ") * 6   # a long page about domains is an article
+    assert curation.rule_reason(page("https://news-x.pl/", "news-x.pl: domeny", long_news), rules=rules) is None

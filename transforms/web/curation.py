@@ -128,6 +128,29 @@ PARKED_SHORT = terms([
     r"this (site|domain|page|web ?page) (is|has been) parked", r"dominios? en venta", r"domains? zu verkaufen",
     r"domaines? à vendre", r"domínios? à venda", r"domini in vendita",
 ])
+# What a parked or freshly registered domain's page is about, in any language: itself. A short page
+# (under SOFT_404_CHARS) whose title or a heading names its own host, and whose text speaks of a
+# "domain", is a registrar's or broker's page for that domain, however it words the sale or the
+# registration (phrases are endless; the structure is the same in every language). The one word it
+# needs, "domain", in the languages a crawl holds most:
+DOMAIN_WORDS = terms([
+    r"domains?", r"domain ?names?", r"domena", r"domeny", r"domaine", r"nom de domaine", r"dominios?",
+    r"dom[ií]nios?", r"domeinnaam", r"domein", r"домен\w*", r"alan adı", r"tên miền", r"dominio",
+    "ドメイン", "域名", "網域", "도메인", "نطاق", "النطاق", "دومين",
+])
+_HOST = re.compile(r"^[a-z]+://(?:[^@/]*@)?(?:www\.)?([^/:?#]+)", re.I)
+
+
+def names_its_own_domain(page: dict, url: str, flat: str) -> bool:
+    """The page's title or a heading holds its own host name (without www.), and its text a word for
+    "domain": what a parking, for-sale or not-yet-built page of a registrar looks like."""
+    m = _HOST.match(url or "")
+    host = m.group(1).lower().rstrip(".") if m else ""
+    if "." not in host or not DOMAIN_WORDS.search(flat):
+        return False
+    return any(host in field.lower() for field in [page.get("title") or ""] + headings(page))
+
+
 # A short page that only says the site is not there yet (or not at the moment) is thin, whatever it
 # is called: "site under construction", "down for maintenance", "we'll be back shortly". The bare
 # words ("Coming soon") only count as the title or a heading: in a sentence they may be about a product.
@@ -534,7 +557,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if chars < SOFT_404_CHARS:
         if ERROR_PHRASES.search(flat):
             return "error_page"
-        if PARKED_SHORT.search(flat):
+        if PARKED_SHORT.search(flat) or names_its_own_domain(page, url, flat):
             return "parked"
         if PLACEHOLDER.search(flat) or any(PLACEHOLDER_HEADINGS.search(h) for h in [title] + headings(page)):
             return "too_little_text"
