@@ -36,10 +36,19 @@ class Signature:
 def signature(code: str) -> Signature:
     """The signature of the declaration `code` starts with (attributes and modifiers first are
     allowed). Raises DeclarationError when it does not lex, is not a declaration, or has no `:=`."""
+    return signature_of(lex(code))
+
+
+def lex(code: str) -> list[Token]:
+    """`code`'s tokens (no comments); DeclarationError when Lean's tokenizer would reject it."""
     try:
-        toks = tokenize(code)
+        return tokenize(code)
     except LexError as exc:
         raise DeclarationError(f"the statement does not lex: {exc}") from None
+
+
+def signature_of(toks: list[Token]) -> Signature:
+    """`signature` from the tokens of a declaration (`lex`), for a caller that reads them too."""
     i = _skip_attributes(toks)
     while i < len(toks) and toks[i].text in MODIFIERS:
         i += 1

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 from core import storage
 from core.rejected import Rejected
-from transforms.lean.declaration import DeclarationError, signature
+from transforms.lean.declaration import DeclarationError, Signature, lex, signature_of
 from transforms.lean.lexer import LexError, tokenize
+from transforms.lean.target import DATA_KEYWORDS, THEOREM_KEYWORDS, Target, TargetError
 
 EXCERPT_CHARS = 300
 REQUIRED_FIELDS = ("name", "formal_statement", "header")
@@ -76,13 +77,43 @@ def statement_to_fill(statement: str) -> str | None:
 def _fill(statement: str) -> tuple[str | None, str | None]:
     """(statement_to_fill's answer, why it is None)."""
     try:
-        sig = signature(statement)
-        rest = [t.text for t in tokenize(statement, sig.assign.end)]
-    except (DeclarationError, LexError) as exc:
+        decl = _Declaration.read(statement)
+    except DeclarationError as exc:
         return None, f"formal_statement is not a statement this reader can end: {exc}"
-    if rest not in ([], ["by"], ["sorry"], ["by", "sorry"]):
-        return None, NO_PROOF_TO_FILL
-    return _strip_trailing_ws_lines(statement[:sig.assign.start]).rstrip() + " := by", None
+    filled = decl.statement_to_fill(statement)
+    return filled, None if filled is not None else NO_PROOF_TO_FILL
+
+
+FILLABLE = ((), ("by",), ("sorry",), ("by", "sorry"))   # a value that leaves the proof to write
+BARE_SORRY = (("sorry",), ("by", "sorry"))
+
+
+@dataclass(frozen=True)
+class _Declaration:
+    """A declaration as the lexer reads it, lexed once: its signature, the texts of the tokens of
+    its value (after the `:=` that ends the signature) and the identifiers it names."""
+
+    sig: Signature
+    value: tuple[str, ...]
+    idents: frozenset[str]
+
+    @classmethod
+    def read(cls, text: str) -> "_Declaration":
+        """Raises DeclarationError when `text` is not a declaration the lexer can end."""
+        toks = lex(text)
+        sig = signature_of(toks)
+        return cls(sig, tuple(t.text for t in toks if t.start >= sig.assign.end),
+                   frozenset(t.text for t in toks if t.kind == "ident"))
+
+    def statement_to_fill(self, text: str) -> str | None:
+        """The statement cut to end in ':= by' when the value leaves the proof to write, else None."""
+        if self.value not in FILLABLE:
+            return None
+        return _strip_trailing_ws_lines(text[:self.sig.assign.start]).rstrip() + " := by"
+
+    def uses(self, name: str) -> bool:
+        """Whether it names `name` (alone or as the head of a dotted name: `NAME.eval`)."""
+        return any(i == name or i.startswith(name + ".") for i in self.idents)
 
 
 # ------------------------------------------------------------------------------------ JSON Lines
@@ -90,7 +121,6 @@ def _fill(statement: str) -> tuple[str | None, str | None]:
 def no_target(statement: str) -> str | None:
     """Why a proof of `statement` could not be checked against it (transforms/lean/target.py),
     or None: a problem is refused when it is read, not after its search."""
-    from transforms.lean.target import Target, TargetError
     try:
         Target.of_statement(statement)
     except TargetError as exc:
@@ -187,7 +217,6 @@ COMMAND_WORDS = frozenset({
     "namespace", "section", "end", "open", "variable", "universe", "set_option", "import", "attribute",
     "notation", "infix", "infixl", "infixr", "prefix", "postfix", "macro", "macro_rules", "syntax", "elab",
     "structure", "inductive", "class", "axiom", "opaque", "mutual", "local", "scoped", "@["})
-THEOREM_WORDS = ("theorem", "lemma")
 
 
 @dataclass(frozen=True)
@@ -212,33 +241,6 @@ def _commands(text: str) -> list[_Command]:
     return [_Command(start, starts[i + 1][1][0] if i + 1 < len(starts) and starts[i + 1][1] else
                      (starts[i + 1][0] if i + 1 < len(starts) else len(text)), doc, line)
             for i, (start, doc, line) in enumerate(starts)]
-
-
-def _keyword(text: str) -> str | None:
-    """theorem, lemma, def, ... of a declaration command, or None for any other command."""
-    try:
-        return signature(text).keyword.text
-    except DeclarationError:
-        return None
-
-
-def _bare_sorry(text: str) -> bool | None:
-    """Whether a declaration's value is a bare `sorry` (`:= sorry`, `:= by sorry`); None: not a
-    declaration with a `:=` the lexer can find."""
-    try:
-        sig = signature(text)
-        return [t.text for t in tokenize(text, sig.assign.end)] in (["sorry"], ["by", "sorry"])
-    except (DeclarationError, LexError):
-        return None
-
-
-def _uses(text: str, name: str) -> bool:
-    """Whether `text` names `name` (alone or as the head of a dotted name: `NAME.eval`)."""
-    try:
-        return any(t.kind == "ident" and (t.text == name or t.text.startswith(name + "."))
-                   for t in tokenize(text))
-    except LexError:
-        return True     # cannot tell: count it as used (the problem is then refused, not spoilt)
 
 
 def read_lean_file(path: str | os.PathLike, split: str | None = None) -> Iterator[Problem | Rejected]:
@@ -270,21 +272,20 @@ def read_lean_file(path: str | os.PathLike, split: str | None = None) -> Iterato
         return
     header = [text[:commands[0].doc[0] if commands and commands[0].doc else
                    (commands[0].start if commands else len(text))]]
+    decls = [_read_or_none(text[cmd.start:cmd.end]) for cmd in commands]
+    theorems = [(cmd, d) for cmd, d in zip(commands, decls) if d is not None and d.sig.keyword.text in THEOREM_KEYWORDS]
     solutions: dict[str, int] = {}      # a definition left as sorry -> its line
-    for cmd in commands:
+    for cmd, decl in zip(commands, decls):
         body = text[cmd.start:cmd.end]
-        kind = _keyword(body)
-        if kind in THEOREM_WORDS:
-            found = list(_theorem(path, text, cmd, body, split, "".join(header), solutions))
-            yield from found
-            if any(r.error_type == "NoProofToFill" and "already has a proof" in r.reason for r in found
-                   if isinstance(r, Rejected)):
+        kind = decl.sig.keyword.text if decl is not None else None
+        if kind in THEOREM_KEYWORDS:
+            yield _theorem(path, text, cmd, decl, split, "".join(header), solutions)
+            if decl.value not in FILLABLE and "sorry" not in decl.value:
                 header.append(text[cmd.doc[0] if cmd.doc else cmd.start:cmd.end])   # a proved lemma: usable
             continue
-        if kind in ("def", "abbrev", "instance") and _bare_sorry(body):
-            name = signature(body).name
-            if name is None or not any(_uses(text[c.start:c.end], name.text) for c in commands
-                                       if c.start > cmd.start and _keyword(text[c.start:c.end]) in THEOREM_WORDS):
+        if kind in DATA_KEYWORDS and decl.value in BARE_SORRY:
+            name = decl.sig.name
+            if name is None or not any(d.uses(name.text) for c, d in theorems if c.start > cmd.start):
                 yield Rejected(f"{path}:{cmd.line}: {kind} {name.text if name else '(anonymous)'}: the answer is "
                                "data to build, not a proof: the verdict checks theorems only",
                                _excerpt(body.strip()), "NoTarget")
@@ -294,38 +295,41 @@ def read_lean_file(path: str | os.PathLike, split: str | None = None) -> Iterato
         header.append(text[cmd.doc[0] if cmd.doc else cmd.start:cmd.end])
 
 
-def _theorem(path: str, text: str, cmd: _Command, body: str, split: str, header: str,
-             solutions: dict[str, int]) -> Iterator[Problem | Rejected]:
-    sig = signature(body)
-    name = sig.name.text if sig.name is not None else "(anonymous)"
+def _read_or_none(text: str) -> _Declaration | None:
+    """The command as a declaration, or None for any other command (an import, an open, ...)."""
+    try:
+        return _Declaration.read(text)
+    except DeclarationError:
+        return None
+
+
+def _theorem(path: str, text: str, cmd: _Command, decl: _Declaration, split: str, header: str,
+             solutions: dict[str, int]) -> Problem | Rejected:
+    body = text[cmd.start:cmd.end]
+    name = decl.sig.name.text if decl.sig.name is not None else "(anonymous)"
 
     def reject(what: str, error_type: str) -> Rejected:
         return Rejected(f"{path}:{cmd.line}: theorem {name}: {what}", _excerpt(body.strip()), error_type)
 
-    statement = statement_to_fill(body)
+    statement = decl.statement_to_fill(body)
     if statement is None:
-        rest = [t.text for t in tokenize(body, sig.assign.end)]
-        yield reject("no sorry to fill: the theorem already has a proof" if "sorry" not in rest else
-                     "the proof is more than a bare `sorry`: only `:= sorry` and `:= by sorry` are problems",
-                     "NoProofToFill")
-        return
-    used = sorted(n for n in solutions if _uses(statement, n))
+        return reject("no sorry to fill: the theorem already has a proof" if "sorry" not in decl.value else
+                      "the proof is more than a bare `sorry`: only `:= sorry` and `:= by sorry` are problems",
+                      "NoProofToFill")
+    used = sorted(n for n in solutions if decl.uses(n))
     if used:
-        yield reject(f"its statement uses {', '.join(used)}, left as `sorry` on line "
-                     f"{', '.join(str(solutions[n]) for n in used)}: a problem whose answer the prover must "
-                     "write too (PutnamBench's solutions) is not supported yet", "OpenSolution")
-        return
+        return reject(f"its statement uses {', '.join(used)}, left as `sorry` on line "
+                      f"{', '.join(str(solutions[n]) for n in used)}: a problem whose answer the prover must "
+                      "write too (PutnamBench's solutions) is not supported yet", "OpenSolution")
     why = no_target(statement)
     if why:
-        yield reject(why, "NoTarget")
-        return
+        return reject(why, "NoTarget")
     fixed, why = header_at_root(header.rstrip() + "\n\n" if header.strip() else "")
     if why:
-        yield reject(why, "HeaderScope")
-        return
-    yield Problem(name=name, split=split, source="lean", header=fixed,
-                  informal_prefix=text[cmd.doc[0]:cmd.doc[1]] + "\n" if cmd.doc else "",
-                  formal_statement=statement, goal="")
+        return reject(why, "HeaderScope")
+    return Problem(name=name, split=split, source="lean", header=fixed,
+                   informal_prefix=text[cmd.doc[0]:cmd.doc[1]] + "\n" if cmd.doc else "",
+                   formal_statement=statement, goal="")
 
 
 def header_at_root(header: str) -> tuple[str, str | None]:

@@ -70,6 +70,10 @@ class WaymoPoints:
     intensity: str = "tanh"        # tanh (OpenPCDet, POINTS_TANH_DIM unset) or raw
     no_label_zone: str = "keep"    # keep (OpenPCDet's waymo_dataset.yaml) or drop (NLZ flag != -1; .npy only)
 
+    def __post_init__(self):
+        if self.intensity not in ("tanh", "raw") or self.no_label_zone not in ("keep", "drop"):
+            raise ValueError(f"waymo points: intensity must be tanh or raw, no_label_zone keep or drop; got {self}")
+
     def steps(self, path: str) -> list[str]:
         """The steps applied to a file's points, as the frames table's `point_processing` names them."""
         return ((["drop_no_label_zone"] if self.no_label_zone == "drop" and path.endswith(".npy") else [])
@@ -111,8 +115,6 @@ WAYMO_NPY_COLUMNS = 6   # x, y, z, intensity, elongation, NLZ flag (OpenPCDet's 
 
 
 def _read_waymo(path: str, waymo: WaymoPoints) -> np.ndarray:
-    if waymo.intensity not in ("tanh", "raw") or waymo.no_label_zone not in ("keep", "drop"):
-        raise ValueError(f"waymo points: intensity must be tanh or raw, no_label_zone keep or drop; got {waymo}")
     if path.endswith(".npy"):
         points = _read_waymo_npy(path, waymo.no_label_zone == "drop")
     else:

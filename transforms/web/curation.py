@@ -134,18 +134,15 @@ PARKED_SHORT = terms([
 # registration (phrases are endless; the structure is the same in every language). The one word it
 # needs, "domain", in the languages a crawl holds most:
 DOMAIN_WORDS = terms([
-    r"domains?", r"domain ?names?", r"domena", r"domeny", r"domaine", r"nom de domaine", r"dominios?",
-    r"dom[ií]nios?", r"domeinnaam", r"domein", r"домен\w*", r"alan adı", r"tên miền", r"dominio",
-    "ドメイン", "域名", "網域", "도메인", "نطاق", "النطاق", "دومين",
+    r"domains?", r"domena", r"domeny", r"domaine", r"dom[ií]nios?", r"domeinnaam", r"domein", r"домен\w*",
+    r"alan adı", r"tên miền", "ドメイン", "域名", "網域", "도메인", "نطاق", "النطاق", "دومين",
 ])
-_HOST = re.compile(r"^[a-z]+://(?:[^@/]*@)?(?:www\.)?([^/:?#]+)", re.I)
 
 
 def names_its_own_domain(page: dict, url: str, flat: str) -> bool:
     """The page's title or a heading holds its own host name (without www.), and its text a word for
     "domain": what a parking, for-sale or not-yet-built page of a registrar looks like."""
-    m = _HOST.match(url or "")
-    host = m.group(1).lower().rstrip(".") if m else ""
+    host = blocklist.host_of(url).removeprefix("www.")
     if "." not in host or not DOMAIN_WORDS.search(flat):
         return False
     return any(host in field.lower() for field in [page.get("title") or ""] + headings(page))
