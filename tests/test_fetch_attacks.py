@@ -729,7 +729,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     "<script>function ran(x) { fetch('{{S}}/ran?v={{V}}&x=' + encodeURIComponent(x || ''), "
                     "{keepalive: true, cache: 'no-store'}).catch(() => {}) }</script>"
                     f"{v.head}</head><body><p>vector {v.name}</p>{v.body}"
-                    f"<img src=\"{{{{S}}}}/wait?ms={v.wait_ms}&v={v.name}\" width=1 height=1 alt=\"\">"
+                    # the slow image also waits for the page's "end" report, as a group page's does: on a
+                    # loaded machine the report's fetch could otherwise still be queued when the page closes
+                    f"<img src=\"{{{{S}}}}/wait?ms={v.wait_ms}&v={v.name}{'&end=' + v.name if v.ran else ''}\""
+                    " width=1 height=1 alt=\"\">"
                     "<script>ran('end')</script></body></html>")
             return self._send(200, body=site.fill(page, v.name), headers=v.headers)
         return self._send(404, body="not found")
