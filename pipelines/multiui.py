@@ -83,6 +83,9 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("blocklist", str, "ut1,url_words", "curation: drop pages whose URL is listed: ut1 (UT1 blacklist domains), "
         "url_words (FineWeb's banned URL words), both from the datatrove wheel; a file of domains/URLs; or none"),
     Key("require_css", bool, False, "curation: drop pages rendered with all their stylesheets missing"),
+    Key("topic_model", str, "use-multilingual", "curation: also judge adult and gambling pages with a multilingual "
+        "sentence encoder (16 languages; transforms/web/topic_model.py), or none: by word lists alone",
+        choices=("use-multilingual", "none")),
     Key("tasks", str, ",".join(schema.TASKS), "comma-separated tasks to make"),
     Key("max_per_task", int, 8, "samples (or LLM requests) per page and task", low=0),
     Key("llm_tasks", bool, True, "make the LLM-written tasks (caption, QA, action grounding)"),
@@ -102,7 +105,8 @@ def curation_rules(c: dict):
     """The curation settings of a config; ConfigError saying what to set when one is wrong."""
     from transforms.web.curation import Rules
     try:
-        return Rules.from_settings(c["min_text_chars"], c["languages"], c["blocklist"], c["require_css"])
+        return Rules.from_settings(c["min_text_chars"], c["languages"], c["blocklist"], c["require_css"],
+                                   c["topic_model"])
     except (ValueError, ImportError) as exc:
         raise ConfigError(str(exc)) from None
 

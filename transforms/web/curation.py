@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from transforms.llm.requests import Completion, Request, Sampling
-from transforms.web import blocklist, head, language
+from transforms.web import blocklist, head, language, topic_model
 
 
 def terms(words: Iterable[str]) -> re.Pattern:
@@ -503,15 +503,18 @@ class Rules:
     languages: Optional[frozenset] = frozenset({"en"})   # None: any language
     blocklists: tuple = tuple(blocklist.DEFAULT.split(","))
     require_css: bool = False
+    by_model: bool = True          # adult and gambling also judged by transforms/web/topic_model.py
 
     @classmethod
     def from_settings(cls, min_text_chars: int = 200, languages: str = "en", blocklists: str = blocklist.DEFAULT,
-                      require_css: bool = False) -> "Rules":
+                      require_css: bool = False, topic_model_name: str = topic_model.NAME) -> "Rules":
         """From the config's strings; raises ValueError saying what to set when one is wrong (and
-        ImportError without lingua, which head_language_reason needs even with languages=any)."""
+        ImportError without lingua, which head_language_reason needs even with languages=any, or
+        without the topic model's package when it is asked for)."""
         language.supported()
+        use_model = topic_model.parse(topic_model_name)
         return cls(min_text_chars=min_text_chars, languages=language.wanted_languages(languages),
-                   blocklists=blocklist.parse(blocklists), require_css=require_css)
+                   blocklists=blocklist.parse(blocklists), require_css=require_css, by_model=use_model)
 
 
 CONTENT_ONLY = Rules(languages=None, blocklists=())
@@ -567,6 +570,10 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
         intent, hits = (a + b for a, b in zip(body_topics.get(topic, (0, 0)), other_topics.get(topic, (0, 0))))
         if intent and hits >= rules.min_hits:
             return topic
+    if rules.by_model:      # the model only adds drops, so it runs only where the words found none
+        for topic, score in topic_model.load().scores(flat).items():
+            if score >= topic_model.SURE[topic]:
+                return topic
     fields = head.fields(page)
     reason = head_topic_reason(fields, body_topics)
     if reason:
