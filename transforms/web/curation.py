@@ -563,17 +563,21 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
             return "too_little_text"
         if SIGN_IN_WALL.search(flat):
             return "too_little_text"
+        if rules.by_model:  # an error or a placeholder however it is worded, in the model's languages
+            reason = topic_model.judged(flat, topic_model.KINDS)
+            if reason:
+                return {"error": "error_page"}.get(reason, reason)
     if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
         return "too_little_text"
     body_topics, other_topics = topic_hits(_SPACE.sub(" ", body)), topic_hits(title, url_text(url))
     for topic in PATTERNS:
         intent, hits = (a + b for a, b in zip(body_topics.get(topic, (0, 0)), other_topics.get(topic, (0, 0))))
-        if intent and hits >= rules.min_hits:
+        if intent and hits >= rules.min_hits and not _words_only_report(topic, text, rules):
             return topic
-    if rules.by_model:      # the model only adds drops, so it runs only where the words found none
-        for topic, score in topic_model.load().scores(flat).items():
-            if score >= topic_model.SURE[topic]:
-                return topic
+    if rules.by_model:      # where the words found no business, the model may still see one
+        reason = topic_model.judged(flat, topic_model.TOPICS)
+        if reason:
+            return reason
     fields = head.fields(page)
     reason = head_topic_reason(fields, body_topics)
     if reason:
@@ -581,6 +585,13 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     found = language.detect(body, rules.languages) if rules.languages is not None else None
     return (language.language_reason(found, rules.languages)
             or head_language_reason(fields, body, found, rules.languages))
+
+
+def _words_only_report(topic: str, text: str, rules: Rules) -> bool:
+    """The model reads the sentences holding the topic's words as reporting about it (topic_model.VETO)."""
+    if not rules.by_model or topic not in topic_model.TOPICS:
+        return False
+    return topic_model.reports_on(topic, topic_model.sentences_with(text, PATTERNS[topic]))
 
 
 JUDGE_SYSTEM = ("You review web pages for a training set. Answer with one word: KEEP if the page is a normal, "
