@@ -14,7 +14,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from schemas import multiui as schema
 from transforms.io.ids import stable_id
@@ -353,6 +353,25 @@ def pick(candidates: Sequence[Mapping], limit: int, *seed_parts: Any) -> list:
         return list(candidates)
     chosen = rng_for(*seed_parts).sample(range(len(candidates)), limit)
     return [candidates[i] for i in sorted(chosen)]
+
+
+def choose_nodes(out: "TaskOutput", index: "PageIndex", page: Mapping, task: str, limit: int,
+                 considered: Callable[[Mapping], bool], problem_of: Callable[[Mapping], Optional[str]]) -> list:
+    """A task's targets: of the nodes `considered`, those `problem_of` finds nothing wrong with (each
+    problem counted as a skip in `out`), in reading order, drawn down to `limit` (the rest counted)."""
+    candidates = []
+    for node in index.nodes:
+        if not considered(node):
+            continue
+        problem = problem_of(node)
+        if problem:
+            out.skip(problem)
+        else:
+            candidates.append(node)
+    candidates = reading_order(candidates)
+    chosen = pick(candidates, limit, page["id"], task, "pick")
+    out.skip("over max_per_task", len(candidates) - len(chosen))
+    return chosen
 
 
 def rejected_page(page: Mapping, task: str, reason: str) -> Rejected:

@@ -22,9 +22,8 @@ from typing import Any, Mapping, Optional
 
 from transforms.io.ids import stable_id
 from transforms.llm.requests import MAX_SEED, Request, Sampling
-from transforms.web.tasks.elements import (GROUNDING_ROLES, PageIndex, TaskOutput, TaskRules, clean_text, describe,
-                                           grounding_problem, norm_bbox, page_problem, pick, reading_order,
-                                           role_of)
+from transforms.web.tasks.elements import (GROUNDING_ROLES, PageIndex, TaskOutput, TaskRules, choose_nodes,
+                                           clean_text, describe, grounding_problem, norm_bbox, page_problem, role_of)
 from transforms.web.tasks.tree_text import tree_text
 
 LLM_TASKS = ("webpage_caption", "webpage_qa", "action_grounding")
@@ -145,19 +144,9 @@ def action_grounding_requests(page: Mapping, sampling: Sampling = Sampling(max_t
     if not ok:
         return out
     index = PageIndex(page)
-    candidates = []
-    for node in index.nodes:
-        if not node.get("interactive"):
-            continue
-        problem = "not a named control" if role_of(node) not in GROUNDING_ROLES else \
-            grounding_problem(node, index, page, rules)
-        if problem:
-            out.skip(problem)
-        else:
-            candidates.append(node)
-    candidates = reading_order(candidates)
-    chosen = pick(candidates, rules.max_per_task, page["id"], "action_grounding", "pick")
-    out.skip("over max_per_task", len(candidates) - len(chosen))
+    chosen = choose_nodes(out, index, page, "action_grounding", rules.max_per_task, lambda n: n.get("interactive"),
+                          lambda n: "not a named control" if role_of(n) not in GROUNDING_ROLES
+                          else grounding_problem(n, index, page, rules))
     example = (f"{EXAMPLE_HEADER}\nPart of the accessibility tree:\n{EXAMPLE_CONTEXT}\n\n"
                f"Target element: {EXAMPLE_TARGET}\n\n{INSTRUCTION_ASK}")
     sampling = sampling if sampling.stop else dataclasses.replace(sampling, stop=("\n\n",))

@@ -20,9 +20,9 @@ from typing import Mapping, Optional, Sequence
 from core.marks import mark_rect
 from transforms.web.tasks import templates
 from transforms.web.tasks.elements import (GROUNDING_ROLES, TEXT_ROLES, PageIndex, TaskOutput, TaskRules,
-                                           box_problem, clean_text, describe, format_box, glyph_problem,
+                                           box_problem, choose_nodes, clean_text, describe, format_box, glyph_problem,
                                            heading_level, is_heading, make_sample, name_key, norm_bbox, page_problem,
-                                           pick, reading_order, grounding_problem, rng_for, role_of)
+                                           pick, grounding_problem, rng_for, role_of)
 
 OPTION_LETTERS = "ABCDEFGH"
 DISTRACTORS = len(OPTION_LETTERS) - 1
@@ -114,18 +114,8 @@ def element_ocr(page: Mapping, rules: TaskRules = TaskRules(), index: Optional[P
     out, index = _start(page, "element_ocr", index)
     if index is None:
         return out
-    candidates = []
-    for node in index.nodes:
-        if role_of(node) not in TEXT_ROLES:
-            continue
-        problem = _ocr_candidate_problem(node, index, page, rules)
-        if problem:
-            out.skip(problem)
-        else:
-            candidates.append(node)
-    candidates = reading_order(candidates)
-    chosen = pick(candidates, rules.max_per_task, page["id"], "element_ocr", "pick")
-    out.skip("over max_per_task", len(candidates) - len(chosen))
+    chosen = choose_nodes(out, index, page, "element_ocr", rules.max_per_task, lambda n: role_of(n) in TEXT_ROLES,
+                          lambda n: _ocr_candidate_problem(n, index, page, rules))
     size = (int(page["screenshot_width"]), int(page["screenshot_height"]))
     for node in chosen:
         if mark_rect(node["box"], size) is None:
@@ -143,18 +133,8 @@ def element_grounding(page: Mapping, rules: TaskRules = TaskRules(), index: Opti
     out, index = _start(page, "element_grounding", index)
     if index is None:
         return out
-    candidates = []
-    for node in index.nodes:
-        if role_of(node) not in GROUNDING_ROLES:
-            continue
-        problem = grounding_problem(node, index, page, rules)
-        if problem:
-            out.skip(problem)
-        else:
-            candidates.append(node)
-    candidates = reading_order(candidates)
-    chosen = pick(candidates, rules.max_per_task, page["id"], "element_grounding", "pick")
-    out.skip("over max_per_task", len(candidates) - len(chosen))
+    chosen = choose_nodes(out, index, page, "element_grounding", rules.max_per_task,
+                          lambda n: role_of(n) in GROUNDING_ROLES, lambda n: grounding_problem(n, index, page, rules))
     for node in chosen:
         bbox = norm_bbox(node)
         template_id, question = templates.instruction("element_grounding", page["id"], int(node["node_id"]),
