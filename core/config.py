@@ -155,6 +155,15 @@ class ConfigSpec:
         return {str(k): v for k, v in data.items()}
 
 
+def probability(name: str, value: float) -> float:
+    """`value` as a float in [0, 1]; ValueError naming `name` otherwise (for arguments of math
+    functions, which config Keys do not check)."""
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+    return value
+
+
 def parse_set(item: str) -> tuple[str, Any]:
     """`key=value` with a YAML value: numbers, booleans, lists like [1,2,3], or a string."""
     name, sep, text = item.partition("=")

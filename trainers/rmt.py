@@ -34,16 +34,11 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import norm
 
+from core.config import probability
+
 _FD_STEP = 1e-4  # relative step of the central difference for ||w||^2 = -dF/dgamma
 _TOL = 1e-14
 _MAX_ITER = 200_000
-
-
-def _check_probability(name: str, value: float) -> float:
-    value = float(value)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value}")
-    return value
 
 
 def _check_positive(name: str, value: float) -> float:
@@ -55,9 +50,9 @@ def _check_positive(name: str, value: float) -> float:
 
 def _shares(epsilon: float, rho: float, phi: float) -> tuple[float, float]:
     """(alpha, lambda): kept fraction and signed kept fraction of the synthetic rows."""
-    epsilon = _check_probability("epsilon", epsilon)
-    rho = _check_probability("rho", rho)
-    phi = _check_probability("phi", phi)
+    epsilon = probability("epsilon", epsilon)
+    rho = probability("rho", rho)
+    phi = probability("phi", phi)
     return phi * (1 - epsilon) + rho * epsilon, phi * (1 - epsilon) - rho * epsilon
 
 

@@ -20,6 +20,8 @@ import hashlib
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from core.config import probability
+
 CHUNK_ROWS = 1024
 STREAMS = ("real", "test", "generator", "synthetic", "verifier")
 
@@ -36,13 +38,6 @@ def one_blas_thread(fn):
 
 
 # ---------------------------------------------------------------- validation helpers
-
-
-def _check_probability(name: str, value: float) -> float:
-    value = float(value)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value}")
-    return value
 
 
 def _check_nonneg_int(name: str, value: int) -> int:
@@ -197,7 +192,7 @@ def synthetic_rows(
     cov_sqrt=None means identity, i.e. the exact generator N(y*mu, I) (paper Fig. 4).
     """
     mu_hat = _check_vector("mu_hat", mu_hat)
-    epsilon = _check_probability("epsilon", epsilon)
+    epsilon = probability("epsilon", epsilon)
     count = _check_count(count)
     if cov_sqrt is not None:
         cov_sqrt = _check_square("cov_sqrt", cov_sqrt, mu_hat.size)
@@ -223,8 +218,8 @@ def verifier_keep(
     Oracle = (phi, rho) = (1, 0); no pruning = (1, 1). Pass chunk_rng(seed, "verifier", chunk)
     for reproducible decisions.
     """
-    phi = _check_probability("phi", phi)
-    rho = _check_probability("rho", rho)
+    phi = probability("phi", phi)
+    rho = probability("rho", rho)
     y_true, y_observed = np.asarray(y_true), np.asarray(y_observed)
     if y_true.shape != y_observed.shape:
         raise ValueError(
