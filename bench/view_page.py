@@ -53,7 +53,8 @@ def timed(fn) -> tuple[float, object]:
 
 def one_round(folder: str, manifest: dict) -> dict[str, float]:
     import pyarrow.parquet as pq
-    from pipelines.viewer.app import PAGE_ROWS, make_app
+    from pipelines.viewer.app import make_app
+    from pipelines.viewer.look import PAGE_ROWS
     out = {}
 
     def overview():

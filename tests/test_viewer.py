@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import io
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -147,6 +148,25 @@ def test_what_is_not_there_is_a_404_that_says_so(browser, pruned):
     assert page.goto(url + "/t/rows/99999999").status == 404
     assert page.goto(url + "/t/rows?column=x&value=1").status == 400
     page.close()
+
+
+def test_a_dataset_without_a_look_is_shown_by_its_tables(pruned, tmp_path):
+    """The app names no dataset: one with no pipelines/viewer/<dataset>.py gets the tables alone,
+    and pruned-synth's own pages, pictures and figures are not there for it."""
+    from pipelines.viewer.app import make_app
+    _, _, path = pruned
+    toy = str(tmp_path / "toy")
+    shutil.copytree(path, toy)
+    manifest = _manifest(toy)
+    manifest["dataset"] = "toy-set"
+    with open(os.path.join(toy, "_manifest.json"), "w") as fh:
+        json.dump(manifest, fh)
+    client = make_app(toy).test_client()
+    assert client.get("/").status_code == 200 and client.get("/t/rows/0").status_code == 200
+    missing = client.get("/pictures/phase.png")
+    assert missing.status_code == 404 and b"toy-set has no &#39;phase&#39; picture (it has none)" in missing.data
+    assert client.get("/experiments").status_code == 404
+    assert client.get("/trained/accuracy.png").status_code == 404
 
 
 def test_a_page_is_the_same_rows_whichever_groups_and_files_hold_them(tmp_path):

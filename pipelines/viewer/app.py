@@ -1,7 +1,8 @@
 """The viewer's web app (Flask): the run's overview, a table's rows page by page, one row in full,
-and what each dataset is looked at for: selfmoe's domains with every drop and its reason,
-pruned-synth's accuracy against epsilon and its kept/flipped mix, a concretizer frame from above,
-a multiui page on desktop and mobile with curation's verdict, an rmaxts search tree.
+and what the dataset's look (pipelines/viewer/look.py, one module per dataset) adds: selfmoe's
+domains with every drop and its reason, pruned-synth's accuracy against epsilon and its kept/flipped
+mix, a concretizer frame from above, a multiui page on desktop and mobile with curation's verdict,
+an rmaxts search tree. Nothing here names a dataset.
 
 Untrusted text (page titles, accessibility trees, model output, Lean code) is only ever a Jinja
 value, which Jinja escapes; no template marks anything safe, no page carries a script, and every
@@ -22,12 +23,12 @@ import threading
 from flask import Flask, Response, abort, render_template, request
 
 from core.dataset_folder import read_manifest
-from pipelines.viewer import gallery, pictures, views
+from pipelines.viewer import gallery, pictures
+from pipelines.viewer.look import PAGE_ROWS, look_of, train_dir
 from pipelines.viewer.tables import Table, as_text, opener
 from schemas import DEAD_LETTER, SchemaError
 from schemas import get as schema_of
 
-PAGE_ROWS = 25
 CELL_CHARS = 120
 CSP = ("default-src 'none'; img-src 'self'; style-src 'self'; form-action 'self'; base-uri 'none'; "
        "frame-ancestors 'none'")
@@ -54,11 +55,12 @@ def make_app(dataset_dir: str) -> Flask:
 
     draw_lock = threading.Lock()
     missing = pictures.missing()
+    look = look_of(manifest["dataset"])
 
     @functools.lru_cache(maxsize=128)
     def picture(name: str, number: int | None, view: str | None) -> bytes:
         with draw_lock:                     # one drawing at a time: matplotlib's font and text caches are shared
-            return gallery.make(manifest["dataset"], table, dataset_dir, name, number, view)
+            return gallery.make(look, manifest["dataset"], table, dataset_dir, name, number, view)
 
     @app.after_request
     def headers(response: Response) -> Response:
@@ -80,7 +82,7 @@ def make_app(dataset_dir: str) -> Flask:
                             "split_field": schema.split_field if schema else None})
         return render_template("overview.html", m=manifest, location=dataset_dir, tables=entries,
                                stages=_stages(manifest), config=_config(manifest), dead=dead_letters(),
-                               look=_look(manifest, table, dataset_dir), missing=missing)
+                               look=look.overview(table, dataset_dir, manifest), missing=missing)
 
     @app.route("/t/<name>")
     def rows(name: str):
@@ -113,44 +115,8 @@ def make_app(dataset_dir: str) -> Flask:
         docs = _docs(manifest, name)
         fields = [{"name": k, "doc": docs.get(k, ""), "text": _full(v), "image": _image_type(v) is not None}
                   for k, v in r.items()]
-        dataset = manifest["dataset"]
-        picture = _multiui_sample(table, r) if dataset == "multiui" and name == "samples" else None
-        renders = _renders(table, number) if dataset == "multiui" and name == "pages" else None
-        frame = None
-        if dataset == "concretizer" and name == "frames":
-            frame = {"views": views.frame_views(table, r), "labels": [lab["type"] for lab in r.get("labels") or []],
-                     "trained": views.trained_frames(dataset_dir).get(r["id"], [])}
-        tree_link = dataset == "rmaxts" and name == "problems"
         return render_template("row.html", name=name, number=number, fields=fields, rows=t.rows, m=manifest,
-                               picture=picture, tree_link=tree_link, renders=renders, frame=frame, missing=missing)
-
-    @app.route("/experiments")
-    def experiments():
-        """pruned-synth's experiments: accuracy against epsilon, and each one's kept/flipped mix."""
-        if manifest["dataset"] != "pruned-synth":
-            abort(404, "experiments with a kept/flipped mix are pruned-synth's")
-        return render_template("experiments.html", m=manifest, mix=views.kept_flipped_mix(table),
-                               trained=_trained_plot(dataset_dir), location=dataset_dir, missing=missing)
-
-    @app.route("/selfmoe/<domain>")
-    def domain(domain: str):
-        """One domain's brainstormed instructions: kept ones with their responses, or the drops of
-        one kind with each reason (and, for a near-duplicate, the instruction it matched)."""
-        if manifest["dataset"] != "selfmoe":
-            abort(404, "domains are selfmoe's")
-        counts = next((d for d in views.selfmoe_domains(table) if d["domain"] == domain), None)
-        if counts is None:
-            abort(404, f"no domain {domain!r} in this dataset")
-        show = request.args.get("show") or "kept"
-        if show not in ("kept", "dropped", "seed", *counts["dropped"]):
-            abort(400, f"show one of kept, dropped, seed, {', '.join(counts['dropped'])}; not {show!r}")
-        numbers = views.selfmoe_numbers(table, domain, show)
-        pages = max(1, -(-len(numbers) // PAGE_ROWS))
-        page = min(max(1, request.args.get("page", 1, type=int)), pages)
-        shown = numbers[(page - 1) * PAGE_ROWS: page * PAGE_ROWS]
-        found = [views.selfmoe_row(r) for r in table("examples").rows_at(shown)]
-        return render_template("domain.html", m=manifest, domain=domain, counts=counts, show=show,
-                               rows=list(zip(shown, found)), page=page, pages=pages, total=len(numbers))
+                               missing=missing, **look.row(table, dataset_dir, name, r, number))
 
     @app.route("/pictures/<name>.png")
     @app.route("/pictures/<name>/<int:number>.png")
@@ -166,12 +132,9 @@ def make_app(dataset_dir: str) -> Flask:
 
     @app.route("/trained/<path:name>")
     def trained(name: str):
-        """A figure `shardsmith train` wrote beside the data: accuracy.png (pruned-synth) or
-        LAYER/bev.png (concretizer: original, restored and baseline of one frame); nothing else."""
-        folder = views.train_dir(dataset_dir)
-        allowed = {"accuracy.png"} if manifest["dataset"] == "pruned-synth" else {
-            f"{layer}/bev.png" for layers in views.trained_frames(dataset_dir).values() for layer in layers}
-        path = os.path.join(folder, name) if folder and name in allowed else None
+        """A figure `shardsmith train` wrote beside the data, of the names the look allows; nothing else."""
+        folder = train_dir(dataset_dir)
+        path = os.path.join(folder, name) if folder and name in look.trained_figures(dataset_dir) else None
         if path is None or not os.path.isfile(path):
             abort(404, f"no trained figure {name!r} beside this dataset (run `shardsmith train {manifest['dataset']}`)")
         with open(path, "rb") as fh:
@@ -179,19 +142,6 @@ def make_app(dataset_dir: str) -> Flask:
         if _image_type(data) != "image/png":
             abort(404, f"{name} is not a PNG")
         return Response(data, mimetype="image/png")
-
-    @app.route("/rmaxts/tree/<int:number>")
-    def tree(number: int):
-        """One problem's search tree: the tactic states, their visits and values, the proof's path."""
-        if manifest["dataset"] != "rmaxts":
-            abort(404, "search trees are rmaxts's")
-        problems = table("problems")
-        if not 0 <= number < problems.rows:
-            abort(404, f"problems has {problems.rows} rows; there is no row {number}")
-        problem, nodes, attempts = views.search(table, number)
-        return render_template("tree.html", m=manifest, number=number, problem=problem,
-                               roots=_tree(nodes, problem.get("proof") or ""), nodes=len(nodes),
-                               attempts=attempts, missing=missing)
 
     @app.route("/t/<name>/<int:number>/<field>")
     def image(name: str, number: int, field: str):
@@ -209,64 +159,11 @@ def make_app(dataset_dir: str) -> Flask:
     def error(exc):
         return render_template("error.html", message=exc.description, m=manifest), exc.code
 
+    look.routes(app, table, dataset_dir, manifest)
     app.config["DATASET_DIR"] = dataset_dir
     for name in app.jinja_env.list_templates():    # compiled once, at start, not by the first visitor
         app.jinja_env.get_template(name)
     return app
-
-
-def _multiui_sample(table, sample: dict) -> dict | None:
-    """A multiui sample as a person checks it: its page's screenshot with the sample's box drawn
-    (an SVG rectangle over the image, so the box is an element a test can count), the turns beside."""
-    pages = table("pages")
-    found = pages.matching("id", sample["page_id"])
-    if not found:
-        return None
-    page = pages.row(found[0])
-    width, height = page["screenshot_width"], page["screenshot_height"]
-    boxes = []
-    if sample.get("bbox"):
-        left, top, right, bottom = sample["bbox"]
-        boxes.append((left * width, top * height, (right - left) * width, (bottom - top) * height))
-    turns = [(t.get("from", ""), t.get("value", "")) for t in sample.get("conversations") or []]
-    return {"page": found[0], "width": width, "height": height, "boxes": boxes, "turns": turns,
-            "stroke": max(2, round(width / 300))}
-
-
-def _renders(table, number: int) -> list[dict]:
-    """A multiui page and its renders on the other platform: row, platform, viewport, verdict."""
-    return [{"number": n, "platform": p["platform"], "viewport": f"{p['viewport_width']}x{p['viewport_height']}",
-             "kept": p["kept"], "verdict": views.verdict(p), "screenshot": p["screenshot"] is not None}
-            for n, p in views.page_renders(table, number)]
-
-
-def _look(manifest: dict, table, dataset_dir: str) -> dict | None:
-    """The overview's dataset section: pruned-synth's accuracy plot (the counts behind its mix read a
-    whole table: they are on /experiments), selfmoe's domains (a few columns of a small table)."""
-    if manifest["dataset"] == "pruned-synth" and "rows" in manifest["tables"]:
-        return {"trained": _trained_plot(dataset_dir)}
-    if manifest["dataset"] == "selfmoe" and "examples" in manifest["tables"]:
-        return {"domains": views.selfmoe_domains(table)}
-    return None
-
-
-def _trained_plot(dataset_dir: str) -> bool:
-    folder = views.train_dir(dataset_dir)
-    return bool(folder) and os.path.isfile(os.path.join(folder, "accuracy.png"))
-
-
-def _tree(nodes: list[dict], proof: str) -> list[dict]:
-    """Nodes as nested dicts under their parents, ordered by visits; `on_proof` marks the states
-    one of whose prefixes starts the problem's proof."""
-    by_parent: dict = collections.defaultdict(list)
-    for node in nodes:
-        by_parent[node["parent_id"]].append(node)
-
-    def grow(node: dict) -> dict:
-        children = sorted(by_parent.get(node["id"], []), key=lambda n: (-n["visits"], n["id"]))
-        return dict(node, children=[grow(c) for c in children], on_proof=views.on_proof(node, proof))
-    ids = {n["id"] for n in nodes}
-    return [grow(n) for n in nodes if n["parent_id"] is None or n["parent_id"] not in ids]
 
 
 def _config(manifest: dict) -> list[tuple[str, str, bool]]:

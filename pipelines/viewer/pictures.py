@@ -1,4 +1,5 @@
-"""The viewer's pictures as plain functions: rows in (as views.py reads them), PNG bytes out.
+"""The viewer's pictures as plain functions: rows in (as each dataset's look reads them,
+pipelines/viewer/look.py), PNG bytes out.
 
 The app serves them from its own routes (img-src 'self'), made on request and cached; `shardsmith
 inspect --pictures DIR` writes the same bytes to files. Charts and bird's-eye views are drawn with
