@@ -13,7 +13,10 @@ Chinese, Japanese, Korean, Thai and Arabic terms are specific multi-character ph
 substrings (those scripts do not separate words, or glue particles to them). A topic needs, besides
 several of its words, one that only the business itself uses (an offer, a call to action): a news
 story on gambling law or a museum's nude drawings names the topic, a casino sells it. Short pages are
-also checked for placeholders (for-sale brokers, "coming soon") and sign-in walls. The head (title,
+also checked for placeholders (for-sale brokers, "coming soon") and sign-in walls. Words are written
+per language, so a multilingual encoder (transforms/web/topic_model.py) also judges each page: a
+business the words missed, an error or placeholder worded past the phrase lists, and topic words
+that sit in a report rather than an offer. The head (title,
 meta description and keywords) is judged apart from the visible text, since a hijacked site rewrites
 only its head and the title reaches captions: a head that offers what the body does not, or is in
 another language, is dropped with a reason of its own. The measured precision and recall on a
