@@ -174,10 +174,6 @@ class _Road:
         vv = np.asarray(v) - self.v_ego
         return c * np.asarray(u) - s * vv, s * np.asarray(u) + c * vv
 
-    def to_road(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        c, s = math.cos(self.yaw), math.sin(self.yaw)
-        return c * x + s * y, -s * x + c * y + self.v_ego
-
     def as_dict(self) -> dict[str, float]:
         return {"yaw": self.yaw, "v_ego": self.v_ego, "half_width": self.half_width,
                 "lane_width": self.lane_width, "lanes": float(self.lanes), "curb": self.curb}
