@@ -249,7 +249,8 @@ def test_resume_continues_at_saved_step(data, trained, tmp_path):
 def test_truncated_values_are_a_clear_error(tmp_path):
     root = str(tmp_path / "concretizer")
     write_concretizer(root, frames=2, truncate_values=True)
-    with pytest.raises(DatasetError, match="values hold .* bytes, expected .* x 32 float16; regenerate"):
+    with pytest.raises(DatasetError, match="values: the cell holds .* bytes, expected .* x 32 float16 values; "
+                                           "regenerate"):
         tc_inv.train(root, str(tmp_path / "out"), dict(RUN, max_steps=1))
 
 

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from core import array_cells
 from core.birdseye import Box, Panel
 from pipelines.viewer import pictures
 from pipelines.viewer.look import Look, TableOf, train_dir, trained_metrics
@@ -31,7 +32,7 @@ def frame_panel(table: TableOf, frame: dict, view: str) -> Panel | None:
     r = np.asarray(frame["point_cloud_range"], np.float64)
     lo, hi = r[:3], r[3:]
     if view == "points":
-        points = np.frombuffer(frame["points"], np.float32).reshape(-1, len(frame["point_features"]))
+        points = array_cells.decode(frame["points"], "<f4", len(frame["point_features"]))
         return Panel("points", points[:, :3])
     if view == "voxels":
         found = table("voxels").matching("frame_id", frame["id"])

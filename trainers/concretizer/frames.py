@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from core import array_cells
 from core.config import ConfigError
 from trainers.concretizer.model import LAYER_STRIDE, pack
 from trainers.data import hash_unit
@@ -142,17 +143,17 @@ class FrameLoader:
                                f"expected float16 or float32")
         coords = read_coords(t, r)
         buf = t.column("values")[r].as_buffer()
-        np_dtype = np.dtype("<f2" if dtype == "float16" else "<f4")
-        if buf is None or buf.size != coords.shape[0] * channels * np_dtype.itemsize:
-            raise DatasetError(f"{self.data_dir}: features of frame {frame_id} layer {self.layer}: values hold "
-                               f"{0 if buf is None else buf.size} bytes, expected {coords.shape[0]} x {channels} "
-                               f"{dtype}; regenerate the dataset")
+        try:
+            feats = array_cells.decode(buf, "<f2" if dtype == "float16" else "<f4", channels, rows=coords.shape[0])
+        except ValueError as exc:
+            raise DatasetError(f"{self.data_dir}: features of frame {frame_id} layer {self.layer}: values: {exc}; "
+                               "regenerate the dataset") from None
         if self.channels is None:
             self.channels = channels
         elif channels != self.channels:
             raise DatasetError(f"{self.data_dir}: layer {self.layer} has {channels} channels in frame {frame_id} "
                                f"but {self.channels} elsewhere; one backbone per dataset")
-        feats = np.frombuffer(buf, dtype=np_dtype).reshape(-1, channels).astype(np.float32)
+        feats = feats.astype(np.float32)
         occ, shapes = {}, {}
         for s in self.strides:
             got = self.occupancy.get((frame_id, s))
@@ -189,7 +190,7 @@ def read_points(frames: RowStore, frame_id: str) -> tuple[np.ndarray, list, list
         return None
     t, r = got
     names = t.column("point_features")[r].as_py()
-    raw = np.frombuffer(t.column("points")[r].as_buffer(), dtype="<f4").reshape(-1, len(names))
+    raw = array_cells.decode(t.column("points")[r].as_buffer(), "<f4", len(names))
     idx = [names.index(c) if c in names else i for i, c in enumerate("xyz")]
     return (raw[:, idx].astype(np.float64), t.column("voxel_size")[r].as_py(),
             t.column("point_cloud_range")[r].as_py())

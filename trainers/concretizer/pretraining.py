@@ -39,6 +39,7 @@ from collections import Counter
 import numpy as np
 import torch
 
+from core import array_cells
 from core.config import ConfigError, ConfigSpec, Key, names
 from trainers import distributed
 from trainers.concretizer.frames import FRAME_COLUMNS, read_coords, read_points, split_frames
@@ -130,12 +131,17 @@ class Frames:
             return None
         t, r = got
         coords = read_coords(t, r).astype(np.int32)
-        buf = t.column("features")[r].as_buffer()
-        size = 0 if buf is None else buf.size
-        if not len(coords) or size % (4 * len(coords)):
-            self.skipped["no_voxels" if not len(coords) else "bad_features"] += 1
+        if not len(coords):
+            self.skipped["no_voxels"] += 1
             return None
-        return {**meta, "coords": coords, "feats": np.frombuffer(buf, dtype="<f4").reshape(len(coords), -1).copy()}
+        buf = t.column("features")[r].as_buffer()
+        width = (0 if buf is None else buf.size) // (4 * len(coords))     # the points' columns, as MeanVFE kept them
+        try:
+            feats = array_cells.decode(buf, "<f4", width, rows=len(coords))
+        except ValueError:
+            self.skipped["bad_features"] += 1
+            return None
+        return {**meta, "coords": coords, "feats": feats.copy()}
 
 
 class Pretraining(Recipe):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
+from schemas import concretizer as schema
 from transforms.io.result_store import Resume
 from transforms.io.stage import Ledger, payloads
 from transforms.lidar.extract import BackboneFeatures, FeatureSettings, feature_identity, voxel_rows
@@ -52,8 +53,11 @@ class ConcretizerGraph(beam.PTransform):
         frames = (pbegin | "Jobs" >> beam.Create(list(s.jobs))
                   | ledger.unique("unique_scans", repr)   # a scan listed twice (scans=A,A): one frame
                   | "Spread" >> beam.Reshuffle()
+                  # a stored frame is a frames row to be: the table's version is part of its key, so
+                  # a row from before a column was added is read again, not sent to the sink short
                   | ledger.stage("frame", lambda job: [load_frame(job, preset, mode)],
-                                 resume=Resume(version=2, reads=[preset, mode], key=job_identity))
+                                 resume=Resume(version=2, reads=[preset, mode, schema.FRAMES.version],
+                                               key=job_identity))
                   # the same scan under two names in two roots (a copy): one frame, whichever root
                   | ledger.unique("unique_frames", lambda frame: frame["id"],
                                   order=lambda frame: (frame["source_ref"], repr(frame["labels"]))))

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from schemas import concretizer as schema
-from core import storage
+from core import array_cells, storage
 from transforms.io.ids import stable_id
 from core.occupancy import occupancy_pyramid
 from transforms.lidar.presets import get_preset, grid_size, max_voxels, voxel_grid
@@ -45,32 +45,20 @@ def feature_identity(settings: FeatureSettings) -> tuple:
 
 # -- Arrow columns from numpy: one array per column, no Python object per element
 
-def _offsets(lengths: Sequence[int]) -> np.ndarray:
-    out = np.zeros(len(lengths) + 1, np.int32)
-    np.cumsum(lengths, out=out[1:])
-    return out
-
-
 def coords_column(coords: Sequence[np.ndarray]) -> pa.Array:
     """`coords` cells of several rows, each an (n, 3) integer array (z, y, x), as the schema's
     list<fixed_size_list<int32, 3>> column."""
     flat = np.concatenate([np.asarray(c, np.int32).reshape(-1) for c in coords])
     cells = pa.FixedSizeListArray.from_arrays(pa.array(flat), 3)
-    return pa.ListArray.from_arrays(pa.array(_offsets([len(c) for c in coords])), cells, type=schema.COORDS)
+    return pa.ListArray.from_arrays(pa.array(array_cells.offsets([len(c) for c in coords])), cells,
+                                    type=schema.COORDS)
 
 
 def int32_list_column(values: Sequence[np.ndarray]) -> pa.Array:
     """list<int32> cells of several rows, each a 1-D integer array."""
     flat = np.concatenate([np.asarray(v, np.int32).reshape(-1) for v in values])
-    return pa.ListArray.from_arrays(pa.array(_offsets([len(v) for v in values])), pa.array(flat),
+    return pa.ListArray.from_arrays(pa.array(array_cells.offsets([len(v) for v in values])), pa.array(flat),
                                     type=pa.list_(pa.int32()))
-
-
-def binary_column(arrays: Sequence[np.ndarray]) -> pa.Array:
-    """binary cells of several rows, each the raw bytes of an array in C order (one copy in all)."""
-    data = np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays])
-    offsets = _offsets([a.nbytes for a in arrays])
-    return pa.Array.from_buffers(pa.binary(), len(arrays), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _table(name: str, columns: dict) -> pa.Table:
@@ -91,14 +79,14 @@ def voxel_rows(frame: dict, preset: str, mode: str):
     yield "frames", _table("frames", {
         "id": [frame["id"]], "source": [frame["source"]], "source_ref": [frame["source_ref"]], "preset": [preset],
         "point_features": [frame["point_features"]], "point_processing": [frame["point_processing"]],
-        "points": binary_column([points]), "num_points": [len(points)],
+        "points": array_cells.encode([points]), "num_points": [len(points)],
         "num_points_raw": [frame["num_points_raw"]], "labels": [frame["labels"]],
         "grid_size": [list(grid_size(preset))], "point_cloud_range": [[float(v) for v in p["point_cloud_range"]]],
         "voxel_size": [[float(v) for v in p["voxel_size"]]]})
     yield "voxels", _table("voxels", {
         "id": [stable_id("concretizer-voxels", frame["id"])], "frame_id": [frame["id"]],
         "coords": coords_column([coords]), "num_points": int32_list_column([counts]),
-        "features": binary_column([features]), "num_voxels": [len(coords)],
+        "features": array_cells.encode([features]), "num_voxels": [len(coords)],
         "max_points_per_voxel": [int(p["max_points_per_voxel"])], "max_voxels": [max_voxels(preset, mode)]})
     yield "vox", (frame["id"], coords, features)
 
@@ -142,7 +130,7 @@ class BackboneFeatures:
             "stride": [list(stride) for _, _, stride, _ in out], "spatial_shape": [list(shape) for *_, shape in out],
             "coords": coords_column([c for c, *_ in out]), "channels": [int(v.shape[1]) for _, v, *_ in out],
             "dtype": [dtype] * len(names),
-            "values": binary_column([np.ascontiguousarray(v, dtype=little) for _, v, *_ in out]),
+            "values": array_cells.encode([np.ascontiguousarray(v, dtype=little) for _, v, *_ in out]),
             "backbone": [source] * len(names)})
         pyramid = sorted(occupancy_pyramid(coords, voxel_grid(self.preset)).items())
         yield "occupancy", _table("occupancy", {
