@@ -116,6 +116,20 @@ def test_concretizer_killed_and_resumed(tmp_path):
     print(f"concretizer: from scratch {scratch_s:.1f} s, layers changed with frames stored {layers_s:.1f} s")
 
 
+def test_a_stored_result_made_for_an_older_table_is_computed_again(tmp_path, monkeypatch):
+    """A stored frame is a frames row to be: after the table gains a column (a new version), an old
+    store's frames are read again instead of reaching the sink without it."""
+    import dataclasses
+    from schemas import concretizer as schema
+    store = tmp_path / "store"
+    first, _ = _run("concretizer", tmp_path / "a", store, CONCRETIZER)
+    assert first["stages"]["frame"]["computed"] == 4
+    monkeypatch.setattr(schema, "FRAMES", dataclasses.replace(schema.FRAMES, version=schema.FRAMES.version + 1))
+    second, _ = _run("concretizer", tmp_path / "b", store, CONCRETIZER)
+    assert second["stages"]["frame"]["computed"] == 4 and not second["stages"]["frame"].get("reused")
+    assert second["stages"]["backbone"]["reused"] == 4      # its own tables did not change
+
+
 # six of the bundled site's pages, no links followed (one render a page: resuming does not depend on
 # what a render holds, and the followed links are the pipeline tests' subject); curation's language
 # and blocklist checks left out (they load large data, and decide nothing here)

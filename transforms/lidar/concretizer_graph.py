@@ -65,7 +65,8 @@ class ConcretizerGraph(beam.PTransform):
         backbone = (payloads(voxelized, "vox", "Voxels")
                     | ledger.stage("backbone", BackboneFeatures(s.features, preset, s.channels),
                                    resume=Resume(version=1, reads=[feature_identity(s.features), preset,
-                                                                   s.channels])))
+                                                                   s.channels, schema.FEATURES.version,
+                                                                   schema.OCCUPANCY.version])))
         return {"frames": payloads(voxelized, "frames", "Frames"),
                 "voxels": payloads(voxelized, "voxels", "VoxelRows"),
                 "features": payloads(backbone, "features", "FeatureRows"),

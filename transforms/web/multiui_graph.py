@@ -119,8 +119,9 @@ class MultiuiGraph(beam.PTransform):
         jobs = (targets
                 | "Platforms" >> beam.FlatMap(lambda t: [(t, p) for p in platforms])
                 | "SpreadJobs" >> beam.Reshuffle())
+        # 2: glyphs_missing; a stored render is a pages row to be, so the table's version is part of its key
         rendered = jobs | ledger.stage("render", CapturePage(s.capture, s.html_folder), resume=Resume(
-            version=2, reads=render_identity(s.capture, s.html_folder), key=target_identity))  # 2: glyphs_missing
+            version=2, reads=render_identity(s.capture, s.html_folder) + [schema.PAGES.version], key=target_identity))
         min_chars, rules = s.min_text_chars, s.curation
         pages = rendered | ledger.stage("curate", lambda page: [curate(page, min_chars, rules)])
         if s.judge is not None and s.backend is not None:
