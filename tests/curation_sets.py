@@ -16,10 +16,8 @@ holds each category and every page served with an error status, for a third of t
 """
 from __future__ import annotations
 
-import html as htmllib
 import json
 import os
-import re
 import time
 
 import pytest
@@ -105,10 +103,8 @@ def render(name):
 
 def html_row(lab):
     """The page as a row with only its HTML and title (no tree, no HTTP status)."""
-    m = re.search(r"<title[^>]*>(.*?)</title>", lab["html"], re.S | re.I)
-    title = re.sub(r"\s+", " ", htmllib.unescape(m.group(1))).strip() if m else ""
-    return {"id": lab["file"], "url": lab["url"], "final_url": lab["url"], "title": title, "html": lab["html"],
-            "nodes": []}
+    return {"id": lab["file"], "url": lab["url"], "final_url": lab["url"], "title": curation.html_title(lab["html"]),
+            "html": lab["html"], "nodes": []}
 
 
 def reason(row, rules):

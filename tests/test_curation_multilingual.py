@@ -82,7 +82,7 @@ def test_every_language_is_measured(name, per_language):
 
 
 def test_multilingual_floor(measured):
-    """No worse than when each set was written (FLOORS)."""
+    """No worse than last measured (FLOORS)."""
     scores, wrong, name = measured
     precision, recall = scores["all"]
     floor_precision, floor_recall = FLOORS[name]

@@ -169,6 +169,16 @@ def test_a_dataset_without_a_look_is_shown_by_its_tables(pruned, tmp_path):
     assert client.get("/trained/accuracy.png").status_code == 404
 
 
+def test_a_manifests_dataset_name_picks_only_a_dataset_look():
+    """The name comes from a manifest: the viewer's own modules and names that are no module name
+    get the default look, not an import of whatever they name."""
+    from pipelines.viewer.look import Look, look_of
+    from pipelines.viewer.multiui import LOOK
+    assert look_of("multiui") is LOOK
+    for name in ("app", "look", "tables", "../app", "os.path", "toy-set"):
+        assert type(look_of(name)) is Look, name
+
+
 def test_a_page_is_the_same_rows_whichever_groups_and_files_hold_them(tmp_path):
     """Table.slice against the rows themselves: 300 random ranges over two files of 700- and
     1000-row groups (a range may start, end or span anywhere)."""

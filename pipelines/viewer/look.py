@@ -58,14 +58,20 @@ class Look:
 
 
 def look_of(dataset: str) -> Look:
-    """The dataset's Look (the default where it has no module)."""
-    module = f"pipelines.viewer.{dataset.replace('-', '_')}"
+    """The dataset's Look: the default where it has no module, or where its name (a manifest's, so
+    not to be trusted) is no plain module name or names one of the viewer's own modules."""
+    name = dataset.replace("-", "_")
+    if not name.isidentifier():
+        return Look()
+    module = f"pipelines.viewer.{name}"
     try:
-        return importlib.import_module(module).LOOK
+        found = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name != module:
             raise
         return Look()
+    look = getattr(found, "LOOK", None)
+    return look if isinstance(look, Look) else Look()
 
 
 def train_dir(dataset_dir: str) -> str | None:

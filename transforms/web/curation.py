@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from html import unescape
 from typing import Iterable, Optional
 
 from transforms.llm.requests import Completion, Request, Sampling
@@ -407,10 +408,19 @@ def _body_lines(page: dict) -> list[str]:
     return names
 
 
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.S | re.I)
+
+
+def html_title(html: str) -> str:
+    """The document's <title>, unescaped and whitespace-collapsed ("" without one): the title of a row
+    that has only its HTML."""
+    found = _TITLE.search(html)
+    return _SPACE.sub(" ", unescape(found.group(1))).strip() if found else ""
+
+
 def html_text(html: str, limit: int = 200_000) -> str:
     """The text of an HTML document, roughly (tags, scripts and styles removed): the fallback when a
     row has no tree."""
-    from html import unescape
     return _SPACE.sub(" ", unescape(_TAGS.sub(" ", html[:limit]))).strip()
 
 
@@ -506,7 +516,7 @@ class Rules:
     languages: Optional[frozenset] = frozenset({"en"})   # None: any language
     blocklists: tuple = tuple(blocklist.DEFAULT.split(","))
     require_css: bool = False
-    by_model: bool = True          # adult and gambling also judged by transforms/web/topic_model.py
+    by_model: bool = True          # transforms/web/topic_model.py also judges topics, errors and placeholders
 
     @classmethod
     def from_settings(cls, min_text_chars: int = 200, languages: str = "en", blocklists: str = blocklist.DEFAULT,

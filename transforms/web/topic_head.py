@@ -14,7 +14,6 @@ and compares. Classes are weighted to equal totals, since good pages outnumber e
 from __future__ import annotations
 
 import argparse
-import html as htmllib
 import json
 import os
 import re
@@ -37,9 +36,7 @@ def label_of(lab: dict) -> str:
 
 def page_text(html: str) -> str:
     """What curation reads of a page that has only its HTML: the title, then the visible text."""
-    found = re.search(r"<title[^>]*>(.*?)</title>", html, re.S | re.I)
-    title = re.sub(r"\s+", " ", htmllib.unescape(found.group(1))).strip() if found else ""
-    return re.sub(r"\s+", " ", curation.page_text({"title": title, "html": html, "nodes": []}))
+    return re.sub(r"\s+", " ", curation.page_text({"title": curation.html_title(html), "html": html, "nodes": []}))
 
 
 def examples(data_dir: str, sets=topic_model.TRAINING_SETS) -> tuple[list[str], list[str]]:
