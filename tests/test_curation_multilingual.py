@@ -42,9 +42,8 @@ GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",), "latin_europe": ("de",
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
 
 
-# the fast tier measures the first set and the held-out one; the full run all five
-TIERS = {"curation_multilingual2": pytest.mark.slow, "curation_multilingual3": pytest.mark.slow,
-         "curation_multilingual4": pytest.mark.slow}
+# the fast tier measures the held-out set; the full run all five
+TIERS = {name: pytest.mark.slow for name in FLOORS if name != HELD_OUT}
 
 
 @pytest.fixture(scope="module", params=[pytest.param(n, marks=TIERS.get(n, [])) for n in sorted(FLOORS)])
