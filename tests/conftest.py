@@ -72,15 +72,15 @@ def send_body(handler, status: int, ctype: str, body, headers=()) -> None:
     handler.wfile.write(body)
 
 
-def loopback_server(handler):
-    """(server, base URL): a threaded HTTP server for `handler` on 127.0.0.1 at a free port, serving
-    from a daemon thread; the caller shuts it down."""
+def loopback_server(handler, host: str = "127.0.0.1"):
+    """(server, base URL): a threaded HTTP server for `handler` on `host` (a loopback address) at a
+    free port, serving from a daemon thread; the caller shuts it down."""
     from http.server import ThreadingHTTPServer
     import threading
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer((host, 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
+    return server, f"http://{host}:{server.server_address[1]}"
 
 
 class ScriptedOpenAI:

@@ -30,9 +30,10 @@ wire, so a compressed body inside https counts at its compressed size),
 and traffic that does not go to a proxy at all. For the latter Chromium is started with WebRTC
 limited to proxied connections and its own host resolver disabled (render.py).
 
-One proxy per page (per browser context): its policy, DNS answers, budget and records are that
-page's. It serves one request per client connection (`Connection: close`), which keeps the
-framing simple; on loopback the extra connections cost little.
+One proxy per page: its policy, DNS answers, budget and records are that page's. A browser context
+kept for the next page of the same site (render.py) gets the next page's proxy on the same port.
+It serves one request per client connection (`Connection: close`), which keeps the framing
+simple; on loopback the extra connections cost little.
 """
 from __future__ import annotations
 
@@ -85,13 +86,15 @@ class ProxyLog:
 class PolicyProxy:
     """`with PolicyProxy(policy) as proxy:` a loopback proxy at `proxy.url` enforcing `policy`."""
 
-    def __init__(self, policy: FetchPolicy, host: str = "127.0.0.1"):
+    def __init__(self, policy: FetchPolicy, host: str = "127.0.0.1", port: int = 0):
+        """port: 0 picks a free one; the port of a closed proxy gives the next page of a kept browser
+        context (whose proxy setting names that port) a proxy of its own (OSError if it is taken)."""
         self.policy = policy
         self.log = ProxyLog()
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._closed = False
-        self._server = socket.create_server((host, 0))
+        self._server = socket.create_server((host, port))
         self._server.settimeout(None)
         self.port = self._server.getsockname()[1]
         self.url = f"http://{host}:{self.port}"

@@ -57,6 +57,7 @@ from transforms.web.page_errors import (HTML_TYPES, BrowserCrashed, RenderError,
                                         check_scheme, cut_reason, error_reason, navigation_error,
                                         navigation_records, same_site)
 from transforms.web.policy_proxy import PolicyProxy
+from transforms.web.site_contexts import KeptContext, SiteContexts, origin_of, site_key
 from transforms.web.subresources import Subresources
 
 PLATFORMS = ("desktop", "mobile")
@@ -121,6 +122,7 @@ class Renderer:
         self._proc: subprocess.Popen | None = None  # read by the caller's watchdog
         self.restarts = 0          # browsers started after the first (crash, wedge or page count)
         self.pages_rendered = 0
+        self.contexts_reused = 0   # pages that got the context an earlier page of their site kept
 
     # ------------------------------------------------------------ lifecycle
 
@@ -271,6 +273,7 @@ class _Worker:
         self.pw = self.browser = self.conn = self.proc = None
         self.profile_dir: str | None = None
         self.pages_since_start = 0
+        self.kept = SiteContexts()
         self.started = False
         self._atexit = None
         self.ua_version = "120.0.0.0"
@@ -325,6 +328,7 @@ class _Worker:
         self.pages_since_start = 0
 
     def stop_browser(self) -> None:
+        self.kept.drain()   # they die with the browser
         for closer in (lambda: self.browser and self.browser.close(), lambda: self.conn and self.conn.close()):
             if self.proc is not None and self.proc.poll() is None:
                 try:
@@ -345,20 +349,65 @@ class _Worker:
         self.browser = self.conn = self.proc = None
         self.profile_dir = None
 
-    def new_context(self, options: dict, route_handler, proxy, doc: dict):
+    def new_context(self, options: dict, route_handler, proxy):
         ctx = self.browser.new_context(**options, accept_downloads=False, service_workers="block",
                                        proxy=_through(proxy))
         if route_handler is not None:
             # only replay intercepts requests: live pages are fetched by the browser through the
             # proxy, which keeps the HTTP cache on and costs no round trip through Python
             ctx.route("**/*", route_handler)
-        doc["logs"] = [log for log in (route_handler, proxy) if hasattr(log, "refusals")]
         return ctx
+
+    def page_proxy(self, policy, kept: KeptContext | None) -> tuple[PolicyProxy | None, KeptContext | None]:
+        """The page's own proxy: on the kept context's port, or (no kept one, or its port taken
+        since) on a new port for a new context."""
+        if policy is None:
+            return None, None
+        if kept is not None:
+            try:
+                return PolicyProxy(policy, port=kept.port), kept
+            except OSError:
+                _quietly(kept.ctx.close)
+        return PolicyProxy(policy), None
+
+    def keep_context(self, key: tuple, kept: KeptContext, session: str, url: str, final_url: str,
+                     proxy: PolicyProxy) -> bool:
+        """Keep the context of a page that rendered well for the site's next page, its page frozen
+        (no timer, script or worker of it runs meanwhile) and left open: closed only once the next
+        page's tab exists, the site's renderer process is reused instead of started again. False:
+        it could not be frozen, close it."""
+        own = {origin_of(url), origin_of(final_url)}
+        if any(origin_of(u) not in own for u, _, _ in proxy.log.connections):
+            return False   # another origin's frames may keep storage, partitioned, that no clearing names
+        kept.origins |= own
+        try:
+            self.conn.call("Page.setWebLifecycleState", {"state": "frozen"}, session)
+        except (CDPError, FutureTimeout):
+            return False
+        for old in self.kept.keep(key, kept):
+            _quietly(old.ctx.close)
+        return True
+
+    def empty(self, kept: KeptContext, page, session: str) -> None:
+        """Before a kept context's next page navigates (from that page's new tab): the earlier
+        pages closed, then every origin they reached cleared of storage, the HTTP cache and the
+        cookies (site_contexts.py)."""
+        for old in kept.ctx.pages:
+            if old != page:
+                old.close()
+        for origin in sorted(o for o in kept.origins if o):
+            self.conn.call("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"}, session)
+        self.conn.call("Network.clearBrowserCache", {}, session)
+        kept.ctx.clear_cookies()
+        kept.origins = set()
 
     # ------------------------------------------------------------ pages
 
-    def open_page(self, ctx, doc: dict, timeout_ms: int):
+    def open_page(self, ctx, doc: dict, timeout_ms: int, viewport: dict | None = None):
+        """A new tab; `viewport` when it differs from the context's own (a kept context's)."""
         page = ctx.new_page()
+        if viewport is not None:
+            page.set_viewport_size(viewport)   # screen = viewport, as viewport_for's options say
         doc["frame"] = page.main_frame
         page.set_default_timeout(timeout_ms)
 
@@ -409,13 +458,21 @@ class _Worker:
             if platform == "desktop":
                 options["user_agent"] = (f"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
                                          f"(KHTML, like Gecko) Chrome/{self.ua_version} Safari/537.36")
-            proxy = PolicyProxy(policy) if policy is not None else None
-            try:
-                ctx = self.new_context(options, route_handler, proxy, doc)
-            except Exception:  # noqa: BLE001 - the browser died since the last page: once more, fresh
-                self.stop_browser()
-                self.ensure_browser()
-                ctx = self.new_context(options, route_handler, proxy, doc)
+            key = site_key(url, platform, policy) if route_handler is None and clock is None else None
+            proxy, kept = self.page_proxy(policy, self.kept.take(key))
+            if kept is None:
+                try:
+                    ctx = self.new_context(options, route_handler, proxy)
+                except Exception:  # noqa: BLE001 - the browser died since the last page: once more, fresh
+                    self.stop_browser()
+                    self.ensure_browser()
+                    ctx = self.new_context(options, route_handler, proxy)
+                kept = KeptContext(ctx, proxy.port if proxy else 0, options["viewport"])
+            else:
+                self.owner.contexts_reused += 1
+            ctx = kept.ctx
+            resize = None if kept.viewport == options["viewport"] else options["viewport"]
+            doc["logs"] = [log for log in (route_handler, proxy) if hasattr(log, "refusals")]
         except Exception as e:  # noqa: BLE001 - Chromium exited at start, DevTools refused the driver
             self.stop_browser()
             if proxy is not None:
@@ -424,13 +481,16 @@ class _Worker:
         self.pages_since_start += 1
         self.owner.pages_rendered += 1
         session = None
+        reusable = False
         try:
             if clock:
                 ctx.clock.install(time=clock)
-            page = self.open_page(ctx, doc, timeout_ms)
+            page = self.open_page(ctx, doc, timeout_ms, resize)
             tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
             session = self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
                                      timeout=timeout_ms / 1000)["sessionId"]
+            if kept.origins:
+                self.empty(kept, page, session)
             resources = Subresources()
             resources.start(self.conn, session, timeout_ms / 1000)
             conn = self.conn
@@ -451,8 +511,9 @@ class _Worker:
             row["url"] = url
             row.update(resources.counts())
             row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
-                                              policy if route_handler is None else None)
+                                              policy if route_handler is None else None, resize)
                               if follow_links else [])
+            reusable = key is not None
         except RenderError as e:
             died = self.died()
             self.recover(session)
@@ -474,7 +535,8 @@ class _Worker:
         finally:
             if session is not None and self.conn is not None:
                 self.conn.listen(session, None)
-            _quietly(ctx.close)
+            if not (reusable and self.keep_context(key, kept, session, url, row["final_url"], proxy)):
+                _quietly(ctx.close)
             if proxy is not None:
                 proxy.close()
         over = [r for log in doc["logs"] for r in log.refusals if "budget" in r[1]]
@@ -563,7 +625,8 @@ class _Worker:
                 "viewport_height": vh, "device_scale_factor": dsf, "nodes": nodes, "text_chars": text_chars,
                 "glyphs_missing": glyphs}
 
-    def follow(self, ctx, row: dict, seed: int, platform: str, k: int, timeout_ms: int, policy) -> list[dict]:
+    def follow(self, ctx, row: dict, seed: int, platform: str, k: int, timeout_ms: int, policy,
+               viewport: dict | None = None) -> list[dict]:
         """Open up to k visible same-site links (seeded choice) in the same context, each in a new
         tab that goes through the same routes; record the titles. At most 2k tries, so dead
         links cannot eat the page's time budget."""
@@ -586,7 +649,7 @@ class _Worker:
             if len(actions) >= k:
                 break
             doc: dict = {}
-            page = self.open_page(ctx, doc, timeout_ms)
+            page = self.open_page(ctx, doc, timeout_ms, viewport)
             try:
                 self.navigate(page, href, doc, timeout_ms)
                 title = page.title()

@@ -1,0 +1,159 @@
+"""Pages of one site share a browser context (transforms/web/site_contexts.py): what one page
+leaves behind, the next never sees, and pages of different sites never share one.
+
+Set-up (loopback only, started here): the site on 127.0.0.1 serves `/page`; with `?write` it first
+writes a cookie, local and session storage, an IndexedDB database and a Cache Storage entry, then
+reads all of them and shows what it found in its title: `cookie=1 local=1 ...`. With `?frame` it
+also holds an iframe from another site (127.0.0.2) that writes (`?write`) and reads that site's
+local storage. `/slow` holds the load event until the reads are done. The same page runs on
+127.0.0.2 too.
+"""
+from __future__ import annotations
+
+import http.server
+import os
+import time
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.conftest import loopback_server, send_body
+from transforms.web import render as R
+from transforms.web.fetch_policy import FetchPolicy
+from transforms.web.render import Renderer
+from transforms.web.site_contexts import origin_of, site_key
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")]
+
+NOTHING = "cookie=0 local=0 session=0 idb=0 cache=0"
+EVERYTHING = "cookie=1 local=1 session=1 idb=1 cache=1"
+PAGE = """<!doctype html><title>pending</title><body><iframe id=f></iframe><img src="/slow?ms=600">
+<script>
+const write = location.search.includes('write'), framed = location.search.includes('frame');
+(async () => {
+  if (write) {
+    document.cookie = 'k=1; path=/';
+    localStorage.setItem('k', '1');
+    sessionStorage.setItem('k', '1');
+    await new Promise((ok, bad) => {
+      const r = indexedDB.open('db', 1);
+      r.onupgradeneeded = () => r.result.createObjectStore('s');
+      r.onsuccess = () => { r.result.close(); ok(); };
+      r.onerror = bad;
+    });
+    await (await caches.open('c')).put('/x', new Response('x'));
+  }
+  const found = {
+    cookie: document.cookie.includes('k=1') ? 1 : 0,
+    local: localStorage.getItem('k') ? 1 : 0,
+    session: sessionStorage.getItem('k') ? 1 : 0,
+    idb: (await indexedDB.databases()).length,
+    cache: (await caches.keys()).length,
+  };
+  if (framed) found.frame = await new Promise(ok => {
+    addEventListener('message', e => ok(e.data));
+    document.getElementById('f').src = 'OTHER/frame' + (write ? '?write' : '');
+  });
+  document.title = Object.entries(found).map(([k, v]) => k + '=' + v).join(' ');
+})();
+</script>"""
+FRAME = """<!doctype html><script>
+if (location.search.includes('write')) localStorage.setItem('k', '1');
+parent.postMessage(localStorage.getItem('k') ? 1 : 0, '*');
+</script>"""
+
+
+def _handler(other: dict):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            path = urlsplit(self.path).path
+            if path == "/page":
+                send_body(self, 200, "text/html", PAGE.replace("OTHER", other["url"]))
+            elif path == "/frame":
+                send_body(self, 200, "text/html", FRAME)
+            elif path == "/slow":
+                time.sleep(0.6)
+                send_body(self, 200, "image/gif", b"GIF89a")
+            else:
+                send_body(self, 404, "text/plain", "no")
+    return Handler
+
+
+@pytest.fixture(scope="module")
+def sites():
+    first_other, second_other = {}, {}
+    first, first_url = loopback_server(_handler(first_other), "127.0.0.1")
+    second, second_url = loopback_server(_handler(second_other), "127.0.0.2")
+    first_other["url"], second_other["url"] = second_url, first_url
+    yield first_url, second_url
+    for server in (first, second):
+        server.shutdown()
+        server.server_close()
+
+
+def _title(renderer: Renderer, url: str, platform: str = "desktop") -> str:
+    policy = FetchPolicy(allow_addresses={"127.0.0.1", "127.0.0.2"})
+    return renderer.render_page(url, platform, 3, policy=policy, follow_links=0, timeout_ms=8000)["title"]
+
+
+def test_the_next_page_of_a_site_sees_nothing_the_last_one_left(sites):
+    site, _ = sites
+    with Renderer() as r:
+        assert _title(r, f"{site}/page") == NOTHING
+        # the page sees its own writes: each check can see what it looks for
+        assert _title(r, f"{site}/page?write") == EVERYTHING
+        assert _title(r, f"{site}/page") == NOTHING
+        assert r.contexts_reused == 2 and r.pages_rendered == 3
+
+
+def test_pages_of_other_sites_and_platforms_get_contexts_of_their_own(sites):
+    site, other = sites
+    with Renderer() as r:
+        assert _title(r, f"{site}/page?write") == EVERYTHING
+        assert _title(r, f"{other}/page") == NOTHING
+        assert _title(r, f"{site}/page", "mobile") == NOTHING
+        assert r.contexts_reused == 0
+        assert _title(r, f"{site}/page") == NOTHING   # the site's desktop context, kept and emptied
+        assert r.contexts_reused == 1
+
+
+def test_a_page_that_reached_another_origin_closes_its_context(sites):
+    """Another site's iframe keeps its storage partitioned under the page's site, which clearing
+    by origin does not reach: such a page's context is never kept."""
+    site, _ = sites
+    with Renderer() as r:
+        assert _title(r, f"{site}/page?write&frame") == EVERYTHING + " frame=1"
+        assert _title(r, f"{site}/page?frame") == NOTHING + " frame=0"
+        for _ in range(2):   # a page that reached only its own origin leaves its context to the next
+            assert _title(r, f"{site}/page") == NOTHING
+        assert r.contexts_reused == 1
+
+
+def test_a_failed_page_closes_its_context(sites):
+    site, _ = sites
+    with Renderer() as r:
+        assert _title(r, f"{site}/page?write") == EVERYTHING
+        with pytest.raises(R.RenderError):
+            _title(r, f"{site}/missing")          # HTTP 404: reused, then closed
+        assert _title(r, f"{site}/page") == NOTHING
+        assert r.contexts_reused == 1
+
+
+def test_which_pages_may_share():
+    policy = FetchPolicy()
+    a = site_key("https://www.example.org/a", "desktop", policy)
+    assert a == site_key("https://example.org/b?c", "desktop", policy)
+    assert a != site_key("https://example.org/b", "mobile", policy)
+    assert a != site_key("http://example.org/b", "desktop", policy)
+    assert a != site_key("https://example.org:8443/b", "desktop", policy)
+    assert a != site_key("https://example.org/b", "desktop", FetchPolicy(allow_private=True))
+    assert site_key("https://example.org/", "desktop", None) is None
+    assert site_key("data:text/html,x", "desktop", policy) is None
+    assert site_key("http://[::1", "desktop", policy) is None
+    assert origin_of("https://example.org:443/x") == "https://example.org"
+    assert origin_of("http://[::1]:8080/x") == "http://[::1]:8080"
+    assert origin_of("about:blank") is None
