@@ -370,31 +370,29 @@ class _Worker:
                 _quietly(kept.ctx.close)
         return PolicyProxy(policy), None
 
-    def keep_context(self, key: tuple, kept: KeptContext, session: str, url: str, final_url: str,
-                     proxy: PolicyProxy) -> bool:
-        """Keep the context of a page that rendered well for the site's next page, its page frozen
-        (no timer, script or worker of it runs meanwhile) and left open: closed only once the next
-        page's tab exists, the site's renderer process is reused instead of started again. False:
-        it could not be frozen, close it."""
+    def keep_context(self, kept: KeptContext, key: tuple, url: str, final_url: str, proxy: PolicyProxy) -> bool:
+        """Keep the context of a page that rendered well for the site's next page: the next page's
+        tab is opened now and the page's own closed (while its proxy still takes what its unload
+        sends), so the site's renderer process stays for the next page instead of starting again.
+        False: the context is not kept; close it."""
         own = {origin_of(url), origin_of(final_url)}
         if any(origin_of(u) not in own for u, _, _ in proxy.log.connections):
             return False   # another origin's frames may keep storage, partitioned, that no clearing names
         kept.origins |= own
         try:
-            self.conn.call("Page.setWebLifecycleState", {"state": "frozen"}, session)
-        except (CDPError, FutureTimeout):
+            kept.spare = kept.ctx.new_page()
+            for page in kept.ctx.pages:
+                if page != kept.spare:
+                    page.close()
+        except Exception:  # noqa: BLE001 - Playwright's errors: the context is not kept
             return False
         for old in self.kept.keep(key, kept):
             _quietly(old.ctx.close)
         return True
 
-    def empty(self, kept: KeptContext, page, session: str) -> None:
-        """Before a kept context's next page navigates (from that page's new tab): the earlier
-        pages closed, then every origin they reached cleared of storage, the HTTP cache and the
-        cookies (site_contexts.py)."""
-        for old in kept.ctx.pages:
-            if old != page:
-                old.close()
+    def empty(self, kept: KeptContext, session: str) -> None:
+        """Before a kept context's next page navigates (from that page's tab): every origin the
+        earlier pages reached cleared of storage, then the HTTP cache and the cookies."""
         for origin in sorted(o for o in kept.origins if o):
             self.conn.call("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"}, session)
         self.conn.call("Network.clearBrowserCache", {}, session)
@@ -403,9 +401,10 @@ class _Worker:
 
     # ------------------------------------------------------------ pages
 
-    def open_page(self, ctx, doc: dict, timeout_ms: int, viewport: dict | None = None):
-        """A new tab; `viewport` when it differs from the context's own (a kept context's)."""
-        page = ctx.new_page()
+    def open_page(self, ctx, doc: dict, timeout_ms: int, viewport: dict | None = None, page=None):
+        """A new tab (or the blank one a kept context holds); `viewport` when it differs from the
+        context's own."""
+        page = page or ctx.new_page()
         if viewport is not None:
             page.set_viewport_size(viewport)   # screen = viewport, as viewport_for's options say
         doc["frame"] = page.main_frame
@@ -485,12 +484,13 @@ class _Worker:
         try:
             if clock:
                 ctx.clock.install(time=clock)
-            page = self.open_page(ctx, doc, timeout_ms, resize)
+            page = self.open_page(ctx, doc, timeout_ms, resize, kept.spare)
+            kept.spare = None
             tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
             session = self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
                                      timeout=timeout_ms / 1000)["sessionId"]
             if kept.origins:
-                self.empty(kept, page, session)
+                self.empty(kept, session)
             resources = Subresources()
             resources.start(self.conn, session, timeout_ms / 1000)
             conn = self.conn
@@ -535,7 +535,7 @@ class _Worker:
         finally:
             if session is not None and self.conn is not None:
                 self.conn.listen(session, None)
-            if not (reusable and self.keep_context(key, kept, session, url, row["final_url"], proxy)):
+            if not (reusable and self.keep_context(kept, key, url, row["final_url"], proxy)):
                 _quietly(ctx.close)
             if proxy is not None:
                 proxy.close()

@@ -10,12 +10,12 @@ bundled site, rows unchanged. What keeps pages apart:
   share a context;
 - only a page that rendered well and reached no origin but its own is kept (another origin's
   iframe keeps storage partitioned under the page's site, which clearing by origin does not
-  reach); its tab is frozen (no timer, script or worker of it runs) and left open until the next
-  page's tab exists, so the renderer process stays for it;
-- before that next page navigates, the earlier tabs close, then the earlier pages' origins lose
-  their storage of every kind (cookies, local storage, IndexedDB, Cache Storage, ...), the HTTP
-  cache is cleared (a page's byte budget counts everything it fetches, not what an earlier page
-  left) and the cookies; a new tab has its own session storage;
+  reach). The next page's tab is opened blank, then the page's own tab closes while its proxy
+  still takes what its unload sends; the site's renderer process stays for the next page;
+- before that next page navigates, the earlier pages' origins lose their storage of every kind
+  (cookies, local storage, IndexedDB, Cache Storage, ...), the HTTP cache is cleared (a page's
+  byte budget counts everything it fetches, not what an earlier page left), then the cookies; a
+  new tab has its own session storage;
 - each page still gets a proxy of its own (its policy, DNS answers, budget and records), on the
   port that the context's proxy setting names;
 - a page that failed closes its context; a replayed page, whose archive routes and clock belong to
@@ -37,6 +37,7 @@ class KeptContext:
     port: int               # the proxy port its proxy setting names
     viewport: dict          # what a new page in it starts with (set per page when they differ)
     origins: set = field(default_factory=set)   # what its earlier pages reached: cleared before the next
+    spare: Any = None       # the next page's tab, blank, opened before the last page's tab closed
 
 
 def site_key(url: str, platform: str, policy) -> tuple | None:
