@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.browser,
 
 NOTHING = "cookie=0 local=0 session=0 idb=0 cache=0"
 EVERYTHING = "cookie=1 local=1 session=1 idb=1 cache=1"
-PAGE = """<!doctype html><title>pending</title><body><iframe id=f></iframe><img src="/slow?ms=600">
+PAGE = """<!doctype html><title>pending</title><body><iframe id=f></iframe><img src="/slow">
 <script>
 const write = location.search.includes('write'), framed = location.search.includes('frame');
 (async () => {
@@ -76,7 +76,7 @@ def _handler(other: dict):
             elif path == "/frame":
                 send_body(self, 200, "text/html", FRAME)
             elif path == "/slow":
-                time.sleep(0.6)
+                time.sleep(0.3)
                 send_body(self, 200, "image/gif", b"GIF89a")
             else:
                 send_body(self, 404, "text/plain", "no")
