@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--port", type=int, default=8765, help="port on --host (0: any free port)")
     w.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback: the data may "
                    "hold what crawled pages and models wrote; serve it elsewhere only on purpose)")
+    w.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="another name the viewer answers to in the Host header (repeatable); by default only "
+                   "the --host address and, on loopback, 127.0.0.1, localhost and [::1]")
     e = sub.add_parser("export", help="write a dataset as its paper's training files (multiui: LLaVA JSON + images)")
     e.add_argument("dataset")
     e.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
@@ -254,14 +257,16 @@ def _inspect(args, beam_args) -> int:
 
 
 def _view(args, beam_args) -> int:
-    from werkzeug.serving import make_server
-    from pipelines.viewer.app import make_app
-    app = make_app(args.path)
+    from pipelines.viewer.app import listen
+    from pipelines.viewer.hosts import is_loopback
     try:
-        server = make_server(args.host, args.port, app, threaded=True)
+        server = listen(args.path, args.host, args.port, args.allow_host)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; "
                           "pick another --port (0 takes any free one)") from None
+    if not is_loopback(args.host):
+        print(f"warning: listening on {args.host}, beyond loopback: whoever reaches it can read this dataset "
+              "(its pages and model outputs included)", file=sys.stderr, flush=True)
     print(f"viewing {args.path} at http://{args.host}:{server.server_port}/  (Ctrl-C stops)", flush=True)
     server.serve_forever()
     return 0

@@ -30,9 +30,8 @@ FIXTURE_MARKS = {"pruned": "pipeline", "multiui": "pipeline", "search": "pipelin
 
 def serve(dataset_dir: str):
     """The viewer's app on a free loopback port, served by the same server `shardsmith view` uses."""
-    from werkzeug.serving import make_server
-    from pipelines.viewer.app import make_app
-    server = make_server("127.0.0.1", 0, make_app(dataset_dir), threaded=True)
+    from pipelines.viewer.app import listen
+    server = listen(dataset_dir, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_port}"
 
@@ -148,6 +147,43 @@ def test_what_is_not_there_is_a_404_that_says_so(browser, pruned):
     assert page.goto(url + "/t/rows/99999999").status == 404
     assert page.goto(url + "/t/rows?column=x&value=1").status == 400
     page.close()
+
+
+def test_a_foreign_host_is_refused(pruned):
+    """A DNS-rebinding page's requests name its own host: refused with 421, the data never sent."""
+    import http.client
+    url, _, path = pruned
+    port = int(url.rsplit(":", 1)[1])
+
+    def get(host: str) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.putrequest("GET", "/t/rows", skip_host=True)
+        conn.putheader("Host", host)
+        conn.endheaders()
+        resp = conn.getresponse()
+        out = resp.status, resp.read()
+        conn.close()
+        return out
+
+    rows = get(f"127.0.0.1:{port}")
+    assert rows[0] == 200 and b"experiment" in rows[1]
+    assert get(f"localhost:{port}")[0] == 200 and get(f"[::1]:{port}")[0] == 200
+    for foreign in (f"evil.example:{port}", "evil.example", f"127.0.0.1:{port + 1}", f"localhost.evil.example:{port}",
+                    ""):
+        status, body = get(foreign)
+        assert status == 421 and b"experiment" not in body and b"answers only" in body, (foreign, status)
+
+
+def test_which_hosts_a_viewer_answers():
+    from pipelines.viewer import hosts
+    loop = hosts.allowed("127.0.0.1", 8765)
+    assert loop == {"127.0.0.1:8765", "localhost:8765", "[::1]:8765"}
+    assert hosts.refusal("LOCALHOST:8765", loop) is None and hosts.refusal("localhost", loop)
+    wide = hosts.allowed("0.0.0.0", 8765, ["gpu-box.lab"])
+    assert wide == {"0.0.0.0:8765", "gpu-box.lab:8765"} and hosts.refusal("127.0.0.1:8765", wide)
+    assert hosts.allowed("::1", 80) >= {"[::1]:80", "[::1]", "localhost"}
+    assert hosts.refusal("localhost", None) is None and hosts.refusal("[::1]:1", None) is None
+    assert "--allow-host" in hosts.refusal("evil.example", None)
 
 
 def test_a_dataset_without_a_look_is_shown_by_its_tables(pruned, tmp_path):

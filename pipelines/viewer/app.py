@@ -23,7 +23,7 @@ import threading
 from flask import Flask, Response, abort, render_template, request
 
 from core.dataset_folder import read_manifest
-from pipelines.viewer import gallery, pictures
+from pipelines.viewer import gallery, hosts, pictures
 from pipelines.viewer.look import PAGE_ROWS, look_of, train_dir
 from pipelines.viewer.tables import Table, as_text, opener
 from schemas import DEAD_LETTER, SchemaError
@@ -37,10 +37,12 @@ DEAD_TABLE = DEAD_LETTER.table
 
 
 def make_app(dataset_dir: str) -> Flask:
-    """The app over one published dataset (raises FileNotFoundError, with what to do, if it is not one)."""
+    """The app over one published dataset (raises FileNotFoundError, with what to do, if it is not one).
+    It answers the loopback names on any port until `listen` names its own (hosts.py)."""
     manifest = read_manifest(dataset_dir)
     app = Flask(__name__, template_folder=os.path.join(os.path.dirname(__file__), "templates"),
                 static_folder=os.path.join(os.path.dirname(__file__), "static"))
+    app.config["VIEW_HOSTS"] = None
     open_table = opener(dataset_dir, manifest)
 
     def table(name: str) -> Table:
@@ -61,6 +63,12 @@ def make_app(dataset_dir: str) -> Flask:
     def picture(name: str, number: int | None, view: str | None) -> bytes:
         with draw_lock:                     # one drawing at a time: matplotlib's font and text caches are shared
             return gallery.make(look, manifest["dataset"], table, dataset_dir, name, number, view)
+
+    @app.before_request
+    def known_host():
+        why = hosts.refusal(request.headers.get("Host"), app.config["VIEW_HOSTS"])
+        if why:
+            abort(421, why)
 
     @app.after_request
     def headers(response: Response) -> Response:
@@ -164,6 +172,16 @@ def make_app(dataset_dir: str) -> Flask:
     for name in app.jinja_env.list_templates():    # compiled once, at start, not by the first visitor
         app.jinja_env.get_template(name)
     return app
+
+
+def listen(dataset_dir: str, host: str, port: int, allow_hosts=()):
+    """The viewer's threaded server bound to host:port (OSError if it cannot), answering only the
+    Host values hosts.allowed gives for the port it got."""
+    from werkzeug.serving import make_server
+    app = make_app(dataset_dir)
+    server = make_server(host, port, app, threaded=True)
+    app.config["VIEW_HOSTS"] = hosts.allowed(host, server.server_port, allow_hosts)
+    return server
 
 
 def _config(manifest: dict) -> list[tuple[str, str, bool]]:
