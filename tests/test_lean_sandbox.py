@@ -59,6 +59,7 @@ HOSTILE = [
     ("builtin_initialize foo : Nat ← pure 0", "builtin_initialize"),
     ("simproc pwn (_) := fun _ => pure .continue", "simproc"),
     ("register_simp_attr pwn", "register_simp_attr"),
+    ("theorem t : True := trivial\nregister_label_attr pwn", "register_label_attr"),   # a line's start
     ("def x := Lean.Meta.evalExpr Nat (Lean.mkConst ``Nat) 0", "Meta"),
     ("def x : Lean.MetaM Nat := pure 0", "MetaM"),
     ("def x := evalConst Nat `foo", "evalConst"),
@@ -189,6 +190,12 @@ BENIGN = [
     'theorem t : "\\"axiom\\" of a system of equations".length > 0 := by decide',
     "def evalAt (p : ℕ → ℕ) (x : ℕ) : ℕ := p x\ntheorem t : evalAt id 3 = 3 := rfl",
     "theorem tactic_set_option : (2 : ℕ) ^ 10 = 1024 := by\n  set_option maxRecDepth 2000 in\n  norm_num",
+    # names with a command's prefix, where no command starts: a binder, a term, a tactic's argument,
+    # an indented line of a statement
+    "theorem run_length_sum (run_len : ℕ) (h : run_len = 2) : run_len + 0 = 2 := by\n  simpa using h",
+    "def set_size (s : Finset ℕ) : ℕ := s.card\ntheorem t : set_size ∅ = 0 := by\n  exact Finset.card_empty",
+    "theorem t (initialize_x declare_y : ℕ) :\n    initialize_x + declare_y = declare_y + initialize_x := by\n"
+    "  exact Nat.add_comm initialize_x declare_y",
 ]
 
 

@@ -11,7 +11,9 @@ as Lean sees them; code that cannot be lexed (unterminated comment, string, char
 Deny by default. Every command start must be on the allowlist; a command start is the first
 token, any identifier at column 0, any `#word` (anywhere, not only at line starts), any `@[`,
 and any keyword of a Lean/Mathlib command wherever it appears (a keyword ends the term before
-it, so `theorem t : True := trivial run_cmd ...` starts a new command mid-line).
+it, so `theorem t : True := trivial run_cmd ...` starts a new command mid-line). A name with a
+command's prefix (`register_`, `declare_`, `run_`, ...: commands of imports not listed here) is
+taken for a command at column 0 only; indented or inside a line it is a name (`(run_len : ℕ)`).
 
 Allowed commands: `theorem`, `lemma`, `example`, `def`, `abbrev`, `instance` with the modifiers
 `private`, `protected`, `noncomputable` and `@[attr, ...]`; `namespace`/`section`/`end`
@@ -170,13 +172,18 @@ def header_imports(header: str) -> set[str]:
 
 
 def _is_command_keyword(tok: Token, prev: Token | None = None) -> bool:
-    """A keyword token that begins a command (`«theorem»` is an identifier, not a keyword). A
-    name with a command prefix (`set_x`) right after `theorem`/`def`/... is the name declared."""
+    """A keyword token that begins a command (`«theorem»` is an identifier, not a keyword). A name
+    with a command prefix (`register_x`: a command from an import the list lacks) is one where
+    commands start, at column 0 or first in the text, except right after `theorem`/`def`/...
+    (the name declared); indented or inside a line (`(run_len : ℕ)`, `exact set_size_pos`) it is
+    a name."""
     if tok.kind != "ident" or "«" in tok.text:
         return False
     if tok.text in COMMAND_KEYWORDS:
         return True
-    return tok.text.startswith(COMMAND_PREFIXES) and not (prev is not None and prev.text in DECLARATIONS)
+    if not tok.text.startswith(COMMAND_PREFIXES):
+        return False
+    return prev is None or (tok.column == 0 and prev.text not in DECLARATIONS)
 
 
 def _check_identifier(tok: Token, toks: list[Token], k: int, view: bool = False) -> None:
