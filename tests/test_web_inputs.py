@@ -348,6 +348,100 @@ def test_websockets_are_checked_too(browser, servers):
         (f"https://127.0.0.1:{other.port}/", f"port {other.port} is not allowed (allowed: {site.port})")]
 
 
+class WebSocketServer:
+    """A raw WebSocket server on loopback that answers every handshake with `extension` (a
+    Sec-WebSocket-Extensions value, or None) and sends one text frame "hello": with `deflate`, the
+    payload compressed and RSV1 set (permessage-deflate), whether or not the client offered it."""
+
+    def __init__(self, extension: str | None, deflate: bool):
+        self.extension, self.deflate = extension, deflate
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.offers: list[str | None] = []   # the Sec-WebSocket-Extensions each client sent
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        import base64
+        import hashlib
+        import zlib
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            head = b""
+            while b"\r\n\r\n" not in head:
+                more = conn.recv(4096)
+                if not more:
+                    break
+                head += more
+            headers = {k.strip().lower(): v.strip() for k, _, v in
+                       (line.decode().partition(":") for line in head.split(b"\r\n")[1:] if b":" in line)}
+            self.offers.append(headers.get("sec-websocket-extensions"))
+            accept = base64.b64encode(hashlib.sha1((headers.get("sec-websocket-key", "") +
+                                                    "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+            answer = [b"HTTP/1.1 101 Switching Protocols", b"Upgrade: websocket", b"Connection: Upgrade",
+                      b"Sec-WebSocket-Accept: " + accept]
+            if self.extension:
+                answer.append(b"Sec-WebSocket-Extensions: " + self.extension.encode())
+            payload, first = b"hello", 0x81
+            if self.deflate:
+                c = zlib.compressobj(wbits=-15)
+                payload, first = (c.compress(payload) + c.flush(zlib.Z_SYNC_FLUSH))[:-4], 0xC1
+            try:
+                conn.sendall(b"\r\n".join(answer) + b"\r\n\r\n" + bytes([first, len(payload)]) + payload)
+            except OSError:
+                pass
+            threading.Timer(3, conn.close).start()
+
+    def close(self):
+        self.sock.close()
+
+
+WS_PAGE = """<title>waiting</title><script>
+const sock = new WebSocket("ws://127.0.0.1:PORT/feed");
+sock.onmessage = e => { document.title = "got " + e.data; };
+sock.onclose = () => { if (document.title === "waiting") document.title = "closed"; };
+</script>"""
+
+
+@pytest.mark.parametrize("extension, deflate", [("permessage-deflate", True), (None, True)],
+                         ids=["unsolicited-deflate", "rsv-bits-alone"])
+def test_a_websocket_server_cannot_compress_past_the_budget(browser, servers, extension, deflate):
+    """The proxy takes the browser's offer of compression out, so a server that compresses anyway
+    (or sets RSV bits without an extension) has its tunnel cut with the reason; the control is the
+    same server reached without the proxy, where the browser decodes it, and a plain server through
+    the proxy, whose message arrives."""
+    site = servers()
+    ws = WebSocketServer(extension, deflate)
+    plain = WebSocketServer(None, False)
+    try:
+        site.html("/hostile", WS_PAGE.replace("PORT", str(ws.port)))
+        site.html("/plain", WS_PAGE.replace("PORT", str(plain.port)))
+        allow = FetchPolicy(allow_loopback=True, allowed_ports={site.port, ws.port, plain.port})
+        with PolicyProxy(allow) as proxy:
+            context, page = _open(browser, proxy=proxy)
+            page.goto(site.base + "/hostile")
+            page.wait_for_function("document.title !== 'waiting'")
+            assert page.title() == "closed"
+            page.goto(site.base + "/plain")
+            page.wait_for_function("document.title !== 'waiting'")
+            assert page.title() == "got hello"
+            context.close()
+        assert ws.offers == [None] and plain.offers == [None]   # the proxy took the offer out
+        [(url, why)] = proxy.refusals   # a CONNECT tunnel: the proxy names host and port
+        assert url == f"https://127.0.0.1:{ws.port}/" and ("nobody offered" if extension else "RSV bits 100") in why
+        if extension:   # without the proxy the browser offers deflate and decodes the frame
+            context, page = _open(browser)
+            page.goto(site.base + "/hostile")
+            page.wait_for_function("document.title !== 'waiting'")
+            assert page.title() == "got hello" and ws.offers[-1].startswith("permessage-deflate")
+            context.close()
+    finally:
+        ws.close()
+        plain.close()
+
+
 def test_page_size_budget_cuts_the_stream(browser, servers):
     site = servers()
     site.routes["/big.png"] = (200, {"Content-Type": "image/png"}, b"\x89PNG" + b"\0" * 200_000)

@@ -21,7 +21,8 @@ proxied too), and the proxy:
   response in another (zstd, compress) or in stacked codings is refused: its size could not be
   counted;
 - offers no compression to a plain WebSocket (it drops `Sec-WebSocket-Extensions` from a ws://
-  handshake in a tunnel), so a message counts at its size, not at its deflated size;
+  handshake in a tunnel), so a message counts at its size, not at its deflated size; a server
+  that answers with an extension anyway, or sends a frame with an RSV bit set, has its tunnel cut;
 - skips informational responses (103 Early Hints, 102 Processing) and forwards the final one;
 - records why it refused a request or a connection failed, for the render error's reason.
 
@@ -69,8 +70,16 @@ class Refused(Exception):
     """A request the policy refused (the message is the reason)."""
 
 
-class OverBudget(Refused):
-    """The page's byte budget ran out; the connection is cut where it stands."""
+class Cut(Refused):
+    """Refused mid-stream: the connection is cut where it stands, nothing answered."""
+
+
+class OverBudget(Cut):
+    """The page's byte budget ran out."""
+
+
+class UnsolicitedExtension(Cut):
+    """A plain WebSocket's server compressed (or extended) frames that no offer allowed."""
 
 
 @dataclass
@@ -192,10 +201,10 @@ class PolicyProxy:
                 url = _tunnel_url(target)
                 upstream = self._connect(url)
                 client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                rest = _plain_websocket_head(client, rest)
+                rest, plain_ws = _plain_websocket_head(client, rest)
                 if rest:
                     upstream.sendall(rest)
-                self._relay(client, upstream, url)
+                self._relay(client, upstream, url, WebSocketAnswer() if plain_ws else None)
             else:
                 url = target
                 upstream = self._connect(url)
@@ -203,7 +212,7 @@ class PolicyProxy:
         except Refused as e:
             with self._lock:
                 self.log.refusals.append((url or "(unparsed request)", str(e)))
-            if not isinstance(e, OverBudget):  # mid-response there is nothing to answer: cut
+            if not isinstance(e, Cut):  # mid-response there is nothing to answer: cut
                 _answer(client, 403, str(e))
         except (OSError, ValueError, http.client.HTTPException) as e:
             if url:
@@ -267,8 +276,9 @@ class PolicyProxy:
         if chunked:
             client.sendall(b"0\r\n\r\n")
 
-    def _relay(self, client, upstream, url: str) -> None:
-        """Bytes both ways until either side closes; what comes from upstream is charged."""
+    def _relay(self, client, upstream, url: str, answer: WebSocketAnswer | None = None) -> None:
+        """Bytes both ways until either side closes; what comes from upstream is charged, and for
+        a plain WebSocket checked (`answer`) before it goes on."""
         pair = {client: upstream, upstream: client}
         while True:
             ready, _, _ = select.select(list(pair), [], [], IDLE_TIMEOUT_S)
@@ -280,33 +290,107 @@ class PolicyProxy:
                     return
                 if s is upstream:
                     self._charge(len(data), url)
+                    if answer is not None:
+                        answer.feed(data)
                 pair[s].sendall(data)
 
 
-def _plain_websocket_head(client: socket.socket, start: bytes) -> bytes:
+def _plain_websocket_head(client: socket.socket, start: bytes) -> tuple[bytes, bool]:
     """The first bytes of a tunnel, with compression taken out of a plain (ws://) WebSocket
     handshake: without `Sec-WebSocket-Extensions` no permessage-deflate is negotiated, so the
-    frames that cross the tunnel are the message bytes and the budget counts what the page gets.
-    A TLS tunnel (https, wss) starts with a handshake record and is passed on untouched."""
+    frames that cross the tunnel are the message bytes and the budget counts what the page gets;
+    and whether it was one (its answer is then checked: `WebSocketAnswer`). A TLS tunnel (https,
+    wss) starts with a handshake record and is passed on untouched."""
     data = start
     while len(data) < 4:
         if not select.select([client], [], [], IDLE_TIMEOUT_S)[0]:
-            return data
+            return data, False
         more = client.recv(CHUNK)
         if not more:
-            return data
+            return data, False
         data += more
     if not data.startswith(b"GET "):
-        return data
+        return data, False
     while b"\r\n\r\n" not in data and len(data) < MAX_HEAD:
         more = client.recv(CHUNK)
         if not more:
-            return data
+            return data, False
         data += more
     head, sep, body = data.partition(b"\r\n\r\n")
     lines = [line for line in head.split(b"\r\n")
              if not line.lower().startswith(b"sec-websocket-extensions:")]
-    return b"\r\n".join(lines) + sep + body
+    return b"\r\n".join(lines) + sep + body, True
+
+
+class WebSocketAnswer:
+    """What a plain WebSocket's server sends, checked as it streams: the browser offered no
+    extension (the proxy took the offer out), so a `101` that names one, or a frame with an RSV bit
+    set (which only an extension may set: RSV1 is permessage-deflate's), would have the browser
+    decode what the budget counted compressed. Either cuts the tunnel (UnsolicitedExtension).
+    Anything but a `101` is not a WebSocket and is left alone."""
+
+    def __init__(self):
+        self.head = b""
+        self.checking = True      # until the answer turns out not to be a 101
+        self.frame = b""          # the frame header read so far
+        self.skip = 0             # payload bytes left of the current frame
+
+    def feed(self, data: bytes) -> None:
+        if not self.checking:
+            return
+        if self.head is not None:
+            self.head += data
+            if b"\r\n\r\n" not in self.head:
+                if len(self.head) > MAX_HEAD:
+                    raise UnsolicitedExtension("WebSocket answer head too long")
+                return
+            head, _, data = self.head.partition(b"\r\n\r\n")
+            self.head = None
+            lines = head.split(b"\r\n")
+            if lines[0].split(b" ")[1:2] != [b"101"]:
+                self.checking = False
+                return
+            for line in lines[1:]:
+                if line.lower().startswith(b"sec-websocket-extensions:"):
+                    shown = line.decode("latin-1")[:200]
+                    raise UnsolicitedExtension(f"the WebSocket server answered with an extension nobody offered "
+                                               f"({shown}): its frames could not be counted as the page gets them")
+        self._frames(data)
+
+    def _frames(self, data: bytes) -> None:
+        i = 0
+        while i < len(data):
+            if self.skip:
+                n = min(self.skip, len(data) - i)
+                self.skip -= n
+                i += n
+                continue
+            self.frame += data[i:i + 1]
+            i += 1
+            if len(self.frame) == 1 and self.frame[0] & 0x70:
+                raise UnsolicitedExtension(f"a WebSocket frame with RSV bits {(self.frame[0] >> 4) & 7:03b} and no "
+                                           "extension negotiated (compressed or extended data the budget cannot count)")
+            need = _frame_header_size(self.frame)
+            if need is not None and len(self.frame) == need:
+                self.skip = _frame_payload_size(self.frame)
+                self.frame = b""
+
+
+def _frame_header_size(header: bytes) -> int | None:
+    """Bytes of a WebSocket frame header, once its first two are known."""
+    if len(header) < 2:
+        return None
+    size = {126: 4, 127: 10}.get(header[1] & 0x7F, 2)
+    return size + (4 if header[1] & 0x80 else 0)
+
+
+def _frame_payload_size(header: bytes) -> int:
+    n = header[1] & 0x7F
+    if n == 126:
+        return int.from_bytes(header[2:4], "big")
+    if n == 127:
+        return int.from_bytes(header[2:10], "big")
+    return n
 
 
 class _FinalResponse(http.client.HTTPResponse):
