@@ -52,6 +52,8 @@ def _one_line_error(capsys, argv, code=2):
     (["train", "pruned-synth", "--data", "/no/such/folder"], "--data '/no/such/folder' is not a folder"),
     (["validate", "/no/such/folder"], "not found: /no/such/folder is not a finished shardsmith dataset"),
     (["inspect", "/no/such/folder"], "not a finished shardsmith dataset"),
+    (["view", "/no/such/folder", "--port", "99999"], "--port 99999: a port is 0 to 65535"),
+    (["view", "/no/such/folder", "--port", "-1"], "--port -1: a port is 0 to 65535"),
 ])
 def test_misuse_is_one_line_exit_2(capsys, tmp_path, argv, expected):
     if argv[:1] == ["run"] and len(argv) > 1:

@@ -174,6 +174,33 @@ def test_a_foreign_host_is_refused(pruned):
         assert status == 421 and b"experiment" not in body and b"answers only" in body, (foreign, status)
 
 
+def test_a_bad_page_number_is_a_400_that_says_which_pages_exist(pruned):
+    from pipelines.viewer.app import make_app
+    _, manifest, path = pruned
+    client = make_app(path).test_client()
+    pages = -(-manifest["tables"]["rows"]["rows"] // 25)
+    assert client.get("/t/rows?page=1").status_code == 200 and client.get(f"/t/rows?page={pages}").status_code == 200
+    for bad in ("abc", "-5", "1e9", "0", str(pages + 1), "²", "9" * 5000, ""):
+        answer = client.get("/t/rows", query_string={"page": bad})
+        assert answer.status_code == 400 and f"pages run from 1 to {pages}".encode() in answer.data, bad
+
+
+def test_bidi_overrides_and_controls_show_as_marks(pruned, tmp_path):
+    """A U+202E in the data would reverse the text after it on the page: it shows as a mark."""
+    from pipelines.viewer.app import make_app, visible
+    _, _, path = pruned
+    toy = str(tmp_path / "bidi")
+    shutil.copytree(path, toy)
+    manifest = _manifest(toy)
+    manifest["dataset"] = "safe\u202eexe.txt\u2066x\x07"
+    with open(os.path.join(toy, "_manifest.json"), "w") as fh:
+        json.dump(manifest, fh)
+    page = make_app(toy).test_client().get("/").get_data(as_text=True)
+    assert "safe⟨U+202E⟩exe.txt⟨U+2066⟩x⟨U+0007⟩" in page
+    assert not any(c in page for c in "\u202e\u2066\x07")
+    assert visible("a\tb\nc") == "a\tb\nc" and visible(3) == 3
+
+
 def test_which_hosts_a_viewer_answers():
     from pipelines.viewer import hosts
     loop = hosts.allowed("127.0.0.1", 8765)

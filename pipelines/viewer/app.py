@@ -21,6 +21,7 @@ import os
 import threading
 
 from flask import Flask, Response, abort, render_template, request
+from markupsafe import Markup
 
 from core.dataset_folder import read_manifest
 from pipelines.viewer import gallery, hosts, pictures
@@ -102,7 +103,7 @@ def make_app(dataset_dir: str) -> Flask:
         numbers = list(t.matching(column, value)) if column and value is not None else None
         total = len(numbers) if numbers is not None else t.rows
         pages = max(1, -(-total // PAGE_ROWS))
-        page = min(max(1, request.args.get("page", 1, type=int)), pages)
+        page = _page_number(request.args.get("page"), pages)
         lo, hi = (page - 1) * PAGE_ROWS, min(page * PAGE_ROWS, total)
         shown = numbers[lo:hi] if numbers is not None else list(range(lo, hi))
         data = t.rows_at(shown) if numbers is not None else t.slice(lo, hi)
@@ -169,6 +170,7 @@ def make_app(dataset_dir: str) -> Flask:
 
     look.routes(app, table, dataset_dir, manifest)
     app.config["DATASET_DIR"] = dataset_dir
+    app.jinja_env.finalize = visible                # every value shown: controls and bidi overrides made marks
     for name in app.jinja_env.list_templates():    # compiled once, at start, not by the first visitor
         app.jinja_env.get_template(name)
     return app
@@ -233,6 +235,30 @@ def _image_type(value) -> str | None:
             if bytes(value[:len(magic)]) == magic:
                 return kind
     return None
+
+
+# bidi overrides, embeddings, isolates and marks, and the C0/C1 controls but tab and newline: shown
+# as a mark, never applied (a U+202E in a page title would reverse the text after it)
+_INVISIBLE = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0), 0x061C, 0x200E,
+                            0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+_INVISIBLE = {c: f"⟨U+{c:04X}⟩" for c in _INVISIBLE}
+
+
+def visible(value):
+    """A value as the page shows it (Jinja's finalize, before escaping): strings with their control
+    and bidi characters written as marks."""
+    if isinstance(value, Markup):            # already escaped (a macro's output): marks are plain text
+        return Markup(str.translate(value, _INVISIBLE))
+    return value.translate(_INVISIBLE) if isinstance(value, str) else value
+
+
+def _page_number(arg: str | None, pages: int) -> int:
+    """?page=N: a whole number from 1 to the last page; anything else is the user's mistake, a 400."""
+    if arg is None:
+        return 1
+    if not (arg.isascii() and arg.isdigit() and len(arg) <= 12) or not 1 <= int(arg) <= pages:
+        abort(400, f"page {arg[:40]!r} does not exist: pages run from 1 to {pages}")
+    return int(arg)
 
 
 def _cell(value, width: int = CELL_CHARS) -> str:
