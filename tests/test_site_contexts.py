@@ -76,71 +76,93 @@ def _handler(other: dict):
             elif path == "/frame":
                 send_body(self, 200, "text/html", FRAME)
             elif path == "/slow":
-                time.sleep(0.3)
+                time.sleep(0.2)
                 send_body(self, 200, "image/gif", b"GIF89a")
             else:
                 send_body(self, 404, "text/plain", "no")
     return Handler
 
 
+ADDRESSES = iter(f"127.0.0.{n}" for n in range(10, 250))
+
+
 @pytest.fixture(scope="module")
-def sites():
-    first_other, second_other = {}, {}
-    first, first_url = loopback_server(_handler(first_other), "127.0.0.1")
-    second, second_url = loopback_server(_handler(second_other), "127.0.0.2")
-    first_other["url"], second_other["url"] = second_url, first_url
-    yield first_url, second_url
-    for server in (first, second):
-        server.shutdown()
-        server.server_close()
+def renderer():
+    with Renderer() as r:
+        yield r
 
 
-def _title(renderer: Renderer, url: str, platform: str = "desktop") -> str:
-    policy = FetchPolicy(allow_addresses={"127.0.0.1", "127.0.0.2"})
-    return renderer.render_page(url, platform, 3, policy=policy, follow_links=0, timeout_ms=8000)["title"]
+class Sites:
+    """Two sites of a test's own (two loopback addresses no other test uses, so no context another
+    test kept is theirs), and the renderer's reuse count since the test began."""
+
+    def __init__(self, renderer: Renderer):
+        self.renderer, self.start = renderer, renderer.contexts_reused
+        first_other, second_other = {}, {}
+        self.servers = [loopback_server(_handler(first_other), next(ADDRESSES)),
+                        loopback_server(_handler(second_other), next(ADDRESSES))]
+        (_, self.site), (_, self.other) = self.servers
+        first_other["url"], second_other["url"] = self.other, self.site
+        self.policy = FetchPolicy(allow_addresses={urlsplit(u).hostname for u in (self.site, self.other)})
+
+    @property
+    def reused(self) -> int:
+        return self.renderer.contexts_reused - self.start
+
+    def title(self, url: str, platform: str = "desktop") -> str:
+        return self.renderer.render_page(url, platform, 3, policy=self.policy.fresh(), follow_links=0,
+                                         timeout_ms=8000)["title"]
+
+    def close(self):
+        for server, _ in self.servers:
+            server.shutdown()
+            server.server_close()
+
+
+@pytest.fixture
+def sites(renderer):
+    made = Sites(renderer)
+    yield made
+    made.close()
 
 
 def test_the_next_page_of_a_site_sees_nothing_the_last_one_left(sites):
-    site, _ = sites
-    with Renderer() as r:
-        assert _title(r, f"{site}/page") == NOTHING
-        # the page sees its own writes: each check can see what it looks for
-        assert _title(r, f"{site}/page?write") == EVERYTHING
-        assert _title(r, f"{site}/page") == NOTHING
-        assert r.contexts_reused == 2 and r.pages_rendered == 3
+    site = sites.site
+    assert sites.title(f"{site}/page") == NOTHING
+    # the page sees its own writes: each check can see what it looks for
+    assert sites.title(f"{site}/page?write") == EVERYTHING
+    assert sites.title(f"{site}/page") == NOTHING
+    assert sites.reused == 2
 
 
 def test_pages_of_other_sites_and_platforms_get_contexts_of_their_own(sites):
-    site, other = sites
-    with Renderer() as r:
-        assert _title(r, f"{site}/page?write") == EVERYTHING
-        assert _title(r, f"{other}/page") == NOTHING
-        assert _title(r, f"{site}/page", "mobile") == NOTHING
-        assert r.contexts_reused == 0
-        assert _title(r, f"{site}/page") == NOTHING   # the site's desktop context, kept and emptied
-        assert r.contexts_reused == 1
+    site, other = sites.site, sites.other
+    assert sites.title(f"{site}/page?write") == EVERYTHING
+    assert sites.title(f"{other}/page") == NOTHING
+    assert sites.title(f"{site}/page", "mobile") == NOTHING
+    assert sites.reused == 0
+    assert sites.title(f"{site}/page") == NOTHING   # the site's desktop context, kept and emptied
+    assert sites.reused == 1
 
 
 def test_a_page_that_reached_another_origin_closes_its_context(sites):
     """Another site's iframe keeps its storage partitioned under the page's site, which clearing
     by origin does not reach: such a page's context is never kept."""
-    site, _ = sites
-    with Renderer() as r:
-        assert _title(r, f"{site}/page?write&frame") == EVERYTHING + " frame=1"
-        assert _title(r, f"{site}/page?frame") == NOTHING + " frame=0"
-        for _ in range(2):   # a page that reached only its own origin leaves its context to the next
-            assert _title(r, f"{site}/page") == NOTHING
-        assert r.contexts_reused == 1
+    site = sites.site
+    assert sites.title(f"{site}/page?write&frame") == EVERYTHING + " frame=1"
+    assert sites.title(f"{site}/page?frame") == NOTHING + " frame=0"
+    for _ in range(2):   # a page that reached only its own origin leaves its context to the next
+        assert sites.title(f"{site}/page") == NOTHING
+    assert sites.reused == 1
 
 
 def test_a_failed_page_closes_its_context(sites):
-    site, _ = sites
-    with Renderer() as r:
-        assert _title(r, f"{site}/page?write") == EVERYTHING
-        with pytest.raises(R.RenderError):
-            _title(r, f"{site}/missing")          # HTTP 404: reused, then closed
-        assert _title(r, f"{site}/page") == NOTHING
-        assert r.contexts_reused == 1
+    site = sites.site
+    assert sites.title(f"{site}/page?write") == EVERYTHING
+    with pytest.raises(R.RenderError):
+        sites.title(f"{site}/missing")          # HTTP 404: reused, then closed
+    assert sites.title(f"{site}/page") == NOTHING
+    assert sites.reused == 1
 
 
 def test_which_pages_may_share():
