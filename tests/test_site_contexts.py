@@ -1,12 +1,12 @@
 """Pages of one site share a browser context (transforms/web/site_contexts.py): what one page
 leaves behind, the next never sees, and pages of different sites never share one.
 
-Set-up (loopback only, started here): the site on 127.0.0.1 serves `/page`; with `?write` it first
+Set-up (loopback only, started here): each test gets two sites on loopback addresses of its own
+(127.0.0.10 and up), one browser serving the module. A site serves `/page`; with `?write` it first
 writes a cookie, local and session storage, an IndexedDB database and a Cache Storage entry, then
 reads all of them and shows what it found in its title: `cookie=1 local=1 ...`. With `?frame` it
-also holds an iframe from another site (127.0.0.2) that writes (`?write`) and reads that site's
-local storage. `/slow` holds the load event until the reads are done. The same page runs on
-127.0.0.2 too.
+also holds an iframe from the other site that writes (`?write`) and reads that site's local
+storage. `/slow` holds the load event until the reads are done.
 """
 from __future__ import annotations
 
