@@ -257,10 +257,10 @@ def _inspect(args, beam_args) -> int:
 
 
 def _view(args, beam_args) -> int:
-    from pipelines.viewer.app import listen
-    from pipelines.viewer.hosts import is_loopback
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port}: a port is 0 to 65535 (0 takes any free one)")
+    from pipelines.viewer.app import listen
+    from pipelines.viewer.hosts import is_loopback
     try:
         server = listen(args.path, args.host, args.port, args.allow_host)
     except OSError as exc:
