@@ -6,14 +6,15 @@ Set-up (loopback only, started here): each test gets two sites on loopback addre
 writes a cookie, local and session storage, an IndexedDB database and a Cache Storage entry, then
 reads all of them and shows what it found in its title: `cookie=1 local=1 ...`. With `?frame` it
 also holds an iframe from the other site that writes (`?write`) and reads that site's local
-storage. `/slow` holds the load event until the reads are done.
+storage. The page's `/slow` image holds its load event until the page has written its title
+(`/done`), so the title is what the reads found, however loaded the machine.
 """
 from __future__ import annotations
 
 import http.server
 import os
-import time
-from urllib.parse import urlsplit
+import threading
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -28,9 +29,12 @@ pytestmark = [pytest.mark.browser,
 
 NOTHING = "cookie=0 local=0 session=0 idb=0 cache=0"
 EVERYTHING = "cookie=1 local=1 session=1 idb=1 cache=1"
-PAGE = """<!doctype html><title>pending</title><body><iframe id=f></iframe><img src="/slow">
+PAGE = """<!doctype html><title>pending</title><body><iframe id=f></iframe>
 <script>
 const write = location.search.includes('write'), framed = location.search.includes('frame');
+const token = String(Math.random()).slice(2);
+const hold = document.body.appendChild(new Image());   // the load event waits for it, and it for /done
+hold.src = '/slow?t=' + token;
 (async () => {
   if (write) {
     document.cookie = 'k=1; path=/';
@@ -56,6 +60,7 @@ const write = location.search.includes('write'), framed = location.search.includ
     document.getElementById('f').src = 'OTHER/frame' + (write ? '?write' : '');
   });
   document.title = Object.entries(found).map(([k, v]) => k + '=' + v).join(' ');
+  await fetch('/done?t=' + token);
 })();
 </script>"""
 FRAME = """<!doctype html><script>
@@ -65,6 +70,8 @@ parent.postMessage(localStorage.getItem('k') ? 1 : 0, '*');
 
 
 def _handler(other: dict):
+    done: dict[str, threading.Event] = {}   # a page's token -> set once its title is written
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -75,9 +82,12 @@ def _handler(other: dict):
                 send_body(self, 200, "text/html", PAGE.replace("OTHER", other["url"]))
             elif path == "/frame":
                 send_body(self, 200, "text/html", FRAME)
-            elif path == "/slow":
-                time.sleep(0.2)
+            elif path == "/slow":        # held until the page's reads are done (at most 5 s)
+                done.setdefault(parse_qs(urlsplit(self.path).query).get("t", [""])[0], threading.Event()).wait(5)
                 send_body(self, 200, "image/gif", b"GIF89a")
+            elif path == "/done":
+                done.setdefault(parse_qs(urlsplit(self.path).query).get("t", [""])[0], threading.Event()).set()
+                send_body(self, 204, "text/plain", b"")
             else:
                 send_body(self, 404, "text/plain", "no")
     return Handler
@@ -163,6 +173,18 @@ def test_a_failed_page_closes_its_context(sites):
         sites.title(f"{site}/missing")          # HTTP 404: reused, then closed
     assert sites.title(f"{site}/page") == NOTHING
     assert sites.reused == 1
+
+
+def test_a_kept_context_whose_blank_tab_is_gone_is_replaced_not_failed(sites):
+    """Whatever closed the next page's tab meanwhile, the page renders in a fresh context."""
+    site = sites.site
+    assert sites.title(f"{site}/page?write") == EVERYTHING
+
+    def close_blank_tabs(worker):     # on the renderer's own thread, as Playwright requires
+        for kept in worker.kept._kept.values():
+            kept.spare.close()
+    sites.renderer._submit(close_blank_tabs, 10)
+    assert sites.title(f"{site}/page") == NOTHING and sites.reused == 0
 
 
 def test_which_pages_may_share():

@@ -458,7 +458,11 @@ class _Worker:
                 options["user_agent"] = (f"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
                                          f"(KHTML, like Gecko) Chrome/{self.ua_version} Safari/537.36")
             key = site_key(url, platform, policy) if route_handler is None and clock is None else None
-            proxy, kept = self.page_proxy(policy, self.kept.take(key))
+            kept = self.kept.take(key)
+            if kept is not None and (kept.spare is None or kept.spare.is_closed()):
+                _quietly(kept.ctx.close)   # its blank tab is gone (closed under it): not the page's fault
+                kept = None
+            proxy, kept = self.page_proxy(policy, kept)
             if kept is None:
                 try:
                     ctx = self.new_context(options, route_handler, proxy)
