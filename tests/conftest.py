@@ -72,6 +72,27 @@ def send_body(handler, status: int, ctype: str, body, headers=()) -> None:
     handler.wfile.write(body)
 
 
+def websocket_accept(key: str) -> str:
+    """The Sec-WebSocket-Accept that answers a handshake's Sec-WebSocket-Key (RFC 6455)."""
+    import base64
+    import hashlib
+    return base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+
+
+def websocket_frame(message: bytes, deflate: bool = False) -> bytes:
+    """One unmasked text frame from a server; with `deflate`, the payload compressed as
+    permessage-deflate sends it and RSV1 set."""
+    import zlib
+    first = 0x81                                   # FIN, text
+    if deflate:
+        z = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+        message, first = (z.compress(message) + z.flush(zlib.Z_SYNC_FLUSH))[:-4], 0xC1   # RSV1: compressed
+    n = len(message)
+    length = bytes([n]) if n < 126 else (bytes([126]) + n.to_bytes(2, "big") if n < 65536
+                                         else bytes([127]) + n.to_bytes(8, "big"))
+    return bytes([first]) + length + message
+
+
 def loopback_server(handler, host: str = "127.0.0.1"):
     """(server, base URL): a threaded HTTP server for `handler` on `host` (a loopback address) at a
     free port, serving from a daemon thread; the caller shuts it down."""

@@ -46,14 +46,13 @@ import ssl
 import tempfile
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
 from tests import test_fetch_attacks as A
-from tests.conftest import send_body
+from tests.conftest import send_body, websocket_accept, websocket_frame
 from tests.test_fetch_attacks import (BOMB_BUDGET, BY_NAME, LOCAL, PNG_1PX, SITE, VECTORS, Vector, _fetch,
                                       _resolve, blocked_policy, control_policy)
 from tests.test_fetch_attacks import env  # noqa: F401  (the suite's fixture, used by `blind`)
@@ -369,29 +368,17 @@ def _bx(handler) -> bool:
 
 
 def _websocket(handler, size: int, deflate: bool):
-    key = handler.headers.get("Sec-WebSocket-Key", "")
-    accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
     offered = "permessage-deflate" in (handler.headers.get("Sec-WebSocket-Extensions") or "")
     deflate = deflate and offered
     handler.send_response(101)
     handler.send_header("Upgrade", "websocket")
     handler.send_header("Connection", "Upgrade")
-    handler.send_header("Sec-WebSocket-Accept", accept)
+    handler.send_header("Sec-WebSocket-Accept", websocket_accept(handler.headers.get("Sec-WebSocket-Key", "")))
     if deflate:
         handler.send_header("Sec-WebSocket-Extensions", "permessage-deflate")
     handler.end_headers()
-    message = b" " * size
-    if deflate:
-        z = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
-        payload = z.compress(message) + z.flush(zlib.Z_SYNC_FLUSH)
-        payload, first = payload[:-4], 0xC1   # FIN, RSV1 (compressed), text
-    else:
-        payload, first = message, 0x81
-    n = len(payload)
-    length = bytes([n]) if n < 126 else (bytes([126]) + n.to_bytes(2, "big") if n < 65536
-                                         else bytes([127]) + n.to_bytes(8, "big"))
     try:
-        handler.wfile.write(bytes([first]) + length + payload)
+        handler.wfile.write(websocket_frame(b" " * size, deflate))
         handler.wfile.flush()
         time.sleep(1.5)
         handler.wfile.write(b"\x88\x02\x03\xe8")

@@ -41,6 +41,16 @@ def _manifest(path: str) -> dict:
         return json.load(fh)
 
 
+def _renamed_copy(path: str, folder: str, dataset: str) -> str:
+    """A copy of the run at `path` in `folder` whose manifest names `dataset` (a name from data)."""
+    shutil.copytree(path, folder)
+    manifest = _manifest(folder)
+    manifest["dataset"] = dataset
+    with open(os.path.join(folder, "_manifest.json"), "w") as fh:
+        json.dump(manifest, fh)
+    return folder
+
+
 def _trained(dataset: str, path: str, *sets: str) -> None:
     """`shardsmith train DATASET --data PATH`: metrics and figures go beside the data (PATH-train)."""
     from pipelines import registry
@@ -189,12 +199,7 @@ def test_bidi_overrides_and_controls_show_as_marks(pruned, tmp_path):
     """A U+202E in the data would reverse the text after it on the page: it shows as a mark."""
     from pipelines.viewer.app import make_app, visible
     _, _, path = pruned
-    toy = str(tmp_path / "bidi")
-    shutil.copytree(path, toy)
-    manifest = _manifest(toy)
-    manifest["dataset"] = "safe\u202eexe.txt\u2066x\x07"
-    with open(os.path.join(toy, "_manifest.json"), "w") as fh:
-        json.dump(manifest, fh)
+    toy = _renamed_copy(path, str(tmp_path / "bidi"), "safe\u202eexe.txt\u2066x\x07")
     page = make_app(toy).test_client().get("/").get_data(as_text=True)
     assert "safe⟨U+202E⟩exe.txt⟨U+2066⟩x⟨U+0007⟩" in page
     assert not any(c in page for c in "\u202e\u2066\x07")
@@ -218,13 +223,7 @@ def test_a_dataset_without_a_look_is_shown_by_its_tables(pruned, tmp_path):
     and pruned-synth's own pages, pictures and figures are not there for it."""
     from pipelines.viewer.app import make_app
     _, _, path = pruned
-    toy = str(tmp_path / "toy")
-    shutil.copytree(path, toy)
-    manifest = _manifest(toy)
-    manifest["dataset"] = "toy-set"
-    with open(os.path.join(toy, "_manifest.json"), "w") as fh:
-        json.dump(manifest, fh)
-    client = make_app(toy).test_client()
+    client = make_app(_renamed_copy(path, str(tmp_path / "toy"), "toy-set")).test_client()
     assert client.get("/").status_code == 200 and client.get("/t/rows/0").status_code == 200
     missing = client.get("/pictures/phase.png")
     assert missing.status_code == 404 and b"toy-set has no &#39;phase&#39; picture (it has none)" in missing.data

@@ -10,6 +10,7 @@ import io
 import os
 import socket
 import threading
+import time
 from html.parser import HTMLParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.error import HTTPError
@@ -18,7 +19,7 @@ from urllib.request import Request, urlopen
 
 import pytest
 
-from tests.conftest import TEST_DATA
+from tests.conftest import TEST_DATA, loopback_server, websocket_accept, websocket_frame
 from core.rejected import Rejected
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.local_site import LocalSite
@@ -349,53 +350,41 @@ def test_websockets_are_checked_too(browser, servers):
 
 
 class WebSocketServer:
-    """A raw WebSocket server on loopback that answers every handshake with `extension` (a
+    """A WebSocket server on loopback that answers every handshake with `extension` (a
     Sec-WebSocket-Extensions value, or None) and sends one text frame "hello": with `deflate`, the
     payload compressed and RSV1 set (permessage-deflate), whether or not the client offered it."""
 
     def __init__(self, extension: str | None, deflate: bool):
-        self.extension, self.deflate = extension, deflate
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
         self.offers: list[str | None] = []   # the Sec-WebSocket-Extensions each client sent
-        threading.Thread(target=self._serve, daemon=True).start()
+        outer = self
 
-    def _serve(self):
-        import base64
-        import hashlib
-        import zlib
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            head = b""
-            while b"\r\n\r\n" not in head:
-                more = conn.recv(4096)
-                if not more:
-                    break
-                head += more
-            headers = {k.strip().lower(): v.strip() for k, _, v in
-                       (line.decode().partition(":") for line in head.split(b"\r\n")[1:] if b":" in line)}
-            self.offers.append(headers.get("sec-websocket-extensions"))
-            accept = base64.b64encode(hashlib.sha1((headers.get("sec-websocket-key", "") +
-                                                    "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
-            answer = [b"HTTP/1.1 101 Switching Protocols", b"Upgrade: websocket", b"Connection: Upgrade",
-                      b"Sec-WebSocket-Accept: " + accept]
-            if self.extension:
-                answer.append(b"Sec-WebSocket-Extensions: " + self.extension.encode())
-            payload, first = b"hello", 0x81
-            if self.deflate:
-                c = zlib.compressobj(wbits=-15)
-                payload, first = (c.compress(payload) + c.flush(zlib.Z_SYNC_FLUSH))[:-4], 0xC1
-            try:
-                conn.sendall(b"\r\n".join(answer) + b"\r\n\r\n" + bytes([first, len(payload)]) + payload)
-            except OSError:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.offers.append(self.headers.get("Sec-WebSocket-Extensions"))
+                self.send_response(101)
+                self.send_header("Upgrade", "websocket")
+                self.send_header("Connection", "Upgrade")
+                self.send_header("Sec-WebSocket-Accept", websocket_accept(self.headers.get("Sec-WebSocket-Key", "")))
+                if extension:
+                    self.send_header("Sec-WebSocket-Extensions", extension)
+                self.end_headers()
+                try:
+                    self.wfile.write(websocket_frame(b"hello", deflate))
+                    self.wfile.flush()
+                    time.sleep(3)          # open while the page reads the message
+                except OSError:
+                    pass
+                self.close_connection = True
+
+            def log_message(self, *args):
                 pass
-            threading.Timer(3, conn.close).start()
+
+        self.httpd, _ = loopback_server(Handler)
+        self.port = self.httpd.server_address[1]
 
     def close(self):
-        self.sock.close()
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 WS_PAGE = """<title>waiting</title><script>

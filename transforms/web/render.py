@@ -328,7 +328,7 @@ class _Worker:
         self.pages_since_start = 0
 
     def stop_browser(self) -> None:
-        self.kept.drain()   # they die with the browser
+        self.kept.forget()   # they die with the browser
         for closer in (lambda: self.browser and self.browser.close(), lambda: self.conn and self.conn.close()):
             if self.proc is not None and self.proc.poll() is None:
                 try:
@@ -459,7 +459,7 @@ class _Worker:
                                          f"(KHTML, like Gecko) Chrome/{self.ua_version} Safari/537.36")
             key = site_key(url, platform, policy) if route_handler is None and clock is None else None
             kept = self.kept.take(key)
-            if kept is not None and (kept.spare is None or kept.spare.is_closed()):
+            if kept is not None and kept.spare.is_closed():
                 _quietly(kept.ctx.close)   # its blank tab is gone (closed under it): not the page's fault
                 kept = None
             proxy, kept = self.page_proxy(policy, kept)

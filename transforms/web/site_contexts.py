@@ -88,6 +88,6 @@ class SiteContexts:
             out.append(self._kept.popitem(last=False)[1])
         return out
 
-    def drain(self) -> list[KeptContext]:
-        out, self._kept = list(self._kept.values()), OrderedDict()
-        return out
+    def forget(self) -> None:
+        """Drop every kept context (they died with their browser)."""
+        self._kept = OrderedDict()
