@@ -276,6 +276,16 @@ def converted_model_cache(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(scope="session")
+def small_local(tmp_path_factory):
+    """small_local(dataset) -> (folder, manifest) of tests/small_runs.py's local run of `dataset`,
+    one per test run, shared by the xdist workers (tests/small_runs.py: local_reference)."""
+    from tests.small_runs import local_reference
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base   # the run's own folder
+    return lambda dataset: local_reference(dataset, str(shared))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _session_store():
     """Remove the session's result store at the end (a worker-process test may still have written to it)."""
@@ -325,7 +335,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 # a test that uses one of these fixtures is heavy for the fixture's reason
-FIXTURE_MARKS = {"browser": "browser", "converted_model_cache": "model", "run_dataset": "pipeline", "s3_store": "store",
+FIXTURE_MARKS = {"browser": "browser", "converted_model_cache": "model", "run_dataset": "pipeline", "small_local": "pipeline", "s3_store": "store",
                  "gcs_store": "store"}
 HEAVY_GUESS_S = 10.0   # seconds a heavy test is guessed to take until tests/durations.json has its file
 

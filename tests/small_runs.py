@@ -5,10 +5,15 @@ The models are scripted servers on loopback whose answers depend only on the req
 (tests/scripted_models.py), Lean is the stand-in REPL (tests/lean_standin.py), Chromium renders
 three pages of the bundled site, the concretizer runs its backbone on one simulated scan. No result
 store: every run computes everything.
+
+`local_reference` is the local runner's run of each, made once per test session and shared by the
+test processes: the tests that hold another runner to its bytes compare against it instead of
+each running the local runner again.
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -69,3 +74,27 @@ def small_runs(where: str):
     finally:
         model.close()
         policy.close()
+
+
+def local_reference(dataset: str, shared: str) -> tuple[str, dict]:
+    """(dataset folder, manifest) of `dataset`'s small run on the local runner, made under `shared`
+    by the first test process that asks (under a lock) and read by the others. Its inputs and
+    scripted servers are its own: nothing of where or on which port they ran reaches the shards."""
+    from pipelines import registry
+    from pipelines.run import run
+    where = os.path.join(shared, "small-local", dataset)
+    done = os.path.join(where, "manifest.json")
+    os.makedirs(os.path.dirname(where), exist_ok=True)
+    with open(where + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(done):
+            shutil.rmtree(where, ignore_errors=True)
+            os.makedirs(where)
+            with small_runs(where) as sets:
+                manifest = run(registry.get(dataset), out=os.path.join(where, "out"), sets=sets(dataset),
+                               quiet=True, max_error_rate=1.0)
+            with open(done + ".part", "w") as fh:
+                json.dump(manifest, fh)
+            os.replace(done + ".part", done)
+    with open(done) as fh:
+        return os.path.join(where, "out", dataset), json.load(fh)

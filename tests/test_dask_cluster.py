@@ -121,14 +121,14 @@ def test_a_real_cluster_without_a_shared_folder_writes_the_local_runners_bytes(
 
 
 @pytest.mark.parametrize("dataset", ["rmaxts", "selfmoe"])
-def test_small_runs_write_the_local_runners_bytes_on_the_cluster(dask_cluster, s3_store, tmp_path, dataset):
+def test_small_runs_write_the_local_runners_bytes_on_the_cluster(dask_cluster, s3_store, small_local, tmp_path,
+                                                                dataset):
     """The small runs of tests/small_runs.py on the cluster, writing to the S3 server: the local
     runner's files. rmaxts: the stand-in REPL pool (shared by the processes of a machine), a
     scripted policy; selfmoe: four rounds of joins on a scripted model (pipelines/dask_runner.py
     keeps their partitions at the run's; Beam's own translation built 796,075 tasks for one round)."""
+    local_path, local = small_local(dataset)
     with small_runs(str(tmp_path)) as sets:
-        local_out = str(tmp_path / "local")
-        local = run.run(registry.get(dataset), out=local_out, sets=sets(dataset), quiet=True, max_error_rate=1.0)
         before = dask_cluster.executed()
         remote_out = s3_store.bucket() + "/cluster"
         remote = run.run(registry.get(dataset), out=remote_out, sets=sets(dataset), quiet=True, max_error_rate=1.0,
@@ -136,7 +136,7 @@ def test_small_runs_write_the_local_runners_bytes_on_the_cluster(dask_cluster, s
         after = dask_cluster.executed()
     assert all(t["rows"] > 0 for t in local["tables"].values()), local["tables"]
     assert _summary(remote) == _summary(local)
-    expected = _data_files(os.path.join(local_out, dataset), local)
+    expected = _data_files(local_path, local)
     got = _data_files(storage.join(remote_out, dataset), remote)
     assert sorted(got) == sorted(expected)
     assert [path for path in expected if got[path] != expected[path]] == []

@@ -127,7 +127,7 @@ def test_heavy_workers_write_the_same_files_on_every_runner(run_dataset, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["rmaxts", "multiui"])
-def test_small_runs_write_the_same_files_on_the_multiprocess_runner(tmp_path, dataset):
+def test_small_runs_write_the_same_files_on_the_multiprocess_runner(small_local, tmp_path, dataset):
     """The stand-in REPL pool (one per machine, shared by both workers) and a Chromium per worker:
     the files match the local runner's byte for byte."""
     if dataset == "multiui" and not os.path.exists("/usr/bin/chromium"):
@@ -135,13 +135,12 @@ def test_small_runs_write_the_same_files_on_the_multiprocess_runner(tmp_path, da
     from pipelines import registry
     from pipelines.run import run
     from tests.small_runs import small_runs
-    manifests = {}
+    local_path, local = small_local(dataset)
     with small_runs(str(tmp_path)) as sets:
-        for runner, beam_args in _runners("local", "multiprocess"):
-            manifests[runner] = run(registry.get(dataset), out=str(tmp_path / runner), sets=sets(dataset),
-                                    quiet=True, max_error_rate=1.0, runner=runner, beam_args=beam_args)
-    local, multi = manifests["local"], manifests["multiprocess"]
+        runner, beam_args = _runners("multiprocess")[0]
+        multi = run(registry.get(dataset), out=str(tmp_path / runner), sets=sets(dataset), quiet=True,
+                    max_error_rate=1.0, runner=runner, beam_args=beam_args)
     assert all(t["rows"] > 0 for t in local["tables"].values()), local["tables"]
-    assert multi["runner"] == "multiprocess"
-    assert _digests(str(tmp_path / "multiprocess" / dataset)) == _digests(str(tmp_path / "local" / dataset))
+    assert local["runner"] == "local" and multi["runner"] == "multiprocess"
+    assert _digests(str(tmp_path / "multiprocess" / dataset)) == _digests(local_path)
     assert without_generation(multi["tables"]) == without_generation(local["tables"])

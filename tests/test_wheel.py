@@ -23,8 +23,6 @@ import zipfile
 
 import pytest
 
-from pipelines import registry
-from pipelines.run import run
 from tests import beam_services
 from tests.conftest import parquet_digests
 from tests.small_runs import DATASETS, small_runs
@@ -121,14 +119,13 @@ def test_the_fresh_virtualenv_imports_the_wheel_and_nothing_of_the_checkout(venv
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
-def test_every_dataset_runs_from_the_wheel_on_the_worker_pool(dataset, venv, pool, tmp_path):
+def test_every_dataset_runs_from_the_wheel_on_the_worker_pool(dataset, venv, pool, small_local, tmp_path):
     if dataset == "multiui" and not os.path.exists("/usr/bin/chromium"):
         pytest.skip("needs Debian's chromium: apt-get install chromium")
     if dataset == "concretizer":
         pytest.importorskip("spconv")
+    local_path, local = small_local(dataset)
     with small_runs(str(tmp_path)) as sets:
-        local = run(registry.get(dataset), out=str(tmp_path / "local"), sets=sets(dataset), quiet=True,
-                    max_error_rate=1.0)
         args = [a for s in sets(dataset) for a in ("--set", s)]
         shardsmith = os.path.join(os.path.dirname(venv), "shardsmith")
         done = subprocess.run([shardsmith, "run", dataset, "--out", str(tmp_path / "wheel"), "--quiet",
@@ -138,4 +135,4 @@ def test_every_dataset_runs_from_the_wheel_on_the_worker_pool(dataset, venv, poo
     assert done.returncode == 0, done.stderr[-3000:]
     path = str(tmp_path / "wheel" / dataset)
     assert all(t["rows"] > 0 for t in local["tables"].values()), local["tables"]
-    assert parquet_digests(path) == parquet_digests(str(tmp_path / "local" / dataset))
+    assert parquet_digests(path) == parquet_digests(local_path)
