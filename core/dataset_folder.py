@@ -5,6 +5,8 @@ the validator share.
 """
 from __future__ import annotations
 
+import os
+
 from core import storage
 from schemas.manifest import MANIFEST, listed_files, parse_manifest
 
@@ -34,3 +36,9 @@ def table_locations(dataset_dir: str, table: str, manifest: dict | None = None) 
     """The locations of the files the manifest lists for `table` (`_dead_letter` for dead letters)."""
     manifest = manifest if manifest is not None else read_manifest(dataset_dir)
     return [storage.join(dataset_dir, path) for path in listed_files(manifest, table, dataset_dir)]
+
+
+def resolves_inside(folder: str, path: str) -> bool:
+    """Whether the local `path`, after `..` and symbolic links, lies inside `folder` (resolved too)."""
+    root, real = os.path.realpath(folder), os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)

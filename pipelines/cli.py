@@ -14,6 +14,7 @@ import time
 from pipelines import logs
 from core.config import ConfigError
 from core import storage
+from schemas.manifest import ManifestError
 
 EXIT_USAGE, EXIT_FAILED = 2, 1
 
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"shardsmith: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (FileNotFoundError, storage.StorageError) as exc:
+    except (FileNotFoundError, storage.StorageError, ManifestError) as exc:
         print(f"shardsmith: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import schemas
 from core import storage
 from schemas import SchemaError
+from schemas.manifest import inside_path
 from transforms.io import layout
 
 PART = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
@@ -54,6 +55,11 @@ def validate(path: str) -> tuple[list[str], list[str]]:
         if counts != {f"{len(files):05d}"}:
             problems.append(f"{table}: part names do not form part-i-of-{len(files):05d}")
         for f in files:
+            try:
+                inside_path(f["path"], "")
+            except ValueError:
+                problems.append(f"{f['path']!r}: listed in the manifest, but no path inside the dataset folder")
+                continue
             listed.add(posixpath.normpath(f["path"]))
             fp = storage.join(path, f["path"])
             if not storage.is_file(fp):
@@ -124,7 +130,7 @@ def inspect(path: str, rows: int = 3) -> str:
         for f in entry.get("files", []):
             if shown >= rows:
                 break
-            pf = pq.ParquetFile(storage.open_input(storage.join(path, f["path"])))
+            pf = pq.ParquetFile(storage.open_input(storage.join(path, inside_path(f["path"], path))))
             table_rows = next(pf.iter_batches(batch_size=rows - shown)).to_pylist() if pf.metadata.num_rows else []
             for row in table_rows:
                 out.append("  - " + _short(row))

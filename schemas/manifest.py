@@ -18,6 +18,10 @@ MANIFEST_FORMAT = "shardsmith.manifest/1"
 DEAD_LETTER_TABLE = "_dead_letter"
 
 
+class ManifestError(ValueError):
+    """A manifest that lists what no sink writes (a file outside the dataset folder)."""
+
+
 def parse_manifest(raw: bytes, path: str) -> dict:
     """A manifest's JSON, or a ValueError that says what to do."""
     try:
@@ -32,4 +36,15 @@ def listed_files(manifest: dict, table: str, where: str) -> list[str]:
     entry = manifest.get("dead_letters", {}) if table == DEAD_LETTER_TABLE else manifest.get("tables", {}).get(table)
     if entry is None:
         raise KeyError(f"{where}: no table {table!r}; tables: {sorted(manifest.get('tables', {}))}")
-    return [f["path"] for f in entry.get("files", [])]
+    return [inside_path(f["path"], where) for f in entry.get("files", [])]
+
+
+def inside_path(path, where: str) -> str:
+    """`path` if it names a file inside the dataset folder (relative, plain names separated by
+    `/`: no `..`, `.`, empty name, backslash or drive), else a ManifestError: a sink never writes
+    such a path, so the manifest was altered, and reading it would read another run's files."""
+    names = path.split("/") if isinstance(path, str) else []
+    if not names or any(n in ("", ".", "..") or "\\" in n or ":" in n for n in names):
+        raise ManifestError(f"{where}: its manifest lists {path!r}, which is no path inside the dataset folder; "
+                         f"the manifest was altered: restore it or run the dataset again")
+    return path

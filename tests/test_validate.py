@@ -108,3 +108,22 @@ def test_truncated_shard(dataset):
     open(target, "wb").write(data[: len(data) // 2])
     problems, _ = validate(dataset)
     assert any("not readable as Parquet" in p for p in problems)
+
+
+def test_a_manifest_path_out_of_the_dataset_folder_is_never_read(dataset, tmp_path, capsys):
+    """A path with `..` (an altered manifest) would read another run's files: validate names it,
+    inspect and train refuse in one line with exit 2, before reading anything."""
+    from pipelines import cli
+    other = str(tmp_path / "other")
+    shutil.copytree(dataset, other)
+    rel, _ = _rel(dataset, "rows", 0)
+    manifest = _manifest(dataset)
+    manifest["tables"]["rows"]["files"][0]["path"] = "../other/" + rel
+    _save(dataset, manifest)
+    problems, _ = validate(dataset)
+    assert f"'../other/{rel}': listed in the manifest, but no path inside the dataset folder" in problems
+    for argv in (["inspect", dataset], ["train", "pruned-synth", "--data", dataset, "--out", str(tmp_path / "t")]):
+        capsys.readouterr()
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "no path inside the dataset folder" in err and "Traceback" not in err, err

@@ -195,6 +195,66 @@ def test_a_bad_page_number_is_a_400_that_says_which_pages_exist(pruned):
         assert answer.status_code == 400 and f"pages run from 1 to {pages}".encode() in answer.data, bad
 
 
+def _listed(path: str) -> str:
+    return _manifest(path)["tables"]["rows"]["files"][0]["path"]
+
+
+def _rewrite_manifest(path: str, change) -> None:
+    manifest = _manifest(path)
+    change(manifest)
+    with open(os.path.join(path, "_manifest.json"), "w") as fh:
+        json.dump(manifest, fh)
+
+
+def test_files_that_resolve_outside_the_run_are_refused(pruned, tmp_path):
+    """An altered manifest whose path climbs out with `..` to another run's Parquet, a listed part
+    replaced by a symbolic link out of the run, a trained figure linked from outside the training
+    folder: none is read or served; the page says why (403). The unaltered copy serves all three."""
+    from pipelines.viewer.app import make_app
+    _, _, path = pruned
+    other = str(shutil.copytree(path, tmp_path / "other"))
+    shutil.copytree(path + "-train", tmp_path / "other-train")
+
+    def copy(name: str) -> str:
+        shutil.copytree(path + "-train", tmp_path / f"{name}-train")
+        return str(shutil.copytree(path, tmp_path / name))
+
+    plain = make_app(copy("plain")).test_client()
+    assert plain.get("/t/rows").status_code == 200 and plain.get("/t/rows/0").status_code == 200
+    assert plain.get("/trained/accuracy.png").status_code == 200
+
+    climbing = copy("climbing")
+    _rewrite_manifest(climbing, lambda m: m["tables"]["rows"]["files"][0].update(path="../other/" + _listed(path)))
+    linked = copy("linked")
+    os.remove(os.path.join(linked, _listed(path)))
+    os.symlink(os.path.join(other, _listed(path)), os.path.join(linked, _listed(path)))
+    for folder, why in ((climbing, b"no path inside the dataset folder"), (linked, b"resolves outside")):
+        client = make_app(folder).test_client()
+        for url in ("/t/rows", "/t/rows/0", "/t/rows?column=split&value=train"):
+            answer = client.get(url)
+            assert answer.status_code == 403 and why in answer.data, (folder, url, answer.status_code)
+            assert b"Traceback" not in answer.data
+
+    figure = os.path.join(linked + "-train", "accuracy.png")
+    os.remove(figure)
+    os.symlink(os.path.join(tmp_path, "other-train", "accuracy.png"), figure)
+    answer = make_app(linked).test_client().get("/trained/accuracy.png")
+    assert answer.status_code == 403 and b"resolves outside" in answer.data and not answer.data.startswith(b"\x89PNG")
+
+
+def test_a_layer_named_with_dots_in_the_training_metrics_draws_nothing(tmp_path):
+    """metrics.json is data: a layer `../../x` would name a figure outside the training folder."""
+    from pipelines.viewer.concretizer import trained_frames
+    data, train = tmp_path / "concretizer", tmp_path / "concretizer-train"
+    for layer in ("conv2", "../../x"):
+        os.makedirs(train / layer, exist_ok=True)
+        (train / layer / "bev.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (train / "metrics.json").write_text(json.dumps({"per_layer": {
+        layer: {"eval": {"bev_frame": "000001"}} for layer in ("conv2", "../../x")}}))
+    os.makedirs(data)
+    assert trained_frames(str(data)) == {"000001": ["conv2"]}
+
+
 def test_bidi_overrides_and_controls_show_as_marks(pruned, tmp_path):
     """A U+202E in the data would reverse the text after it on the page: it shows as a mark."""
     from pipelines.viewer.app import make_app, visible

@@ -19,7 +19,7 @@ import schemas
 from core import storage
 from core.dataset_folder import read_manifest
 from schemas import SchemaError, TableSchema
-from schemas.manifest import MANIFEST, MANIFEST_FORMAT
+from schemas.manifest import MANIFEST, MANIFEST_FORMAT, inside_path
 from schemas.table import SCHEMA_KEY, VERSION_KEY
 
 
@@ -103,7 +103,7 @@ def open_table(path: str | os.PathLike, table: str, *,
     schema = current if version == current.version else None
     files = []
     for item in entry.get("files", []):
-        fpath = storage.join(root, item["path"])
+        fpath = storage.join(root, inside_path(item["path"], root))
         try:
             pf = open_parquet(fpath)
         except FileNotFoundError:

@@ -23,7 +23,7 @@ import threading
 from flask import Flask, Response, abort, render_template, request
 from markupsafe import Markup
 
-from core.dataset_folder import read_manifest
+from core.dataset_folder import read_manifest, resolves_inside
 from pipelines.viewer import gallery, hosts, pictures
 from pipelines.viewer.look import PAGE_ROWS, look_of, train_dir
 from pipelines.viewer.tables import Table, as_text, opener
@@ -51,6 +51,8 @@ def make_app(dataset_dir: str) -> Flask:
             return open_table(name)
         except KeyError as exc:
             abort(404, exc.args[0])
+        except ValueError as exc:           # a file the manifest lists lies outside the run: never read
+            abort(403, str(exc))
 
     @functools.lru_cache(maxsize=1)
     def dead_letters() -> list[dict]:       # a published run does not change: read them once
@@ -146,6 +148,8 @@ def make_app(dataset_dir: str) -> Flask:
         path = os.path.join(folder, name) if folder and name in look.trained_figures(dataset_dir) else None
         if path is None or not os.path.isfile(path):
             abort(404, f"no trained figure {name!r} beside this dataset (run `shardsmith train {manifest['dataset']}`)")
+        if not resolves_inside(folder, path):
+            abort(403, f"the trained figure {name!r} resolves outside {folder}: not served")
         with open(path, "rb") as fh:
             data = fh.read()
         if _image_type(data) != "image/png":
@@ -164,6 +168,7 @@ def make_app(dataset_dir: str) -> Flask:
         return Response(r[field], mimetype=kind)
 
     @app.errorhandler(400)
+    @app.errorhandler(403)
     @app.errorhandler(404)
     def error(exc):
         return render_template("error.html", message=exc.description, m=manifest), exc.code

@@ -10,6 +10,7 @@ from core import array_cells
 from core.birdseye import Box, Panel
 from pipelines.viewer import pictures
 from pipelines.viewer.look import Look, TableOf, train_dir, trained_metrics
+from schemas.concretizer import LAYERS
 
 STRIDE_VIEWS = ("s1", "s2", "s4", "s8")
 
@@ -67,12 +68,13 @@ def frame_limits(frame: dict) -> list[float]:
 
 def trained_frames(dataset_dir: str) -> dict[str, list[str]]:
     """{frame id: layers} whose inversion trainer drew this frame (its bev.png: original, restored,
-    baseline), from the metrics a `shardsmith train concretizer` beside the data wrote."""
+    baseline), from the metrics a `shardsmith train concretizer` beside the data wrote; a layer
+    that is none of the backbone's (a `..` written into metrics.json) is left out."""
     metrics = trained_metrics(dataset_dir) or {}
     out: dict[str, list[str]] = {}
     for layer, entry in (metrics.get("per_layer") or {}).items():
         frame = ((entry or {}).get("eval") or {}).get("bev_frame")
-        if frame and os.path.isfile(os.path.join(train_dir(dataset_dir), layer, "bev.png")):
+        if frame and layer in LAYERS and os.path.isfile(os.path.join(train_dir(dataset_dir), layer, "bev.png")):
             out.setdefault(frame, []).append(layer)
     return out
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core import storage
-from core.dataset_folder import table_locations
+from core.dataset_folder import resolves_inside, table_locations
 
 BATCH_ROWS = 256     # rows decoded at a time when a page is read out of a row group
 # the columns people filter by, where a table has them
@@ -47,6 +47,9 @@ class Table:
         self.groups: list[Group] = []
         start = 0
         for location in table_locations(dataset_dir, name, manifest):
+            if not storage.is_remote(location) and not resolves_inside(dataset_dir, location):
+                raise ValueError(f"{location}, listed for table {name!r}, resolves outside {dataset_dir} "
+                                 f"(a symbolic link out of the run): not read")
             with self._reading(location) as f:
                 meta = f.metadata
             for i in range(meta.num_row_groups):
@@ -155,7 +158,8 @@ class Table:
 
 def opener(dataset_dir: str, manifest: dict) -> Callable[[str], Table]:
     """table(name) -> the dataset's Table of that name ("_dead_letter" too), each opened once and
-    shared between threads; KeyError for a table the manifest does not list."""
+    shared between threads; KeyError for a table the manifest does not list, ValueError for one
+    whose files lie outside the dataset folder."""
     from schemas import DEAD_LETTER, SchemaError
     from schemas import get as schema_of
     opened: dict[str, Table] = {}

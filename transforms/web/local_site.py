@@ -20,6 +20,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote, urljoin, urlsplit
 
 from core import storage
+from core.dataset_folder import resolves_inside
 from transforms.web.fetch_policy import DEFAULT_MAX_BYTES, FetchPolicy
 from transforms.web.targets import LOCAL_BASE
 
@@ -31,10 +32,8 @@ class _ReadOnlyHandler(SimpleHTTPRequestHandler):
 
     def translate_path(self, path):
         translated = super().translate_path(path)
-        root = os.path.realpath(self.directory)
-        real = os.path.realpath(translated)
-        if real != root and not real.startswith(root + os.sep):
-            return os.path.join(root, "__outside__", "denied")  # a path that does not exist: 404
+        if not resolves_inside(self.directory, translated):
+            return os.path.join(os.path.realpath(self.directory), "__outside__", "denied")  # does not exist: 404
         return translated
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
