@@ -255,6 +255,48 @@ def test_a_layer_named_with_dots_in_the_training_metrics_draws_nothing(tmp_path)
     assert trained_frames(str(data)) == {"000001": ["conv2"]}
 
 
+def test_a_run_overwritten_while_viewed_is_shown_as_replaced(tmp_path):
+    """`shardsmith run --overwrite` deletes the generation a viewer shows: its next request moves to
+    the new generation and says which it replaced; a part deleted under a page is a 410 that says
+    so, never a bare 500."""
+    import urllib.error
+    import urllib.request
+    from pipelines import registry
+    from pipelines.run import run
+    sets = ["n=50", "m=100", "n_test=50", "epsilon=0.2"]
+    first = run(registry.get("pruned-synth"), out=str(tmp_path), sets=sets, quiet=True)
+    path = str(tmp_path / "pruned-synth")
+    from pipelines.viewer.app import listen
+    server = listen(path, "127.0.0.1", 0, every_s=0.0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+
+    def get(page: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(url + page, timeout=30) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+    try:
+        status, overview = get("/")
+        assert status == 200 and first["generation"] in overview and 'id="replaced"' not in overview
+        old_part = os.path.join(path, _listed(path))
+        second = run(registry.get("pruned-synth"), out=str(tmp_path), sets=sets + ["seed=1"], quiet=True,
+                     overwrite=True)
+        assert second["generation"] != first["generation"] and not os.path.exists(old_part)
+        for page in ("/", "/t/rows", "/t/rows/0"):
+            status, text = get(page)
+            assert status == 200, (page, status, text[-500:])
+            assert second["generation"] in text and f"{first['generation']}, was replaced" in text, page
+    finally:
+        server.shutdown()
+    from pipelines.viewer.app import make_app
+    client = make_app(path).test_client()
+    os.remove(os.path.join(path, _listed(path)))        # deleted under a page, as an overwrite does
+    answer = client.get("/t/rows")
+    assert answer.status_code == 410 and b"is gone" in answer.data and b"Traceback" not in answer.data
+
+
 def test_bidi_overrides_and_controls_show_as_marks(pruned, tmp_path):
     """A U+202E in the data would reverse the text after it on the page: it shows as a mark."""
     from pipelines.viewer.app import make_app, visible

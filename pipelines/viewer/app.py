@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import threading
+import time
 
 from flask import Flask, Response, abort, render_template, request
 from markupsafe import Markup
@@ -173,21 +174,61 @@ def make_app(dataset_dir: str) -> Flask:
     def error(exc):
         return render_template("error.html", message=exc.description, m=manifest), exc.code
 
+    @app.context_processor
+    def replaced():                         # the generation this app took over from (Following), if any
+        return {"replaced": app.config["REPLACED"]}
+
+    @app.errorhandler(FileNotFoundError)
+    def gone(exc):                          # a part deleted under the page: the run was replaced or removed
+        message = (f"a file of {manifest['generation']} is gone ({exc.filename or exc}): the run was replaced "
+                   f"or deleted while you viewed it; reload the page")
+        return render_template("error.html", message=message, m=manifest), 410
+
     look.routes(app, table, dataset_dir, manifest)
-    app.config["DATASET_DIR"] = dataset_dir
+    app.config.update(DATASET_DIR=dataset_dir, GENERATION=manifest.get("generation"), REPLACED=None)
     app.jinja_env.finalize = visible                # every value shown: controls and bidi overrides made marks
     for name in app.jinja_env.list_templates():    # compiled once, at start, not by the first visitor
         app.jinja_env.get_template(name)
     return app
 
 
-def listen(dataset_dir: str, host: str, port: int, allow_hosts=()):
+class Following:
+    """The app of the dataset's current generation. A run replaced (`--overwrite`) while it is viewed
+    is noticed at the next request (the manifest is read again at most every `every_s`): the viewer
+    moves to the new generation and its pages say which one they replaced."""
+
+    def __init__(self, dataset_dir: str, every_s: float = 1.0):
+        self.dataset_dir, self.every_s = dataset_dir, every_s
+        self.app = make_app(dataset_dir)
+        self._lock = threading.Lock()
+        self._checked = time.monotonic()
+
+    def current(self) -> Flask:
+        with self._lock:
+            if time.monotonic() - self._checked >= self.every_s:
+                self._checked = time.monotonic()
+                shown = self.app.config["GENERATION"]
+                try:
+                    generation = read_manifest(self.dataset_dir).get("generation")
+                except (FileNotFoundError, OSError):   # gone or unreachable: keep what is shown
+                    generation = shown
+                if generation != shown:
+                    app = make_app(self.dataset_dir)
+                    app.config.update(VIEW_HOSTS=self.app.config["VIEW_HOSTS"], REPLACED=shown)
+                    self.app = app
+            return self.app
+
+    def __call__(self, environ, start_response):
+        return self.current()(environ, start_response)
+
+
+def listen(dataset_dir: str, host: str, port: int, allow_hosts=(), every_s: float = 1.0):
     """The viewer's threaded server bound to host:port (OSError if it cannot), answering only the
-    Host values hosts.allowed gives for the port it got."""
+    Host values hosts.allowed gives for the port it got, following the dataset to a new generation."""
     from werkzeug.serving import make_server
-    app = make_app(dataset_dir)
-    server = make_server(host, port, app, threaded=True)
-    app.config["VIEW_HOSTS"] = hosts.allowed(host, server.server_port, allow_hosts)
+    following = Following(dataset_dir, every_s)
+    server = make_server(host, port, following, threaded=True)
+    following.app.config["VIEW_HOSTS"] = hosts.allowed(host, server.server_port, allow_hosts)
     return server
 
 
