@@ -297,6 +297,30 @@ def test_a_run_overwritten_while_viewed_is_shown_as_replaced(tmp_path):
     assert answer.status_code == 410 and b"is gone" in answer.data and b"Traceback" not in answer.data
 
 
+def _counting(monkeypatch, *names: str) -> list[str]:
+    """The names of pipelines.viewer.pictures' drawing functions, in the order they are called."""
+    from pipelines.viewer import pictures
+    drawn: list[str] = []
+    for name in names:
+        real = getattr(pictures, name)
+        monkeypatch.setattr(pictures, name, lambda *a, _real=real, _name=name, **kw: drawn.append(_name) or _real(*a, **kw))
+    return drawn
+
+
+def test_a_picture_the_run_does_not_have_is_a_404_and_draws_nothing(pruned, monkeypatch):
+    """Each picture drawn is kept: a URL naming a row or view a run-wide picture does not have would
+    draw it again under a new name, every time."""
+    from pipelines.viewer.app import make_app
+    _, _, path = pruned
+    drawn = _counting(monkeypatch, "phase_plot", "mix_chart")
+    client = make_app(path).test_client()
+    for url in ("/pictures/phase/5/x.png", "/pictures/phase/0.png", "/pictures/mix/1/y.png", "/pictures/nope.png"):
+        answer = client.get(url)
+        assert answer.status_code == 404 and b"Traceback" not in answer.data, url
+    assert drawn == []
+    assert client.get("/pictures/phase.png").status_code == 200 and drawn == ["phase_plot"]
+
+
 def test_bidi_overrides_and_controls_show_as_marks(pruned, tmp_path):
     """A U+202E in the data would reverse the text after it on the page: it shows as a mark."""
     from pipelines.viewer.app import make_app, visible
@@ -781,6 +805,17 @@ def test_an_rmaxts_problem_shows_its_search_tree_and_proof_path(browser, search)
     tree = _picture(page, "#tree-picture")
     assert _near(tree, KEPT_GREEN) > 300                                  # its 3 states, on the proof's path
     page.close()
+
+
+def test_a_view_a_row_picture_does_not_have_is_a_404_and_draws_nothing(search, monkeypatch):
+    from pipelines.viewer.app import make_app
+    _, _, path = search
+    drawn = _counting(monkeypatch, "tree_picture")
+    client = make_app(path).test_client()
+    for url in ("/pictures/tree/0/zzz.png", "/pictures/tree/0/None.png", "/pictures/tree/99.png"):
+        assert client.get(url).status_code == 404, url
+    assert drawn == []
+    assert client.get("/pictures/tree/0.png").status_code == 200 and drawn == ["tree_picture"]
 
 
 def test_an_unsolved_problem_shows_its_tree_with_no_proof_path(browser, search):

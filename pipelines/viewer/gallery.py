@@ -19,13 +19,22 @@ from pipelines.viewer.tables import opener
 
 def make(look: Look, dataset: str, table: TableOf, dataset_dir: str, name: str, number: int | None = None,
          view: str | None = None) -> bytes:
-    """The PNG bytes of one picture; LookupError, saying what is missing, where there is none."""
+    """The PNG bytes of one picture; LookupError, saying what is missing, where there is none. Only
+    (name, row, view) that the run has are drawn: the viewer keeps what it drew, and a URL that
+    names anything else must neither draw nor fill that cache."""
     if name not in look.pictures:
         raise LookupError(f"{dataset} has no {name!r} picture (it has {', '.join(look.pictures) or 'none'})")
-    if name in look.row_pictures:
-        rows = table(look.row_pictures[name]).rows
-        if number is None or not 0 <= number < rows:
-            raise LookupError(f"{look.row_pictures[name]} has {rows} rows; there is no row {number}")
+    if name not in look.row_pictures:
+        if number is not None or view is not None:     # one picture of the whole run: nothing to choose
+            raise LookupError(f"the {name!r} picture is one for the run: /pictures/{name}.png")
+    else:
+        t = table(look.row_pictures[name])
+        if number is None or not 0 <= number < t.rows:
+            raise LookupError(f"{look.row_pictures[name]} has {t.rows} rows; there is no row {number}")
+        views = look.views(table, name, t.row(number))
+        if view is not None and view not in views:
+            shown = ", ".join(v for v in views if v) or "only its default"
+            raise LookupError(f"row {number}'s {name!r} picture has no view {view!r} (it has {shown})")
     return look.picture(table, dataset_dir, name, number, view)
 
 
