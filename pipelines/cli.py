@@ -264,6 +264,8 @@ def _view(args, beam_args) -> int:
     from pipelines.viewer.hosts import is_loopback
     try:
         server = listen(args.path, args.host, args.port, args.allow_host)
+    except FileNotFoundError:               # no dataset there: main says so in one line
+        raise
     except OSError as exc:
         raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; "
                           "pick another --port (0 takes any free one)") from None

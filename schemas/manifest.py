@@ -25,9 +25,12 @@ class ManifestError(ValueError):
 def parse_manifest(raw: bytes, path: str) -> dict:
     """A manifest's JSON, or a ValueError that says what to do."""
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path} is not a readable manifest ({exc}); regenerate the dataset") from None
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{path} is not a readable manifest ({type(exc).__name__}); regenerate the dataset") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path} is not a manifest (a JSON object); regenerate the dataset")
+    return manifest
 
 
 def listed_files(manifest: dict, table: str, where: str) -> list[str]:

@@ -242,6 +242,40 @@ def test_files_that_resolve_outside_the_run_are_refused(pruned, tmp_path):
     assert answer.status_code == 403 and b"resolves outside" in answer.data and not answer.data.startswith(b"\x89PNG")
 
 
+def test_what_a_blind_round_broke_is_refused_or_explained(pruned, tmp_path, capsys):
+    """From a blind attack round: a symbolic-linked `-train` folder served another run's figure; a
+    pipe as a part hung every table page; a manifest with `files: null` was a bare 500; a manifest
+    that is a JSON list, or nested past Python's recursion limit, crashed `view` with a traceback."""
+    from pipelines import cli
+    from pipelines.viewer.app import make_app
+    _, _, path = pruned
+    other = str(shutil.copytree(path + "-train", tmp_path / "other-train"))
+    linked = str(shutil.copytree(path, tmp_path / "linked"))
+    os.symlink(other, linked + "-train")
+    answer = make_app(linked).test_client().get("/trained/accuracy.png")
+    assert answer.status_code == 403 and not answer.data.startswith(b"\x89PNG")
+
+    piped = str(shutil.copytree(path, tmp_path / "piped"))
+    os.remove(os.path.join(piped, _listed(path)))
+    os.mkfifo(os.path.join(piped, _listed(path)))
+    answer = make_app(piped).test_client().get("/t/rows")      # returns: nothing opens the pipe
+    assert answer.status_code == 403 and b"no regular file" in answer.data
+
+    nulled = str(shutil.copytree(path, tmp_path / "nulled"))
+    _rewrite_manifest(nulled, lambda m: m["tables"]["rows"].update(files=None))
+    answer = make_app(nulled).test_client().get("/t/rows")
+    assert answer.status_code == 500 and b"cannot be read here" in answer.data and b"shardsmith validate" in answer.data
+
+    for name, text in (("listed", "[1, 2, 3]"), ("nested", "[" * 100_000 + "]" * 100_000)):
+        bad = str(shutil.copytree(path, tmp_path / name))
+        with open(os.path.join(bad, "_manifest.json"), "w") as fh:
+            fh.write(text)
+        capsys.readouterr()
+        assert cli.main(["view", bad, "--port", "0"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "not a" in err and "manifest" in err and "Traceback" not in err and "--port" not in err, err
+
+
 def test_a_layer_named_with_dots_in_the_training_metrics_draws_nothing(tmp_path):
     """metrics.json is data: a layer `../../x` would name a figure outside the training folder."""
     from pipelines.viewer.concretizer import trained_frames

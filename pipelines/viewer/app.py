@@ -23,6 +23,7 @@ import time
 
 from flask import Flask, Response, abort, render_template, request
 from markupsafe import Markup
+from werkzeug.exceptions import HTTPException
 
 from core.dataset_folder import read_manifest, resolves_inside
 from pipelines.viewer import gallery, hosts, pictures
@@ -149,8 +150,8 @@ def make_app(dataset_dir: str) -> Flask:
         path = os.path.join(folder, name) if folder and name in look.trained_figures(dataset_dir) else None
         if path is None or not os.path.isfile(path):
             abort(404, f"no trained figure {name!r} beside this dataset (run `shardsmith train {manifest['dataset']}`)")
-        if not resolves_inside(folder, path):
-            abort(403, f"the trained figure {name!r} resolves outside {folder}: not served")
+        if os.path.islink(folder) or not resolves_inside(folder, path):
+            abort(403, f"the trained figure {name!r} resolves outside {folder} (a symbolic link): not served")
         with open(path, "rb") as fh:
             data = fh.read()
         if _image_type(data) != "image/png":
@@ -177,6 +178,17 @@ def make_app(dataset_dir: str) -> Flask:
     @app.context_processor
     def replaced():                         # the generation this app took over from (Following), if any
         return {"replaced": app.config["REPLACED"]}
+
+    @app.errorhandler(Exception)
+    def broken(exc):                        # a run that cannot be read as its manifest says: say why
+        if isinstance(exc, HTTPException):
+            return exc
+        app.logger.exception("viewing %s", dataset_dir)
+        message = (f"this run cannot be read here ({type(exc).__name__}: {exc}); "
+                   f"`shardsmith validate {dataset_dir}` says what is wrong with it")
+        header = {"dataset": manifest.get("dataset"), "generation": manifest.get("generation"),
+                  "tables": {}, "dead_letters": {}}     # nothing of its tables: they may be what is broken
+        return render_template("error.html", message=message, m=header), 500
 
     @app.errorhandler(FileNotFoundError)
     def gone(exc):                          # a part deleted under the page: the run was replaced or removed

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import functools
+import os
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -50,6 +51,9 @@ class Table:
             if not storage.is_remote(location) and not resolves_inside(dataset_dir, location):
                 raise ValueError(f"{location}, listed for table {name!r}, resolves outside {dataset_dir} "
                                  f"(a symbolic link out of the run): not read")
+            if not storage.is_remote(location) and os.path.exists(location) and not os.path.isfile(location):
+                raise ValueError(f"{location}, listed for table {name!r}, is no regular file (a folder, a "
+                                 f"pipe or a device): not read")
             with self._reading(location) as f:
                 meta = f.metadata
             for i in range(meta.num_row_groups):
