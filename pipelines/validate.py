@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import schemas
 from core import storage
 from schemas import SchemaError
-from schemas.manifest import inside_path
+from schemas.manifest import ManifestError, inside_path
 from transforms.io import layout
 
 PART = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
@@ -57,7 +57,7 @@ def validate(path: str) -> tuple[list[str], list[str]]:
         for f in files:
             try:
                 inside_path(f["path"], "")
-            except ValueError:
+            except ManifestError:
                 problems.append(f"{f['path']!r}: listed in the manifest, but no path inside the dataset folder")
                 continue
             listed.add(posixpath.normpath(f["path"]))

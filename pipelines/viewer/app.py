@@ -53,7 +53,7 @@ def make_app(dataset_dir: str) -> Flask:
             return open_table(name)
         except KeyError as exc:
             abort(404, exc.args[0])
-        except ValueError as exc:           # a file the manifest lists lies outside the run: never read
+        except ValueError as exc:           # a listed file outside the run, no regular file, or no Parquet
             abort(403, str(exc))
 
     @functools.lru_cache(maxsize=1)
@@ -222,7 +222,7 @@ class Following:
                 shown = self.app.config["GENERATION"]
                 try:
                     generation = read_manifest(self.dataset_dir).get("generation")
-                except (FileNotFoundError, OSError):   # gone or unreachable: keep what is shown
+                except OSError:                 # gone or unreachable: keep what is shown
                     generation = shown
                 if generation != shown:
                     app = make_app(self.dataset_dir)

@@ -48,12 +48,13 @@ class Table:
         self.groups: list[Group] = []
         start = 0
         for location in table_locations(dataset_dir, name, manifest):
-            if not storage.is_remote(location) and not resolves_inside(dataset_dir, location):
-                raise ValueError(f"{location}, listed for table {name!r}, resolves outside {dataset_dir} "
-                                 f"(a symbolic link out of the run): not read")
-            if not storage.is_remote(location) and os.path.exists(location) and not os.path.isfile(location):
-                raise ValueError(f"{location}, listed for table {name!r}, is no regular file (a folder, a "
-                                 f"pipe or a device): not read")
+            if not storage.is_remote(location):
+                if not resolves_inside(dataset_dir, location):
+                    raise ValueError(f"{location}, listed for table {name!r}, resolves outside {dataset_dir} "
+                                     f"(a symbolic link out of the run): not read")
+                if os.path.exists(location) and not os.path.isfile(location):
+                    raise ValueError(f"{location}, listed for table {name!r}, is no regular file (a folder, a "
+                                     f"pipe or a device): not read")
             with self._reading(location) as f:
                 meta = f.metadata
             for i in range(meta.num_row_groups):
