@@ -10,6 +10,7 @@ from schemas import multiui as schema
 from core import storage
 from core.dataset_folder import table_locations
 from transforms.io.shards import TableSpec
+from transforms.web.chromium import CHROMIUM, INSTALL_HINT
 
 SAMPLE_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sites", "multiui")
 
@@ -54,7 +55,7 @@ def _check(c: dict) -> None:
     if c["vision_base_url"] and not c["vision_model"]:
         raise ConfigError("vision_base_url needs vision_model (the model name the server serves)")
     if not os.path.exists(c["chromium"]):
-        raise ConfigError(f"no Chromium at {c['chromium']}: apt-get install chromium (Debian), or set chromium=PATH")
+        raise ConfigError(f"no Chromium at {c['chromium']}: {INSTALL_HINT}")
 
 
 CONFIG = ConfigSpec(check=_check, keys=(
@@ -75,7 +76,7 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("allow_loopback", bool, False, "let live URLs reach loopback addresses (tests and local servers only)"),
     Key("subresources", str, "archive", "where a replayed (WARC) page gets the CSS, fonts and images its archive "
         "lacks: archive (nowhere: refused) or live (fetched under the fetch policy)", choices=("archive", "live")),
-    Key("chromium", str, "/usr/bin/chromium", "the Chromium binary Playwright drives"),
+    Key("chromium", str, CHROMIUM, "the Chromium binary Playwright drives (a full /usr/bin/chromium works too, at about twice the CPU a page)"),
     Key("min_text_chars", int, 200, "curation: pages with less visible text are dropped", low=0),
     Key("llm_judge", bool, False, "curation: also ask the LLM whether to keep each page"),
     Key("languages", str, "en", "curation: keep pages whose text is in these languages (comma-separated ISO 639-1 "

@@ -43,7 +43,7 @@ def _store(tmp_path_factory, make):
     store.stop()
 
 
-CHROMIUM = "/usr/bin/chromium"   # Debian's chromium, driven by Playwright (no `playwright install`)
+CHROMIUM = "/usr/bin/chromium"   # the full browser, as a person views the viewer's pages (the renderer runs the headless shell)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -328,10 +328,23 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     import time
-    cpu, wall = _tree_cpu_s(), time.perf_counter()
+    cpu, wall, busy = _tree_cpu_s(), time.perf_counter(), _machine_busy_s()
     yield
     with open(path, "a") as fh:
-        fh.write(f"{_tree_cpu_s() - cpu:.2f}\t{time.perf_counter() - wall:.2f}\t{item.nodeid}\n")
+        fh.write(f"{_tree_cpu_s() - cpu:.2f}\t{time.perf_counter() - wall:.2f}\t{_machine_busy_s() - busy:.2f}"
+                 f"\t{item.nodeid}\n")
+
+
+def _machine_busy_s() -> float:
+    """Busy CPU seconds of the whole machine so far (/proc/stat; 0 elsewhere): with one test process
+    (-n 0), a test's share includes what its process tree cannot see, e.g. a browser that outlived
+    its wrapper and was reparented."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(v) for v in fh.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")   # less idle and iowait
 
 
 # a test that uses one of these fixtures is heavy for the fixture's reason

@@ -25,10 +25,11 @@ import time
 
 import pytest
 
+from transforms.web.chromium import CHROMIUM, INSTALL_HINT   # what transforms.web.render.Renderer starts
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
 RESULTS = os.path.join(BENCH, "results")
-CHROMIUM = "/usr/bin/chromium"          # Debian's chromium, what transforms.web.render.Renderer starts
 PYTHON_DOCS = "/usr/share/doc/python3.11/html/library"   # Debian's python3.11-doc: render.py's pages
 VLLM_PYTHON = os.path.join(ROOT, ".venv-vllm", "bin", "python")   # vLLM's CPU build (make vllm)
 
@@ -54,7 +55,7 @@ SMOKE = {
     "dedup.py": (None, _needs("rouge_score")),
     "dedup_workers.py": ("dedup_workers.json", _needs()),
     "render.py": ("render.json", _needs("playwright", "lingua", "datatrove", paths=(
-        (CHROMIUM, "Debian's chromium (apt-get install -y chromium)"),
+        (CHROMIUM, f"Chromium ({INSTALL_HINT})"),
         (PYTHON_DOCS, "Debian's python3.11-doc (apt-get install -y python3.11-doc)")))),
     "sink.py": ("sink.json", _needs("pyarrow", "numpy")),
     "voxelize.py": ("voxelize.json", _needs("torch", "spconv", "open3d")),
@@ -63,13 +64,13 @@ SMOKE = {
     "dask_workers.py": ("dask_workers.json", _needs("distributed", "moto", "torch")),
     "view_page.py": ("view_page.json", _needs("apache_beam", "flask")),
     "long_render.py": ("long_render.json", _needs("playwright", paths=(
-        (CHROMIUM, "Debian's chromium (apt-get install -y chromium)"),))),
+        (CHROMIUM, f"Chromium ({INSTALL_HINT})"),))),
     "long_rmaxts.py": ("long_rmaxts.json", _needs()),
     "scale.py": ("scale.json", _needs("apache_beam", "pyarrow", "psutil")),
     "llm_vllm.py": ("llm_vllm.json", _needs("transformers", paths=(
         (VLLM_PYTHON, "vLLM's CPU build in .venv-vllm (make vllm)"),))),
     "resume.py": ("resume.json", _needs("apache_beam", "torch", "spconv", "playwright", paths=(
-        (CHROMIUM, "Debian's chromium (apt-get install -y chromium)"),))),
+        (CHROMIUM, f"Chromium ({INSTALL_HINT})"),))),
 }
 # scripts that load the bundled language model: they use the session's converted copy (one
 # conversion, about 17 s, for the whole run) instead of converting it again into the user's cache

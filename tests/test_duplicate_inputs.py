@@ -17,6 +17,7 @@ from pipelines.run import run
 from tests.conftest import read_rows
 from transforms.io.stage import DUPLICATE
 from transforms.web.targets import PageTarget, duplicate_key, keep_order
+from transforms.web.chromium import CHROMIUM, INSTALL_HINT
 
 pytestmark = pytest.mark.pipeline
 
@@ -149,8 +150,8 @@ def _warc_with_a_page_twice(path, url: str) -> str:
 def test_multiui_url_and_warc_listed_twice_render_once(tmp_path, server):
     pytest.importorskip("playwright")
     pytest.importorskip("warcio")
-    if not os.path.exists("/usr/bin/chromium"):
-        pytest.skip("needs Debian's chromium: apt-get install chromium")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
     urls = tmp_path / "urls.txt"
     good = server.url + "/good"
     urls.write_text("\n".join([good, good, good + "#part", good.replace("http://", "HTTP://")]) + "\n")

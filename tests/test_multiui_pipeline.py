@@ -15,12 +15,13 @@ from pipelines.run import RunFailed, run
 from pipelines.validate import validate
 from schemas import multiui as schema
 from tests.conftest import read_rows
+from transforms.web.chromium import CHROMIUM, INSTALL_HINT
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.browser]
 
 pytest.importorskip("playwright")
-if not os.path.exists("/usr/bin/chromium"):
-    pytest.skip("needs Debian's chromium: apt-get install chromium", allow_module_level=True)
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}", allow_module_level=True)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SITE = os.path.join(HERE, "..", "pipelines", "sites", "multiui")
@@ -287,7 +288,7 @@ def test_the_crawler_refuses_loopback_unless_allowed(bad_server, tmp_path):
 
 @pytest.mark.parametrize("sets, message", [
     (["platforms=tablet"], "platforms"), (["tasks=heading_ocr,poetry"], "unknown"),
-    (["warc=/no/such/*.warc.gz"], "no file matches"), (["chromium=/no/chromium"], "apt-get install chromium"),
+    (["warc=/no/such/*.warc.gz"], "no file matches"), (["chromium=/no/chromium"], "apt-get install chromium-headless-shell"),
     (["vision_base_url=http://127.0.0.1:9/v1"], "vision_model"),
 ])
 def test_config_errors(tmp_path, sets, message):

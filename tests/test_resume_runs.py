@@ -21,6 +21,7 @@ import pytest
 from pipelines import registry, run
 from tests.conftest import parquet_digests
 from tests.processes import descendants, left_after
+from transforms.web.chromium import CHROMIUM, INSTALL_HINT
 
 pytestmark = pytest.mark.pipeline
 
@@ -138,7 +139,7 @@ MULTIUI = ["platforms=desktop", "llm_tasks=false", "follow_links=0", "languages=
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="needs Debian's chromium")
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
 def test_multiui_killed_and_resumed(tmp_path):
     from pipelines.multiui import SAMPLE_SITE
     shutil.copytree(SAMPLE_SITE, tmp_path / "site", ignore=lambda folder, names: [

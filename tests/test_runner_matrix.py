@@ -22,6 +22,7 @@ import pytest
 from pipelines.validate import validate
 from tests.conftest import parquet_digests as _digests
 from tests.conftest import read_rows, without_generation
+from transforms.web.chromium import CHROMIUM, INSTALL_HINT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.pipeline]
 
@@ -98,8 +99,8 @@ def test_heavy_workers_write_the_same_files_on_every_runner(run_dataset, tmp_pat
     if dataset == "concretizer":
         pytest.importorskip("spconv")
     else:
-        if not os.path.exists("/usr/bin/chromium"):
-            pytest.skip("needs Debian's chromium: apt-get install chromium")
+        if not os.path.exists(CHROMIUM):
+            pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
         from pipelines.multiui import SAMPLE_SITE
         shutil.copytree(SAMPLE_SITE, tmp_path / "site", ignore=lambda folder, names: [
             n for n in names if n.endswith(".html") and n[:-len(".html")] not in MULTIUI_PAGES])
@@ -130,8 +131,8 @@ def test_heavy_workers_write_the_same_files_on_every_runner(run_dataset, tmp_pat
 def test_small_runs_write_the_same_files_on_the_multiprocess_runner(small_local, tmp_path, dataset):
     """The stand-in REPL pool (one per machine, shared by both workers) and a Chromium per worker:
     the files match the local runner's byte for byte."""
-    if dataset == "multiui" and not os.path.exists("/usr/bin/chromium"):
-        pytest.skip("needs Debian's chromium: apt-get install chromium")
+    if dataset == "multiui" and not os.path.exists(CHROMIUM):
+        pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
     from pipelines import registry
     from pipelines.run import run
     from tests.small_runs import small_runs

@@ -6,6 +6,7 @@ by a good page, so recovery is tested by the page after it.
 from __future__ import annotations
 
 import http.server
+import io
 import json
 import os
 import pickle
@@ -89,6 +90,11 @@ PAGES = {
     "/": ("text/html", HOME.replace("{meta}", "")),
     "/m": ("text/html", HOME.replace("{meta}", '<meta name=viewport content="width=device-width">')),
     "/b.html": ("text/html", "<title>Page B</title><p>b"),
+    # a monospace textarea above a button: the headless shell lays the page out again when it
+    # captures beyond the viewport, and the textarea's lines come out a pixel shorter each
+    "/form": ("text/html", "<title>Form</title><body style='margin:8px'><textarea rows=12 style='font-size:15px'>"
+                           "</textarea><div style='height:1200px'></div><button style='background:rgb(230,90,20);"
+                           "border:0;height:40px;width:120px'>Send</button></body>"),
     "/cat.png": ("image/png", PNG_1PX),
     "/jsloop": ("text/html", "<title>loop</title><script>while (true) {}</script>"),
     "/jsloop-late": ("text/html", "<title>late loop</title><p>hi"
@@ -299,6 +305,21 @@ def test_bad_page_raises_then_recovers(renderer, site, path, reason):
     assert not is_transient(err.value)   # a bad page is a dead letter, never retried
     ok = renderer.render_page(site + "/b.html", "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)
     assert ok["title"] == "Page B"
+
+
+@pytest.mark.parametrize("platform", ["desktop", "mobile"])
+def test_boxes_are_those_of_the_screenshots_pixels(renderer, site, platform):
+    """Below a textarea, far down the page: the button's box is where the screenshot shows it."""
+    from PIL import Image
+    import numpy as np
+    row = renderer.render_page(site + "/form", platform, 2, timeout_ms=TIMEOUT_MS, follow_links=0)
+    box = _find(row, "button", "Send")["box"]
+    img = np.asarray(Image.open(io.BytesIO(row["screenshot"])).convert("RGB")).astype(int)
+    orange = (img[:, :, 0] > 200) & (abs(img[:, :, 1] - 90) < 30) & (img[:, :, 2] < 60)
+    ys, xs = np.nonzero(orange)
+    assert len(ys), "no button in the screenshot"
+    assert abs(ys.min() - box[1]) <= 1 and abs(ys.max() + 1 - box[3]) <= 1, (box, ys.min(), ys.max())
+    assert abs(xs.min() - box[0]) <= 1 and abs(xs.max() + 1 - box[2]) <= 1, (box, xs.min(), xs.max())
 
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "data:text/html,<title>x</title>"])

@@ -12,9 +12,11 @@ import os
 
 import pytest
 
+from transforms.web.chromium import CHROMIUM, INSTALL_HINT
+
 pytest.importorskip("playwright")
-if not os.path.exists("/usr/bin/chromium"):
-    pytest.skip("needs Debian's chromium: apt-get install chromium", allow_module_level=True)
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}", allow_module_level=True)
 
 from tests.conftest import loopback_server  # noqa: E402
 from transforms.web.render import Renderer  # noqa: E402

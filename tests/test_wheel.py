@@ -26,6 +26,7 @@ import pytest
 from tests import beam_services
 from tests.conftest import parquet_digests
 from tests.small_runs import DATASETS, small_runs
+from transforms.web.chromium import CHROMIUM, INSTALL_HINT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.pipeline, pytest.mark.slow]
 
@@ -120,8 +121,8 @@ def test_the_fresh_virtualenv_imports_the_wheel_and_nothing_of_the_checkout(venv
 
 @pytest.mark.parametrize("dataset", DATASETS)
 def test_every_dataset_runs_from_the_wheel_on_the_worker_pool(dataset, venv, pool, small_local, tmp_path):
-    if dataset == "multiui" and not os.path.exists("/usr/bin/chromium"):
-        pytest.skip("needs Debian's chromium: apt-get install chromium")
+    if dataset == "multiui" and not os.path.exists(CHROMIUM):
+        pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
     if dataset == "concretizer":
         pytest.importorskip("spconv")
     local_path, local = small_local(dataset)

@@ -15,6 +15,7 @@ from typing import Optional
 
 from core import storage
 from transforms.io.ids import stable_id
+from transforms.web.chromium import CHROMIUM
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.glyphs import installed_fonts
 from transforms.web.replay import ReplayHandler
@@ -36,7 +37,7 @@ class CaptureSettings:
     allow_loopback: bool = False
     subresources: str = "archive"   # replayed pages: "archive" only, or "live" for what it lacks
     restart_after_pages: int = 200
-    chromium: str = "/usr/bin/chromium"
+    chromium: str = CHROMIUM
 
 
 def page_id(target: PageTarget, platform: str, settings: CaptureSettings) -> str:

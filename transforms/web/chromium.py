@@ -20,7 +20,12 @@ class LaunchError(RuntimeError):
     """Chromium did not start (a wrong path, bad flags, no DevTools in time)."""
 
 
-CHROMIUM = "/usr/bin/chromium"
+# Debian's chromium-headless-shell: the headless-only build of the same Chromium (what Playwright
+# itself runs for headless pages). It renders a page for about half the CPU of the full browser in
+# headless mode (docs/papers/multiui.md, "The browser"); the binary, not /usr/bin's wrapper script,
+# so that the process tied to the worker is the browser itself.
+CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
+INSTALL_HINT = "apt-get install chromium-headless-shell (Debian), or set chromium=PATH"
 DEFAULT_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                 "--disable-sync", "--no-first-run")
 # what Playwright's own launcher adds and a screenshot depends on

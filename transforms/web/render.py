@@ -10,9 +10,10 @@ How the work is split, and why:
   A page rendered under a fetch policy gets a context whose only way out is its own policy
   proxy (`policy_proxy.py`), which judges every connection; a replayed page's requests are also
   served by the archive's route handler (`replay.py`).
-- The capture (DOM snapshot, accessibility tree, screenshot) goes over our own DevTools
-  WebSocket (`cdp.py`), all commands in flight at once, so parsing the big replies in Python
-  overlaps the browser painting the screenshot; see bench/render.py for the cost.
+- The capture (screenshot, then DOM snapshot and accessibility tree) goes over our own DevTools
+  WebSocket (`cdp.py`). The boxes are read after the screenshot, from the layout it painted (the
+  headless shell lays a page out again at a capture beyond the viewport); see bench/render.py
+  for the cost.
 - After `load` the page settles (two animation frames, then the outcomes of the stylesheets and
   images it asked for until then: subresources.py) before the capture, so that what the row
   counts and shows does not depend on how soon the capture came.
@@ -593,10 +594,7 @@ class _Worker:
             "width": vw, "height": vh, "deviceScaleFactor": dsf, "mobile": bool(options.get("is_mobile")),
             "screenWidth": screen["width"], "screenHeight": screen["height"],
             "screenOrientation": {"angle": 0, "type": "portraitPrimary"}}, session)
-        state = send("Runtime.evaluate", {"expression": _PAGE_STATE_JS, "returnByValue": True}, session)
-        snap_f = send("DOMSnapshot.captureSnapshot", SnapshotIndex.PARAMS, session)  # styles for clip, opacity, overlays
-        ax_f = send("Accessibility.getFullAXTree", {}, session)
-        st = state.result(wait)
+        st = send("Runtime.evaluate", {"expression": _PAGE_STATE_JS, "returnByValue": True}, session).result(wait)
         if "exceptionDetails" in st:
             raise RenderError(f"page state script failed: {st['exceptionDetails'].get('text')}")
         st = json.loads(st["result"]["value"])
@@ -616,11 +614,17 @@ class _Worker:
         shot_f = send("Page.captureScreenshot", {
             "format": "png", "captureBeyondViewport": True,
             "clip": {"x": 0, "y": 0, "width": layout_w, "height": css_h, "scale": page_scale}}, session)
+        # The boxes are read once the screenshot is taken: the headless shell lays a page out again
+        # at a capture beyond the viewport (a textarea's monospace lines lose a pixel each), and the
+        # boxes must be those of the pixels. (A one-pixel capture first, to settle the layout, made
+        # the shell paint a stale tile into 2 of 8 screenshots of one page.)
+        png = base64.b64decode(shot_f.result(wait)["data"])
+        snap_f = send("DOMSnapshot.captureSnapshot", SnapshotIndex.PARAMS, session)  # styles for clip, opacity, overlays
+        ax_f = send("Accessibility.getFullAXTree", {}, session)
         snap = SnapshotIndex(snap_f.result(wait))
         if snap.dom_nodes > self.owner.max_dom_nodes:
             raise RenderError(f"page too large: {snap.dom_nodes:,} DOM nodes (cap {self.owner.max_dom_nodes:,})")
         ax = ax_f.result(wait)["nodes"]
-        png = base64.b64decode(shot_f.result(wait)["data"])
         shot_w, shot_h = _png_size(png)
         nodes, text_chars = build_nodes(ax, snap, scale=scale, width=shot_w, height=shot_h, page_url=st["url"])
         glyphs = missing_glyphs(n["name"] for n in nodes if n["role"] in TEXT_ROLES)
