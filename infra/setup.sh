@@ -13,15 +13,14 @@ if ! command -v "$python" >/dev/null 2>&1; then
     exit 1
 fi
 # Debian packages the extras need: Chromium for web (Playwright drives Debian's build; its own
-# browser download cannot run offline): the headless shell renders pages (about half the CPU of the
-# full browser a page), the full browser is the one the tests view the viewer's pages in as a person
-# does. GL and OpenMP libraries for open3d.
+# browser download cannot run offline): its headless shell, which renders pages for about half the
+# CPU of the full browser and is what Playwright itself runs headless. GL and OpenMP libraries for open3d.
 # Fonts for every script curation keeps (without them a page's CJK, Indic or Thai text is captured
 # as empty boxes): Noto core (Latin, Greek, Cyrillic, Arabic, Hebrew, Indic, Thai, Lao, Khmer,
 # Ethiopic, ...), Noto CJK, Noto Color Emoji; about 145 MB. fontconfig's fc-list tells the renderer
 # which characters they cover (the pages' glyphs_missing).
 web_fonts="fontconfig fonts-dejavu-core fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji"
-case ",$extras," in *,web,*|*,all,*) apt_packages="$apt_packages chromium chromium-headless-shell $web_fonts" ;; esac
+case ",$extras," in *,web,*|*,all,*) apt_packages="$apt_packages chromium-headless-shell $web_fonts" ;; esac
 # Real documentation HTML: the pages bench/render.py renders (its smoke run is part of make test)
 case ",$extras," in *,dev,*|*,all,*) case ",$extras," in *,web,*|*,all,*) apt_packages="$apt_packages python3.11-doc" ;; esac ;; esac
 case ",$extras," in *,lidar,*|*,all,*) apt_packages="$apt_packages libgl1 libegl1 libgomp1 libusb-1.0-0" ;; esac

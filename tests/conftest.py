@@ -26,6 +26,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault(_var, "1")
 
 from pipelines import registry, run  # noqa: E402
+from transforms.web.chromium import CHROMIUM, DEFAULT_ARGS, INSTALL_HINT  # noqa: E402
 
 # real sample data (KITTI, Lean, WARC), kept in the repository: tests/data/README.md says what and whence
 TEST_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -43,19 +44,15 @@ def _store(tmp_path_factory, make):
     store.stop()
 
 
-CHROMIUM = "/usr/bin/chromium"   # the full browser, as a person views the viewer's pages (the renderer runs the headless shell)
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
 @pytest.fixture(scope="module")
 def browser():
-    """Debian's Chromium through Playwright, one per test module (skips where it is missing)."""
+    """Debian's Chromium headless shell through Playwright (what Playwright itself runs headless),
+    one per test module, started as the renderer starts it; skips where it is missing."""
     sync_api = pytest.importorskip("playwright.sync_api")
     if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+        pytest.skip(f"no Chromium at {CHROMIUM}: {INSTALL_HINT}")
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, args=list(DEFAULT_ARGS))
         yield b
         b.close()
 

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import loopback_server
 from transforms.web import glyphs
+from transforms.web.chromium import INSTALL_HINT
 from transforms.web.tasks import rule_samples
 
 # two characters of each script the workers must show, and the Debian package that covers it
@@ -130,7 +131,7 @@ def site():
 def renderer():
     from transforms.web import render as R
     if not os.path.exists(R.CHROMIUM):
-        pytest.skip(f"needs Chromium at {R.CHROMIUM}: apt-get install chromium")
+        pytest.skip(f"needs Chromium at {R.CHROMIUM}: {INSTALL_HINT}")
     pytest.importorskip("playwright")
     absent = sorted({pkg for chars, pkg in SCRIPTS.values() for ch in chars if ch not in glyphs.installed_coverage()})
     if absent:

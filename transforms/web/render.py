@@ -109,7 +109,7 @@ class Renderer:
             raise ImportError("the renderer needs Playwright: pip install 'shardsmith[web]' "
                               "(a Chromium is expected at executable_path; no `playwright install` needed)") from e
         if not os.path.exists(executable_path):
-            raise FileNotFoundError(f"no Chromium at {executable_path}: apt-get install -y chromium, "
+            raise FileNotFoundError(f"no Chromium at {executable_path}: apt-get install -y chromium-headless-shell, "
                                     "or pass Renderer(executable_path=...)")
         if shutil.which(FC_LIST) is None:
             raise FileNotFoundError("no fc-list: rows record which characters no installed font can draw, "
