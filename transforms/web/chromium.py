@@ -34,10 +34,12 @@ BASE_ARGS = ("--headless", "--hide-scrollbars", "--mute-audio", "--force-color-p
               "--disable-background-timer-throttling", "--disable-backgrounding-occluded-windows",
               "--disable-renderer-backgrounding", "--disable-breakpad", "--password-store=basic",
               "--use-mock-keychain", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-              "--disable-features=HttpsUpgrades",
+              "--disable-features=HttpsUpgrades", "--block-new-web-contents",
               *("--disable-quic", "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
                 "--webrtc-ip-handling-policy=disable_non_proxied_udp",
                 "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"))
+# --block-new-web-contents: window.open and target=_blank open nothing (the headless shell has no
+# pop-up blocker; a page that opened pop-ups ran into the render's deadline in 1 of 6 renders).
 # HttpsUpgrades off: Chromium would turn an http:// navigation into https://, which an archive of
 # the http:// page does not hold and a live site may not serve. The last four keep the browser's
 # own traffic off the network: pages rendered under a fetch policy
