@@ -28,6 +28,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 from pipelines import registry, run  # noqa: E402
 from transforms.web.chromium import CHROMIUM, DEFAULT_ARGS, INSTALL_HINT  # noqa: E402
 
+# where the renderer's Chromium is missing, the tests that drive it skip with this reason (None: it is there)
+NO_CHROMIUM = None if os.path.exists(CHROMIUM) else f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}"
+needs_chromium = pytest.mark.skipif(NO_CHROMIUM is not None, reason=NO_CHROMIUM or "")
+
+
+def skip_without_chromium() -> None:
+    """Inside a test or fixture: skip it where the renderer's Chromium is missing."""
+    if NO_CHROMIUM:
+        pytest.skip(NO_CHROMIUM)
+
+
 # real sample data (KITTI, Lean, WARC), kept in the repository: tests/data/README.md says what and whence
 TEST_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
@@ -49,8 +60,7 @@ def browser():
     """Debian's Chromium headless shell through Playwright (what Playwright itself runs headless),
     one per test module, started as the renderer starts it; skips where it is missing."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no Chromium at {CHROMIUM}: {INSTALL_HINT}")
+    skip_without_chromium()
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=list(DEFAULT_ARGS))
         yield b

@@ -20,8 +20,8 @@ import json
 import os
 import time
 
-import pytest
 
+from tests.conftest import skip_without_chromium
 from transforms.web import blocklist, curation
 from transforms.web import render as R
 
@@ -81,8 +81,7 @@ def sample(labs, per_category: int = 2):
 
 def render(name):
     """(label, row or the RenderError's message) per page of the set's `sample`, rendered in Chromium."""
-    if not os.path.exists(R.CHROMIUM):
-        pytest.skip(f"needs Chromium at {R.CHROMIUM}")
+    skip_without_chromium()
     out = []
     start = time.perf_counter()
     renderer = R.Renderer()

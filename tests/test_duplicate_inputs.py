@@ -14,10 +14,9 @@ import pytest
 
 from pipelines import registry
 from pipelines.run import run
-from tests.conftest import read_rows
+from tests.conftest import read_rows, skip_without_chromium
 from transforms.io.stage import DUPLICATE
 from transforms.web.targets import PageTarget, duplicate_key, keep_order
-from transforms.web.chromium import CHROMIUM, INSTALL_HINT
 
 pytestmark = pytest.mark.pipeline
 
@@ -150,8 +149,7 @@ def _warc_with_a_page_twice(path, url: str) -> str:
 def test_multiui_url_and_warc_listed_twice_render_once(tmp_path, server):
     pytest.importorskip("playwright")
     pytest.importorskip("warcio")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
+    skip_without_chromium()
     urls = tmp_path / "urls.txt"
     good = server.url + "/good"
     urls.write_text("\n".join([good, good, good + "#part", good.replace("http://", "HTTP://")]) + "\n")

@@ -56,7 +56,6 @@ from __future__ import annotations
 import functools
 import gzip
 import http.server
-import os
 import re
 import socket
 import threading
@@ -68,13 +67,14 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
+from tests.conftest import needs_chromium
 from transforms.web import chromium
 from transforms.web import render as R
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.local_site import LocalSite
 from transforms.web.render import Renderer, RenderError
 
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")]
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 SITE = "127.0.0.2"
 CANARY = "127.0.0.3"

@@ -13,15 +13,13 @@ from pipelines import registry
 from core.config import ConfigError
 from pipelines.run import RunFailed, run
 from pipelines.validate import validate
-from schemas import multiui as schema
-from tests.conftest import read_rows
-from transforms.web.chromium import CHROMIUM, INSTALL_HINT
+from tests.conftest import NO_CHROMIUM, read_rows
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.browser]
 
 pytest.importorskip("playwright")
-if not os.path.exists(CHROMIUM):
-    pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}", allow_module_level=True)
+if NO_CHROMIUM:
+    pytest.skip(NO_CHROMIUM, allow_module_level=True)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SITE = os.path.join(HERE, "..", "pipelines", "sites", "multiui")

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 
-import pyarrow as pa
 import pytest
 
 pytest.importorskip("transformers")

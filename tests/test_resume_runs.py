@@ -19,9 +19,8 @@ import time
 import pytest
 
 from pipelines import registry, run
-from tests.conftest import parquet_digests
+from tests.conftest import needs_chromium, parquet_digests
 from tests.processes import descendants, left_after
-from transforms.web.chromium import CHROMIUM, INSTALL_HINT
 
 pytestmark = pytest.mark.pipeline
 
@@ -139,7 +138,7 @@ MULTIUI = ["platforms=desktop", "llm_tasks=false", "follow_links=0", "languages=
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
+@needs_chromium
 def test_multiui_killed_and_resumed(tmp_path):
     from pipelines.multiui import SAMPLE_SITE
     shutil.copytree(SAMPLE_SITE, tmp_path / "site", ignore=lambda folder, names: [

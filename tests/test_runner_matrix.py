@@ -11,7 +11,6 @@ letters, read from S3), concretizer, selfmoe and rmaxts also run on a real Dask 
 all five datasets run on the portable runner with the EXTERNAL worker pool of the installed wheel in
 tests/test_wheel.py, held to the local runner's bytes.
 """
-import os
 import shutil
 
 import numpy as np
@@ -21,8 +20,7 @@ import pytest
 
 from pipelines.validate import validate
 from tests.conftest import parquet_digests as _digests
-from tests.conftest import read_rows, without_generation
-from transforms.web.chromium import CHROMIUM, INSTALL_HINT
+from tests.conftest import read_rows, skip_without_chromium, without_generation
 
 pytestmark = [pytest.mark.cluster, pytest.mark.pipeline]
 
@@ -99,8 +97,7 @@ def test_heavy_workers_write_the_same_files_on_every_runner(run_dataset, tmp_pat
     if dataset == "concretizer":
         pytest.importorskip("spconv")
     else:
-        if not os.path.exists(CHROMIUM):
-            pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
+        skip_without_chromium()
         from pipelines.multiui import SAMPLE_SITE
         shutil.copytree(SAMPLE_SITE, tmp_path / "site", ignore=lambda folder, names: [
             n for n in names if n.endswith(".html") and n[:-len(".html")] not in MULTIUI_PAGES])
@@ -131,8 +128,8 @@ def test_heavy_workers_write_the_same_files_on_every_runner(run_dataset, tmp_pat
 def test_small_runs_write_the_same_files_on_the_multiprocess_runner(small_local, tmp_path, dataset):
     """The stand-in REPL pool (one per machine, shared by both workers) and a Chromium per worker:
     the files match the local runner's byte for byte."""
-    if dataset == "multiui" and not os.path.exists(CHROMIUM):
-        pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
+    if dataset == "multiui":
+        skip_without_chromium()
     from pipelines import registry
     from pipelines.run import run
     from tests.small_runs import small_runs

@@ -8,7 +8,6 @@ prompts, 6 kept, done.
 """
 from __future__ import annotations
 
-import re
 
 import pytest
 

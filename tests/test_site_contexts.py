@@ -12,20 +12,19 @@ storage. The page's `/slow` image holds its load event until the page has writte
 from __future__ import annotations
 
 import http.server
-import os
 import threading
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.conftest import loopback_server, send_body
+from tests.conftest import loopback_server, needs_chromium, send_body
 from transforms.web import render as R
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.render import Renderer
 from transforms.web.site_contexts import origin_of, site_key
 
 pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")]
+              needs_chromium]
 
 NOTHING = "cookie=0 local=0 session=0 idb=0 cache=0"
 EVERYTHING = "cookie=1 local=1 session=1 idb=1 cache=1"

@@ -18,7 +18,7 @@ from core.config import ConfigError, matching_files
 from pipelines.dataset import input_fingerprint
 from core import storage
 from core.rejected import Rejected
-from transforms.web.chromium import CHROMIUM, INSTALL_HINT
+from tests.conftest import skip_without_chromium
 
 pytestmark = [pytest.mark.store, pytest.mark.pipeline]
 
@@ -175,8 +175,7 @@ def test_fingerprints_of_a_prefix_and_a_folder_agree(s3_store, tmp_path):
 
 def test_multiui_from_an_html_folder_in_s3_equals_the_local_folder(s3_store, tmp_path):
     """The pages are served to Chromium from the store by each worker's loopback server."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
+    skip_without_chromium()
     pytest.importorskip("playwright")
     site, bucket = os.path.join(HERE, "..", "pipelines", "sites", "multiui"), s3_store.bucket()
     for rel in ("index.html", "shop.html", "style.css", "img/tent.png", "img/stove.png", ".hidden.html"):

@@ -199,7 +199,7 @@ def test_unusable_outputs_are_one_line_and_exit_2_before_any_pipeline(case, s3_s
 def test_trainer_streams_shards_from_s3_split_across_workers_and_resumes(s3_run):
     """trainers/data.py reads row groups by range from the store, in DataLoader worker processes,
     every row once per epoch, and a resumed epoch delivers exactly the rows not yet consumed."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from torch.utils.data import DataLoader
 
     from trainers.data import ShardDataset, collate_rows

@@ -3,15 +3,15 @@ to a page's session that closes before answering must not wait for ever (bench/l
 counted 21 such after 250 pages, kept for the life of the browser)."""
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
+from tests.conftest import needs_chromium
 from transforms.web import render as R
 from transforms.web.cdp import CDPError
 
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")]
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 
 def test_a_closed_session_fails_its_waiting_commands_and_drops_its_listener():

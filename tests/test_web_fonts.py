@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import http.server
 import io
-import os
 
 import pytest
 
-from tests.conftest import loopback_server
+from tests.conftest import loopback_server, skip_without_chromium
 from transforms.web import glyphs
-from transforms.web.chromium import INSTALL_HINT
 from transforms.web.tasks import rule_samples
 
 # two characters of each script the workers must show, and the Debian package that covers it
@@ -130,8 +128,7 @@ def site():
 @pytest.fixture(scope="module")
 def renderer():
     from transforms.web import render as R
-    if not os.path.exists(R.CHROMIUM):
-        pytest.skip(f"needs Chromium at {R.CHROMIUM}: {INSTALL_HINT}")
+    skip_without_chromium()
     pytest.importorskip("playwright")
     absent = sorted({pkg for chars, pkg in SCRIPTS.values() for ch in chars if ch not in glyphs.installed_coverage()})
     if absent:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.server
 import io
 import json
-import os
 import pickle
 import random
 import socket
@@ -19,7 +18,7 @@ import zlib
 
 import pytest
 
-from tests.conftest import loopback_server
+from tests.conftest import loopback_server, needs_chromium
 from transforms.web import render as R
 from transforms.io.transient import is_transient
 from transforms.web.fetch_policy import Admission, FetchPolicy
@@ -28,7 +27,7 @@ from transforms.web.render import BrowserCrashed, Renderer, RenderError, viewpor
 from transforms.web.subresources import Subresources
 from tests.conftest import send_body
 
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(R.CHROMIUM), reason=f"needs Chromium at {R.CHROMIUM}")]
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 TIMEOUT_MS = 3000
 RUNS_PER_PLATFORM = 4

@@ -15,15 +15,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.conftest import TEST_DATA
+from tests.conftest import TEST_DATA, needs_chromium
 from transforms.web.capture import CapturePage, CaptureSettings
 from transforms.web.charset import html_charset, meta_charset
-from transforms.web.render import CHROMIUM, RenderError
+from transforms.web.render import RenderError
 from transforms.web.targets import scan_warc
 from transforms.web.warc_archive import WarcArchive
 
 WEB_DATA = os.path.join(TEST_DATA, "web")
-pytestmark = [pytest.mark.browser, pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Chromium at {CHROMIUM}")]
+pytestmark = [pytest.mark.browser, needs_chromium]
 CRAWLED = "2020-03-27T09:15:42Z"
 CHINESE = "欢迎来到上海港口步行指南：外滩、豫园与黄浦江边的散步路线。" * 3
 

@@ -8,15 +8,14 @@ rule tasks read the text the tree keeps.
 from __future__ import annotations
 
 import http.server
-import os
 
 import pytest
 
-from transforms.web.chromium import CHROMIUM, INSTALL_HINT
+from tests.conftest import NO_CHROMIUM
 
 pytest.importorskip("playwright")
-if not os.path.exists(CHROMIUM):
-    pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}", allow_module_level=True)
+if NO_CHROMIUM:
+    pytest.skip(NO_CHROMIUM, allow_module_level=True)
 
 from tests.conftest import loopback_server  # noqa: E402
 from transforms.web.render import Renderer  # noqa: E402

@@ -24,9 +24,8 @@ import zipfile
 import pytest
 
 from tests import beam_services
-from tests.conftest import parquet_digests
+from tests.conftest import parquet_digests, skip_without_chromium
 from tests.small_runs import DATASETS, small_runs
-from transforms.web.chromium import CHROMIUM, INSTALL_HINT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.pipeline, pytest.mark.slow]
 
@@ -121,8 +120,8 @@ def test_the_fresh_virtualenv_imports_the_wheel_and_nothing_of_the_checkout(venv
 
 @pytest.mark.parametrize("dataset", DATASETS)
 def test_every_dataset_runs_from_the_wheel_on_the_worker_pool(dataset, venv, pool, small_local, tmp_path):
-    if dataset == "multiui" and not os.path.exists(CHROMIUM):
-        pytest.skip(f"needs Chromium at {CHROMIUM}: {INSTALL_HINT}")
+    if dataset == "multiui":
+        skip_without_chromium()
     if dataset == "concretizer":
         pytest.importorskip("spconv")
     local_path, local = small_local(dataset)
