@@ -70,9 +70,12 @@ class _SpconvOpsOnCpu:
     def __getattr__(self, name):
         return getattr(self._ops, name)
 
-    @staticmethod
-    def scatter_add_cpu(out, buffer, indices) -> None:
-        """out[indices[j]] += buffer[j], by torch's index_add_ on zero-copy views of the tv tensors."""
+    def scatter_add_cpu(self, out, buffer, indices) -> None:
+        """out[indices[j]] += buffer[j]: spconv's own loop on one thread (where it is exact, and 15%
+        faster over a backbone pass), else torch's index_add_ on zero-copy views of the tv tensors."""
+        if torch.get_num_threads() == 1:
+            self._ops.scatter_add_cpu(out, buffer, indices)
+            return
         index = torch.from_numpy(indices.numpy_view()).long()
         torch.from_numpy(out.numpy_view()).index_add_(0, index, torch.from_numpy(buffer.numpy_view())[:len(index)])
 
@@ -84,8 +87,8 @@ def patch_spconv_cpu() -> None:
       products into the output with SpconvOps.scatter_add_cpu, which races when torch runs more
       than one thread: on 2 threads VoxelBackBone8x's conv2..bev features on a 20k-point frame were
       up to 1.9 off the single-threaded ones, and differed call to call (exact on 1 thread, which
-      is what the pipeline's workers use). Its adds go through torch's index_add_ instead (identical to the
-      single-threaded result; each offset's output indices are distinct).
+      is what the pipeline's workers use). On more threads its adds go through torch's index_add_
+      instead (identical to the single-threaded result; each offset's output indices are distinct).
     - Its CPU backward asks torch for the current CUDA stream unconditionally, which raises on a
       CPU-only torch build; the CPU branch never uses the stream, so it answers 0 there, as
       spconv's other CPU paths do."""
