@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 import apache_beam as beam
 import pyarrow as pa
 
-from transforms.io import dofn_specs, lease, option_views
+from transforms.io import beam_caches, lease
 from transforms.io.ids import stable_id
 from transforms.io.meter import StageMeter
 from core.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
@@ -35,8 +35,7 @@ EXCERPT_CHARS = 1000
 OK, DEAD, STAT = "ok", "dead", "stat"
 DUPLICATE = "duplicate input"   # the Skipped reason of inputs `Ledger.unique` drops
 log = logging.getLogger(__name__)
-dofn_specs.install()   # Beam's per-DoFn introspection, once per class (transforms/io/dofn_specs.py)
-option_views.install()   # Beam's options views, built once per options object (transforms/io/option_views.py)
+beam_caches.install()   # Beam's DoFn introspection and options views, answered once (transforms/io/beam_caches.py)
 
 
 def record_count(output: Any) -> int:
