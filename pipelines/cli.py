@@ -243,8 +243,9 @@ def _inspect(args, beam_args) -> int:
     from core.dataset_folder import read_manifest
     print(inspect(args.path, rows=args.rows))
     dataset = registry.get(read_manifest(args.path)["dataset"])
-    if dataset.picture is not None:
-        print("\npicture: " + dataset.picture(args.path, args.png, sample_id=args.sample, task=args.task))
+    picture = dataset.picture(args.path, args.png, sample_id=args.sample, task=args.task)
+    if picture:
+        print("\npicture: " + picture)
     if args.pictures is not None:
         from pipelines.viewer import gallery, pictures
         if pictures.missing():

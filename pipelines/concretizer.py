@@ -98,11 +98,18 @@ def inputs(resolved: Resolved) -> dict[str, str]:
     return out
 
 
-DATASET = Dataset(
-    name=schema.DATASET,
-    summary="ConcreTizer: LiDAR scans (KITTI, Waymo, nuScenes, PCD/PLY, simulated) to voxels, "
-            "VoxelBackBone8x features and occupancy targets",
-    config=CONFIG, tables=tables, build=build, inputs=inputs,
-    trainer="trainers.concretizer.inversion:train",
-    trainers={"backbone": "trainers.concretizer.pretraining:train"},
-)
+
+class Concretizer(Dataset):
+    name = schema.DATASET
+    summary = ("ConcreTizer: LiDAR scans (KITTI, Waymo, nuScenes, PCD/PLY, simulated) to voxels, "
+               "VoxelBackBone8x features and occupancy targets")
+    config = CONFIG
+    schemas = schema.TABLES
+    trainer = "trainers.concretizer.inversion:train"
+    trainers = {"backbone": "trainers.concretizer.pretraining:train"}
+    tables = staticmethod(tables)
+    build = staticmethod(build)
+    inputs = staticmethod(inputs)
+
+
+DATASET = Concretizer()

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Mapping
 
 import apache_beam as beam
 
@@ -19,39 +18,64 @@ CACHE = Key("cache", str, DEFAULT_ROOT, "result store for expensive work (render
             "turns it off", optional=True, gridable=False)
 
 
-@dataclass(frozen=True)
 class Dataset:
-    """A dataset: its config, its tables, how to build its pipeline, and its trainer.
+    """A dataset: the one class to subclass to add one, as Beam's ModelHandler or OpenPCDet's
+    DatasetTemplate are.
 
-    build(pipeline, resolved, ledger) returns {table: PCollection of rows};
-    inputs(resolved) returns {input name: fingerprint} for the manifest;
-    trainer is "module:function" in trainers/, imported only when training; `trainers` names more
-    (`shardsmith train DATASET --trainer NAME`), e.g. concretizer's backbone pre-training.
+    Required (a subclass that lacks one is refused when it is defined):
+      name, summary         what `shardsmith list` shows; name is also the schemas' dataset name
+      config                its ConfigSpec (the result store's `cache` key is added here)
+      schemas               its tables' TableSchemas (registered with `schemas` on registration)
+      trainer               "module:function" in trainers/, imported only when training
+      tables(resolved)      {table: TableSpec} of this run
+      build(pipeline, resolved, ledger)  {table: PCollection of rows}
+      inputs(resolved)      {input name: fingerprint} for the manifest
+    Optional, each with a working default:
+      trainers              more trainers by name (`shardsmith train DATASET --trainer NAME`)
+      filter_stages         stages whose rejections are quality decisions about model output
+                            (garbage, refusals), not bad input: their dead letters do not count
+                            towards --max-error-rate
+      train_setup(config, manifest)  fills trainer config the trainer cannot work out itself
+                            (trainers import no transforms), e.g. the local folder of the model
+      preflight(resolved)   what a user reads before a long run (stderr), or None; raises
+                            ConfigError when the inputs leave nothing to do
+      picture(folder, png, sample_id=, task=)  datasets with images: the PNG written, or None
+    A dataset's viewer look is pipelines/viewer/<name>.py, found by name (pipelines/viewer/look.py).
     """
 
-    name: str
-    summary: str
-    config: ConfigSpec
-    tables: Callable[[Resolved], dict[str, TableSpec]]
-    build: Callable[[beam.Pipeline, Resolved, Ledger], dict[str, beam.PCollection]]
-    inputs: Callable[[Resolved], dict[str, str]]
-    trainer: str
-    trainers: Mapping[str, str] = field(default_factory=dict)
-    # fills trainer config the trainer cannot work out itself (trainers import no transforms),
-    # e.g. the local folder of the model that wrote the data: (config, manifest) -> config
-    train_setup: Callable[[dict, dict], dict] | None = None
-    # stages whose rejections are quality decisions about model output (garbage, refusals), not bad
-    # input: their dead letters are written as usual but do not count towards --max-error-rate
+    REQUIRED = ("name", "summary", "config", "schemas", "trainer")
+    trainers: Mapping[str, str] = {}
     filter_stages: tuple[str, ...] = ()
-    # what a user reads before a long run: resolved -> a summary of the inputs as read (printed to
-    # stderr before the job starts); raises ConfigError when the inputs leave nothing to do
-    preflight: Callable[[Resolved], str] | None = None
-    # datasets with images: (dataset folder, png path or None, sample_id=, task=) -> the PNG written
-    picture: Callable[..., str] | None = None
 
-    def __post_init__(self):
-        if all(k.name != CACHE.name for k in self.config.keys):
-            object.__setattr__(self, "config", ConfigSpec(self.config.keys + (CACHE,), self.config.check))
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        missing = [a for a in cls.REQUIRED if not hasattr(cls, a)]
+        missing += [m for m in ("tables", "build", "inputs") if getattr(cls, m) is getattr(Dataset, m)]
+        if missing:
+            raise TypeError(f"dataset {cls.__name__} lacks {', '.join(missing)} (pipelines/dataset.py: Dataset)")
+        if all(k.name != CACHE.name for k in cls.config.keys):
+            cls.config = ConfigSpec(cls.config.keys + (CACHE,), cls.config.check)
+
+    def tables(self, resolved: Resolved) -> dict[str, TableSpec]:
+        raise NotImplementedError
+
+    def build(self, pipeline: beam.Pipeline, resolved: Resolved, ledger: Ledger) -> dict[str, beam.PCollection]:
+        raise NotImplementedError
+
+    def inputs(self, resolved: Resolved) -> dict[str, str]:
+        raise NotImplementedError
+
+    def train_setup(self, config: dict, manifest: dict) -> dict:
+        return config
+
+    def preflight(self, resolved: Resolved) -> str | None:
+        return None
+
+    def picture(self, folder: str, png: str | None, *, sample_id=None, task=None) -> str | None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"<dataset {self.name}>"
 
 
 def responses(c: dict) -> str | None:

@@ -208,10 +208,19 @@ def train_setup(config: dict, manifest: dict) -> dict:
         raise ConfigError(f"model=tiny needs a tokenizer: {exc}; pass --set tokenizer=PATH") from None
 
 
-DATASET = Dataset(
-    name=schema.DATASET,
-    summary="MultiUI: web pages rendered in Chromium (screenshot, accessibility tree) and nine task types",
-    config=CONFIG, tables=tables, build=build, inputs=inputs,
-    trainer="trainers.multiui:train", train_setup=train_setup,
-    filter_stages=("llm_parse", "vision_parse"), picture=picture,
-)
+
+class MultiUI(Dataset):
+    name = schema.DATASET
+    summary = "MultiUI: web pages rendered in Chromium (screenshot, accessibility tree) and nine task types"
+    config = CONFIG
+    schemas = schema.TABLES
+    trainer = "trainers.multiui:train"
+    filter_stages = ("llm_parse", "vision_parse")
+    tables = staticmethod(tables)
+    build = staticmethod(build)
+    inputs = staticmethod(inputs)
+    train_setup = staticmethod(train_setup)
+    picture = staticmethod(picture)
+
+
+DATASET = MultiUI()

@@ -101,9 +101,16 @@ def inputs(resolved: Resolved) -> dict[str, str]:
     return {"features": f"{path} sha256:{_digest(path)}"} if path else {}
 
 
-DATASET = Dataset(
-    name=schema.DATASET,
-    summary="real + verifier-pruned synthetic Gaussian-mixture rows (RMT paper); ridge trainer vs theory",
-    config=CONFIG, tables=tables, build=build, inputs=inputs,
-    trainer="trainers.pruned_synth:train",
-)
+
+class PrunedSynth(Dataset):
+    name = schema.DATASET
+    summary = "real + verifier-pruned synthetic Gaussian-mixture rows (RMT paper); ridge trainer vs theory"
+    config = CONFIG
+    schemas = schema.TABLES
+    trainer = "trainers.pruned_synth:train"
+    tables = staticmethod(tables)
+    build = staticmethod(build)
+    inputs = staticmethod(inputs)
+
+
+DATASET = PrunedSynth()

@@ -135,9 +135,18 @@ def inputs(resolved: Resolved) -> dict[str, str]:
     return {os.path.basename(path): input_fingerprint(path) for path in files}
 
 
-DATASET = Dataset(
-    name=schema.DATASET,
-    summary="RMaxTS proof search: sampled proofs checked by a Lean REPL pool, tree nodes, tactic transitions",
-    config=CONFIG, tables=tables, build=build, inputs=inputs, preflight=preflight,
-    trainer="trainers.rmaxts:train", train_setup=base_model_setup,
-)
+
+class RMaxTS(Dataset):
+    name = schema.DATASET
+    summary = "RMaxTS proof search: sampled proofs checked by a Lean REPL pool, tree nodes, tactic transitions"
+    config = CONFIG
+    schemas = schema.TABLES
+    trainer = "trainers.rmaxts:train"
+    tables = staticmethod(tables)
+    build = staticmethod(build)
+    inputs = staticmethod(inputs)
+    train_setup = staticmethod(base_model_setup)
+    preflight = staticmethod(preflight)
+
+
+DATASET = RMaxTS()

@@ -57,10 +57,9 @@ def run(dataset: Dataset, *, out: str = "out", config_file: str | None = None, s
     _check_options(max_error_rate, part_mb, runner, detach, list(beam_args))
     resolved = dataset.config.resolve(config_file, list(sets) + ([] if resume else ["cache="]))
     check_cache(resolved.values)
-    if dataset.preflight is not None:
-        note = dataset.preflight(resolved)
-        if not quiet:
-            print(note, file=sys.stderr, flush=True)
+    note = dataset.preflight(resolved)
+    if note and not quiet:
+        print(note, file=sys.stderr, flush=True)
     pub = _prepare(dataset, resolved, out, runner, overwrite, max_error_rate, started)
     if detach:
         return _submit_detached(dataset, resolved, pub, runner, list(beam_args), part_mb)

@@ -112,9 +112,17 @@ def inputs(resolved: Resolved) -> dict[str, str]:
     return {f"seeds/{domain}": input_fingerprint(path) for domain, path in seed_files(resolved.values)}
 
 
-DATASET = Dataset(
-    name=schema.DATASET,
-    summary="Self-MoE self-specialization data per domain (brainstorm, ROUGE-L dedup, responses, filters)",
-    config=CONFIG, tables=tables, build=build, inputs=inputs,
-    trainer="trainers.selfmoe.training:train", train_setup=base_model_setup,
-)
+
+class SelfMoE(Dataset):
+    name = schema.DATASET
+    summary = "Self-MoE self-specialization data per domain (brainstorm, ROUGE-L dedup, responses, filters)"
+    config = CONFIG
+    schemas = schema.TABLES
+    trainer = "trainers.selfmoe.training:train"
+    tables = staticmethod(tables)
+    build = staticmethod(build)
+    inputs = staticmethod(inputs)
+    train_setup = staticmethod(base_model_setup)
+
+
+DATASET = SelfMoE()

@@ -51,8 +51,7 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: 
     if nproc > 1 and not getattr(module, "DATA_PARALLEL", True):
         raise ConfigError(f"the {dataset.name} trainer runs on one process: drop --nproc")
     resolved = module.CONFIG.resolve(None, sets)
-    values = (dataset.train_setup(dict(resolved.values), manifest) if dataset.train_setup and trainer is None
-              else resolved.values)
+    values = dataset.train_setup(dict(resolved.values), manifest) if trainer is None else resolved.values
     # trainers write checkpoints to a local folder: beside local data, else in the working folder
     suffix = "-" + (trainer or "train")
     out = out or (f"{dataset.name}{suffix}" if storage.is_remote(data) else os.path.normpath(data) + suffix)
