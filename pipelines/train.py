@@ -9,6 +9,7 @@ import os
 from core.config import ConfigError
 from pipelines.dataset import Dataset
 from core import storage
+from trainers import interface
 from transforms.io import layout
 
 
@@ -48,7 +49,8 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: 
     except ImportError as exc:
         raise ConfigError(f"the {dataset.name} trainer needs the train extra "
                           f"(pip install 'shardsmith[train]'): {exc}") from None
-    if nproc > 1 and not getattr(module, "DATA_PARALLEL", True):
+    interface.check(module, func, dataset.name)
+    if nproc > 1 and not interface.data_parallel(module):
         raise ConfigError(f"the {dataset.name} trainer runs on one process: drop --nproc")
     resolved = module.CONFIG.resolve(None, sets)
     values = dataset.train_setup(dict(resolved.values), manifest) if trainer is None else resolved.values
@@ -73,6 +75,7 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: 
     metrics_path = os.path.join(out, "metrics.json")
     with open(metrics_path, "w") as fh:
         json.dump(metrics, fh, indent=2, sort_keys=True)
-    if hasattr(module, "report"):
-        print(module.report(metrics))
+    summary = interface.report(module, metrics)
+    if summary:
+        print(summary)
     return out, metrics_path

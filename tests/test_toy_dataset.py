@@ -115,3 +115,24 @@ def test_the_registry_matches_the_schemas(name, tmp_path):
     assert {t: spec.schema for t, spec in dataset.tables(resolved).items()} == \
         {s.table: s for s in dataset.schemas} and schemas.tables(name) == tuple(dataset.schemas)
     assert set(registry.datasets()) == set(schemas.datasets())
+
+
+@pytest.mark.parametrize("name", sorted(registry.datasets()))
+def test_every_trainer_a_dataset_names_has_the_interface(name):
+    """trainers/interface.py: CONFIG, the named function, DATA_PARALLEL and report where given."""
+    import importlib
+    from trainers import interface
+    dataset = registry.get(name)
+    for ref in (dataset.trainer, *dataset.trainers.values()):
+        module, function = ref.split(":")
+        interface.check(importlib.import_module(module), function, name)
+
+
+def test_a_trainer_without_the_interface_is_one_line(tmp_path):
+    import types
+    from trainers import interface
+    broken = types.ModuleType("trainers.broken")
+    broken.DATA_PARALLEL = "yes"
+    with pytest.raises(ConfigError, match=r"the toy-squares trainer trainers.broken lacks CONFIG \(a ConfigSpec\), "
+                                          r"train\(data_dir, out_dir, config\), DATA_PARALLEL as a bool"):
+        interface.check(broken, "train", "toy-squares")
