@@ -98,7 +98,6 @@ def inputs(resolved: Resolved) -> dict[str, str]:
     return out
 
 
-
 class Concretizer(Dataset):
     name = schema.DATASET
     summary = ("ConcreTizer: LiDAR scans (KITTI, Waymo, nuScenes, PCD/PLY, simulated) to voxels, "

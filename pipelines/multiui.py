@@ -208,7 +208,6 @@ def train_setup(config: dict, manifest: dict) -> dict:
         raise ConfigError(f"model=tiny needs a tokenizer: {exc}; pass --set tokenizer=PATH") from None
 
 
-
 class MultiUI(Dataset):
     name = schema.DATASET
     summary = "MultiUI: web pages rendered in Chromium (screenshot, accessibility tree) and nine task types"

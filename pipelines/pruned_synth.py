@@ -101,7 +101,6 @@ def inputs(resolved: Resolved) -> dict[str, str]:
     return {"features": f"{path} sha256:{_digest(path)}"} if path else {}
 
 
-
 class PrunedSynth(Dataset):
     name = schema.DATASET
     summary = "real + verifier-pruned synthetic Gaussian-mixture rows (RMT paper); ridge trainer vs theory"

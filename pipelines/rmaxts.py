@@ -135,7 +135,6 @@ def inputs(resolved: Resolved) -> dict[str, str]:
     return {os.path.basename(path): input_fingerprint(path) for path in files}
 
 
-
 class RMaxTS(Dataset):
     name = schema.DATASET
     summary = "RMaxTS proof search: sampled proofs checked by a Lean REPL pool, tree nodes, tactic transitions"

@@ -112,7 +112,6 @@ def inputs(resolved: Resolved) -> dict[str, str]:
     return {f"seeds/{domain}": input_fingerprint(path) for domain, path in seed_files(resolved.values)}
 
 
-
 class SelfMoE(Dataset):
     name = schema.DATASET
     summary = "Self-MoE self-specialization data per domain (brainstorm, ROUGE-L dedup, responses, filters)"

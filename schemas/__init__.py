@@ -35,7 +35,7 @@ def _module_tables(dataset: str):
 
 @functools.lru_cache(maxsize=1)
 def _modules() -> frozenset:
-    return frozenset(m.name for m in pkgutil.iter_modules(__path__) if m.name not in ("table", "dead_letter", "manifest"))
+    return frozenset(m.name for m in pkgutil.iter_modules(__path__))
 
 
 def tables(dataset: str) -> tuple[TableSchema, ...]:

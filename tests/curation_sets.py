@@ -20,7 +20,6 @@ import json
 import os
 import time
 
-
 from tests.conftest import skip_without_chromium
 from transforms.web import blocklist, curation
 from transforms.web import render as R

@@ -24,9 +24,9 @@ def check(module: ModuleType, function: str, dataset: str) -> None:
         missing.append("CONFIG (a ConfigSpec)")
     if not callable(getattr(module, function, None)):
         missing.append(f"{function}(data_dir, out_dir, config)")
-    if not isinstance(getattr(module, "DATA_PARALLEL", True), bool):
+    if not isinstance(data_parallel(module), bool):
         missing.append("DATA_PARALLEL as a bool")
-    if not callable(getattr(module, "report", print)):
+    if hasattr(module, "report") and not callable(module.report):
         missing.append("report(metrics) as a function")
     if missing:
         raise ConfigError(f"the {dataset} trainer {module.__name__} lacks {', '.join(missing)} "
@@ -38,5 +38,5 @@ def data_parallel(module: ModuleType) -> bool:
 
 
 def report(module: ModuleType, metrics: dict) -> str | None:
-    """The trainer's own summary of its metrics, or None."""
-    return module.report(metrics) if callable(getattr(module, "report", None)) else None
+    """The trainer's own summary of its metrics, or None (`check` has seen that it is a function)."""
+    return module.report(metrics) if hasattr(module, "report") else None

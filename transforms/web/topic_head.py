@@ -7,9 +7,9 @@ other, adult, gambling, error, parked. Its pages are the labelled curation sets
 (topic_model.TRAINING_SETS: every page of each set served with status 200, read as curation reads a
 row without a tree: the title and the HTML's text); a page is of a class when its label is drop and
 its category names the class, other otherwise (good pages, thin and foreign-language drops, and
-hijacked heads over a benign body, whose visible text is not the business). Fitting is plain full-batch gradient descent from zeros, so the
-same pages give the same head on any machine, bit for bit within float rounding: a test refits it
-and compares. Classes are weighted to equal totals, since good pages outnumber each topic.
+hijacked heads over a benign body, whose visible text is not the business). Fitting is plain
+full-batch gradient descent from zeros, so the same pages give the same head on any machine, bit for
+bit within float rounding: a test refits it and compares. Classes are weighted to equal totals, since good pages outnumber each topic.
 """
 from __future__ import annotations
 

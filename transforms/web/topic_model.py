@@ -49,7 +49,6 @@ HEAD = os.path.join(os.path.dirname(__file__), "topic_head.json")
 TRAINING_SETS = ("curation_multilingual", "curation_multilingual2", "curation_multilingual3",
                  "curation_multilingual4", "curation_multilingual5", "curation_holdout", "curation_blind2",
                  "curation_titles", "curation_titles2", "curation_titles3")
-CLASSES = ("other", "adult", "gambling", "error", "parked")
 PROSE_CHARS = 40        # the words' sentences' mean letters for that: shorter ones are links or tags
 
 PROTOTYPES = {
@@ -81,7 +80,8 @@ BENIGN = {
         "A company's services page: maintenance, repairs and construction work.",
     ),
 }
-TOPICS, KINDS = CLASSES[1:3], tuple(PROTOTYPES)
+TOPICS, KINDS = ("adult", "gambling"), tuple(PROTOTYPES)
+CLASSES = ("other", *TOPICS, *KINDS)        # the head's classes, in topic_head.json's order
 
 
 NAME, NONE = "use-multilingual", "none"
@@ -138,9 +138,9 @@ class TopicModel:
         e = self.embed([head_text])[0]
         benign = float(np.max(self._protos["pages"] @ e))
         kinds = [(k, round(float(np.max(self._protos[k] @ e)) - benign, 4)) for k in KINDS]
-        p = softmax(e @ self._w + self._b)
-        head_p = tuple((c, round(float(p[i]), 4)) for i, c in enumerate(CLASSES) if c != "other")
-        return tuple(kinds) + tuple((f"{c}_p" if c in KINDS else c, v) for c, v in head_p)
+        p = dict(zip(CLASSES, softmax(e @ self._w + self._b)))
+        return (tuple(kinds) + tuple((t, round(float(p[t]), 4)) for t in TOPICS)
+                + tuple((f"{k}_p", round(float(p[k]), 4)) for k in KINDS))
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
