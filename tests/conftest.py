@@ -339,7 +339,7 @@ def pytest_runtest_protocol(item, nextitem):
     yield
     with open(path, "a") as fh:
         fh.write(f"{_tree_cpu_s() - cpu:.2f}\t{time.perf_counter() - wall:.2f}\t{_machine_busy_s() - busy:.2f}"
-                 f"\t{item.nodeid}\n")
+                 f"\t{item.nodeid}\t{time.time():.2f}\t{os.environ.get('PYTEST_XDIST_WORKER', '-')}\n")
 
 
 def _machine_busy_s() -> float:

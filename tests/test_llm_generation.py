@@ -126,6 +126,26 @@ def test_seeded_sampling_is_repeatable_and_batch_independent(backend):
     assert [_answer(c) for c in backend.generate(batch)] == [_answer(c) for c in first]
 
 
+def test_limits_and_stop_strings_are_each_rows_own_in_a_shared_batch(backend, monkeypatch):
+    """Greedy requests with different max_tokens and stop strings run as one batch (one decoding step
+    serves them all), and each row still ends where it would alone: at its own limit or stop string."""
+    calls = []
+    real = backend._generate_batch
+    monkeypatch.setattr(backend, "_generate_batch",
+                        lambda sampling, chunk, requests: calls.append(len(chunk)) or real(sampling, chunk, requests))
+    batch = [Request("a", "1, 2, 3, 4,", Sampling(max_tokens=40, stop=(" 7",))),
+             Request("b", "Once upon a time", Sampling(max_tokens=3)),
+             Request("c", "The capital of France is", Sampling(max_tokens=12, stop=("zzz",))),
+             Request("d", "1, 2, 3, 4,", Sampling(max_tokens=5))]
+    together = backend.generate(batch)
+    assert calls == [4]
+    assert together[0].text == " 5, 6," and together[0].finish_reason == "stop"
+    assert (together[1].completion_tokens, together[1].finish_reason) == (3, "length")
+    assert together[3].completion_tokens <= 5
+    alone = [backend.generate([r])[0] for r in batch]
+    assert [_answer(c) for c in together] == [_answer(c) for c in alone]
+
+
 def test_requests_differing_only_in_seed_share_a_batch(backend, monkeypatch):
     calls = []
     real = backend._generate_batch

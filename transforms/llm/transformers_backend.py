@@ -7,8 +7,12 @@ DoFn instance and bundle in the process shares one copy of the weights. The elem
 on finish_bundle outputs that the DaskRunner drops).
 
 How a batch runs:
-- requests are grouped by identical `Sampling` and each group runs in sub-batches of `batch_size`,
-  longest prompts first (so an out-of-memory shows on the first sub-batch, and padding stays small);
+- requests are grouped by how they decode (greedy, or one temperature and top_p) and each group runs
+  in sub-batches of `batch_size`, longest prompts first (so an out-of-memory shows on the first
+  sub-batch, and padding stays small). Requests that differ only in max_tokens, stop strings or seed
+  share a batch (multiui's captions, answers and instructions: one batch, not three): each row stops
+  at its own limit and its own stop strings, so a decoding step, which on the CPU costs reading the
+  weights once whatever the batch, serves them all;
 - prompts are LEFT-padded, so every row's next token sits at the same position;
 - greedy when temperature == 0; otherwise each row samples from its own torch.Generator, seeded from
   sampling.seed and the prompt, by the Gumbel-max trick over temperature/top_p-filtered logits. A
@@ -29,7 +33,6 @@ string, without the end-of-sequence token.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.util
 import os
@@ -134,9 +137,7 @@ class TransformersBackend(LocalModel, Backend):
             if problem:
                 rejected.append((index, Rejected(problem, request, "PromptTooLong" if ids else "EmptyPrompt")))
                 continue
-            # one batch per decoding setting; seeds differ per row anyway (_row_seed), so requests
-            # that differ only in their seed (selfmoe's brainstorm prompts) still share a batch
-            groups.setdefault(dataclasses.replace(request.sampling, seed=0), []).append((index, ids))
+            groups.setdefault(_decoding(request.sampling), []).append((index, ids))
         if rejected:
             yield rejected
         for sampling, items in groups.items():
@@ -199,21 +200,25 @@ class TransformersBackend(LocalModel, Backend):
         for row, (_, ids) in enumerate(chunk):  # LEFT padding
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
-        config = GenerationConfig(max_new_tokens=sampling.max_tokens, do_sample=False, num_beams=1,
+        rows = [requests[index].sampling for index, _ in chunk]   # max_tokens and stop differ by row
+        config = GenerationConfig(max_new_tokens=max(r.max_tokens for r in rows), do_sample=False, num_beams=1,
                                   pad_token_id=self._pad_id, eos_token_id=sorted(self._eos_ids) or None)
         processors = LogitsProcessorList()
         if not sampling.greedy:
             seeds = [_row_seed(requests[index].sampling, requests[index]) for index, _ in chunk]
             processors.append(_SeededSampler(sampling.temperature, sampling.top_p, seeds, self.device))
         stopping = StoppingCriteriaList()
-        if sampling.stop:
-            stopping.append(_StopStrings(self._tokenizer, sampling.stop, width))
+        if len({r.max_tokens for r in rows}) > 1:
+            stopping.append(_RowLimits([r.max_tokens for r in rows], width))
+        if any(r.stop for r in rows):
+            stopping.append(_StopStrings(self._tokenizer, [r.stop for r in rows], width))
         with torch.inference_mode():
             output = self._model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
                                           generation_config=config, logits_processor=processors,
                                           stopping_criteria=stopping)
         generated = output[:, width:].tolist()
-        return [(index, self._completion(sampling, len(ids), generated[row], requests[index].id))
+        return [(index, self._completion(rows[row], len(ids), generated[row][:rows[row].max_tokens],
+                                         requests[index].id))
                 for row, (index, ids) in enumerate(chunk)]
 
     def _completion(self, sampling: Sampling, n_prompt: int, tokens: list[int], request_id: str) -> Completion:
@@ -234,6 +239,14 @@ class TransformersBackend(LocalModel, Backend):
             finish = "length" if not hit_eos and n_tokens >= sampling.max_tokens else "stop"
         return Completion(request_id=request_id, text=text, finish_reason=finish, prompt_tokens=n_prompt,
                           completion_tokens=n_tokens, model=self.model_id, backend=self.name)
+
+
+def _decoding(sampling: Sampling) -> Sampling:
+    """What rows must share to share a batch: greedy, or one temperature and top_p. Seeds differ by row
+    anyway (_row_seed), and max_tokens and stop strings are each row's own (_RowLimits, _StopStrings)."""
+    if sampling.greedy:
+        return Sampling(temperature=0.0, max_tokens=1)
+    return Sampling(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=1)
 
 
 def _first_prefix(n: int, holds) -> int:
@@ -273,17 +286,31 @@ class _SeededSampler:
         return scores - torch.log(-torch.log(uniform))
 
 
-class _StopStrings:
-    """Stops a row once its decoded tail holds a stop string (the text is cut afterwards)."""
+class _RowLimits:
+    """Stops each row at its own max_tokens (the batch runs to the largest)."""
 
-    def __init__(self, tokenizer, stops: tuple[str, ...], prompt_width: int):
+    def __init__(self, limits: list[int], prompt_width: int):
+        self.limits, self.prompt_width = limits, prompt_width
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        made = input_ids.shape[1] - self.prompt_width
+        return torch.tensor([made >= limit for limit in self.limits], dtype=torch.bool, device=input_ids.device)
+
+
+class _StopStrings:
+    """Stops a row once its decoded tail holds one of its stop strings (the text is cut afterwards)."""
+
+    def __init__(self, tokenizer, stops: list[tuple[str, ...]], prompt_width: int):
         self.tokenizer, self.stops, self.prompt_width = tokenizer, stops, prompt_width
-        self.window = 4 * max(len(s) for s in stops) + 4  # a character may take up to 4 byte tokens
+        # a character may take up to 4 byte tokens
+        self.window = 4 * max(len(s) for row in stops for s in row) + 4
 
     def __call__(self, input_ids, scores, **kwargs):
         import torch
 
         tails = input_ids[:, self.prompt_width:][:, -self.window:].tolist()
         texts = self.tokenizer.batch_decode(tails, skip_special_tokens=True)
-        return torch.tensor([any(s in text for s in self.stops) for text in texts],
+        return torch.tensor([any(s in text for s in row) for text, row in zip(texts, self.stops)],
                             dtype=torch.bool, device=input_ids.device)
