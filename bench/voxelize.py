@@ -77,14 +77,14 @@ def make_parts(mode: str, frames):
 
     p = presets.get_preset(PRESET)
     ours = Voxelizer(PRESET, mode)
-    gen = PointToVoxel(vsize_xyz=list(p["voxel_size"]), coors_range_xyz=list(p["point_cloud_range"]),
+    gen = PointToVoxel(vsize_xyz=list(p.voxel_size), coors_range_xyz=list(p.point_cloud_range),
                        num_point_features=4, max_num_voxels=presets.max_voxels(p, mode),
-                       max_num_points_per_voxel=p["max_points_per_voxel"])
+                       max_num_points_per_voxel=p.max_points_per_voxel)
     arrays = [pts for _, pts in frames]
     tensors = [torch.from_numpy(pts) for pts in arrays]
     clouds = [o3d.geometry.PointCloud(o3d.utility.Vector3dVector(pts[:, :3].astype(np.float64)))
               for pts in arrays]
-    cube = float(p["voxel_size"][0])
+    cube = float(p.voxel_size[0])
 
     # identical voxels, or no figures at all
     for (name, _), pts, t in zip(frames, arrays, tensors):

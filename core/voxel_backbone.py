@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -53,8 +53,15 @@ STRIDES = {"conv1": (1, 1, 1), "conv2": (2, 2, 2), "conv3": (4, 4, 4), "conv4": 
            "bev": (16, 8, 8)}
 CHECKPOINT_PREFIX = "backbone_3d."
 
-# (coords (n, 3) int32 zyx, values (n, c) float32, stride (z, y, x), spatial_shape (z, y, x))
-LayerOutput = Tuple[np.ndarray, np.ndarray, Tuple[int, int, int], Tuple[int, int, int]]
+
+
+class LayerOutput(NamedTuple):
+    """One layer's sparse output for one frame, as the features table stores it."""
+
+    coords: np.ndarray                   # (n, 3) int32 z, y, x, sorted
+    values: np.ndarray                   # (n, c) float32
+    stride: Tuple[int, int, int]         # z, y, x, in voxels of the input grid
+    shape: Tuple[int, int, int]          # the layer's grid, z, y, x
 
 
 def _current_stream() -> int:
@@ -305,8 +312,7 @@ class VoxelBackBone8x(nn.Module):
         """Features of conv1..conv4 and the BEV map for one frame.
 
         voxel_features: (V, input_channels) float32 MeanVFE features; coords_zyx: (V, 3) integer
-        voxel coordinates (z, y, x) inside grid_size_zyx, unique. Returns {layer: (coords (n, 3)
-        int32 zyx sorted, values (n, c) float32, stride (z, y, x), spatial_shape (z, y, x))} for
+        voxel coordinates (z, y, x) inside grid_size_zyx, unique. Returns {layer: LayerOutput} for
         conv1, conv2, conv3, conv4 and bev (see the module docstring for the BEV convention).
         """
         feats = torch.as_tensor(np.ascontiguousarray(voxel_features), dtype=torch.float32)
@@ -317,8 +323,8 @@ class VoxelBackBone8x(nn.Module):
         out_z, bev_h, bev_w = bev_shape(self.grid_size_zyx)
         shapes["bev"] = (1, bev_h, bev_w)
         if len(coords) == 0:
-            return {name: (np.zeros((0, 3), np.int32), np.zeros((0, CHANNELS[name]), np.float32),
-                           STRIDES[name], shapes[name]) for name in (*LAYERS, "bev")}
+            return {name: LayerOutput(np.zeros((0, 3), np.int32), np.zeros((0, CHANNELS[name]), np.float32),
+                                      STRIDES[name], shapes[name]) for name in (*LAYERS, "bev")}
 
         self.eval()
         batch = torch.zeros((len(coords), 1), dtype=torch.int32)
@@ -331,7 +337,7 @@ class VoxelBackBone8x(nn.Module):
             got = tuple(int(v) for v in t.spatial_shape)
             assert got == shapes[name], f"{name}: spconv grid {got} != conv arithmetic {shapes[name]}"
             c, v = _sorted(t.indices[:, 1:].numpy(), t.features.numpy())
-            result[name] = (c, v, STRIDES[name], got)
+            result[name] = LayerOutput(c, v, STRIDES[name], got)
         result["bev"] = self._bev(layers["conv_out"], shapes["bev"])
         return result
 
@@ -348,7 +354,7 @@ class VoxelBackBone8x(nn.Module):
         values = np.zeros((len(cols), chans, depth), dtype=np.float32)
         values[inverse, :, z] = feats  # channel c at level d -> c * D + d after the reshape
         coords = np.stack([np.zeros_like(cols), cols // shape[2], cols % shape[2]], axis=1).astype(np.int32)
-        return coords, values.reshape(len(cols), chans * depth), STRIDES["bev"], shape
+        return LayerOutput(coords, values.reshape(len(cols), chans * depth), STRIDES["bev"], shape)
 
     def _check_input(self, feats: torch.Tensor, coords: torch.Tensor) -> None:
         if feats.dim() != 2 or feats.shape[1] != self.input_channels:

@@ -11,10 +11,21 @@ import os
 import sys
 import time
 
-from pipelines import logs
-from core.config import ConfigError
 from core import storage
+from core.config import ConfigError
+from core.dataset_folder import read_manifest
+from pipelines import logs, registry, run, status
+from pipelines.export import JSON_NAME, export
+from pipelines.run import DEFAULT_MAX_ERROR_RATE
+from pipelines.runners import RUNNERS
+from pipelines.train import train
+from pipelines.validate import inspect, validate
+from pipelines.viewer import gallery, pictures
+from pipelines.viewer.app import listen
+from pipelines.viewer.hosts import is_loopback
 from schemas.manifest import ManifestError
+from transforms.io import result_store
+from transforms.io.shards import PART_BYTES
 
 EXIT_USAGE, EXIT_FAILED = 2, 1
 
@@ -25,13 +36,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from pipelines.run import DEFAULT_MAX_ERROR_RATE
-    from transforms.io.shards import PART_BYTES
-    from pipelines.runners import RUNNERS
     p = _Parser(prog="shardsmith", description="Produce the data of five ICLR 2025 papers as Parquet shards.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="the datasets, one line each")
-    r = sub.add_parser("run", help="run a dataset's pipeline")
+    _run_arguments(sub.add_parser("run", help="run a dataset's pipeline"))
+    _reading_arguments(sub)
+    _writing_arguments(sub)
+    return p
+
+
+def _run_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("dataset")
     r.add_argument("--out", default="out", help="output folder or store URL (s3://BUCKET/PREFIX, gs://...); "
                    "the dataset goes to OUT/DATASET (default ./out)")
@@ -52,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--detach", action="store_true", help="submit the job and return with its generation's path: the "
                    "job publishes itself when it ends (dataflow, flink, or portable with --job_endpoint; "
                    "`shardsmith status OUT/DATASET` follows it)")
+
+
+def _reading_arguments(sub) -> None:
+    """The commands that read a dataset: status, validate, inspect, view."""
     st = sub.add_parser("status", help="a dataset's generations: published, running (each stage's counts), "
                         "failed, stale")
     st.add_argument("path", help="the dataset folder (OUT/DATASET) or its s3:// / gs:// prefix")
@@ -78,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="another name the viewer answers to in the Host header (repeatable); by default only "
                    "the --host address and, on loopback, 127.0.0.1, localhost and [::1]")
+
+
+def _writing_arguments(sub) -> None:
+    """The commands that write from a dataset or the result store: export, cache, train."""
     e = sub.add_parser("export", help="write a dataset as its paper's training files (multiui: LLaVA JSON + images)")
     e.add_argument("dataset")
     e.add_argument("--data", required=True, help="the dataset folder (OUT/DATASET)")
@@ -97,7 +119,6 @@ def _parser() -> argparse.ArgumentParser:
                    "(concretizer: backbone, the detector pre-training that makes weights= for the run)")
     t.add_argument("--nproc", type=int, default=1, help="data-parallel processes (DDP: gloo on CPU, nccl with one "
                    "GPU each on CUDA); under torchrun leave it out")
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,14 +143,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list(args, beam_args) -> int:
-    from pipelines.registry import datasets
-    for name, ds in datasets().items():
+    for name, ds in registry.datasets().items():
         print(f"{name:14s} {ds.summary}")
     return 0
 
 
 def _run(args, beam_args) -> int:
-    from pipelines import registry, run
     dataset = registry.get(args.dataset)
     if args.show_config:
         for k in dataset.config.keys:
@@ -182,7 +201,6 @@ def summary(manifest: dict, path: str) -> str:
 
 
 def _cache(args, beam_args) -> int:
-    from transforms.io import result_store
     root = args.cache or result_store.DEFAULT_ROOT
     storage.check_readable(root)
     if args.cache and not storage.is_dir(root):
@@ -215,7 +233,6 @@ def _when(epoch: float) -> str:
 
 
 def _status(args, beam_args) -> int:
-    from pipelines import status
     storage.check_readable(args.path)
     if not storage.is_dir(args.path):
         raise ConfigError(f"{args.path}: no such dataset folder (give OUT/DATASET, as `shardsmith run` wrote it)")
@@ -225,7 +242,6 @@ def _status(args, beam_args) -> int:
 
 
 def _validate(args, beam_args) -> int:
-    from pipelines.validate import validate
     problems, report = validate(args.path)
     for line in report:
         print(line)
@@ -238,16 +254,12 @@ def _validate(args, beam_args) -> int:
 
 
 def _inspect(args, beam_args) -> int:
-    from pipelines import registry
-    from pipelines.validate import inspect
-    from core.dataset_folder import read_manifest
     print(inspect(args.path, rows=args.rows))
     dataset = registry.get(read_manifest(args.path)["dataset"])
     picture = dataset.picture(args.path, args.png, sample_id=args.sample, task=args.task)
     if picture:
         print("\npicture: " + picture)
     if args.pictures is not None:
-        from pipelines.viewer import gallery, pictures
         if pictures.missing():
             raise ConfigError(f"--pictures needs {', '.join(pictures.missing())}: pip install 'shardsmith[train]'")
         try:
@@ -261,8 +273,6 @@ def _inspect(args, beam_args) -> int:
 def _view(args, beam_args) -> int:
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port}: a port is 0 to 65535 (0 takes any free one)")
-    from pipelines.viewer.app import listen
-    from pipelines.viewer.hosts import is_loopback
     try:
         server = listen(args.path, args.host, args.port, args.allow_host)
     except FileNotFoundError:               # no dataset there: main says so in one line
@@ -279,7 +289,6 @@ def _view(args, beam_args) -> int:
 
 
 def _export(args, beam_args) -> int:
-    from pipelines.export import JSON_NAME, export
     t0 = time.time()
     counts = export(args.dataset, args.data, args.out)
     skipped = {k: v for k, v in counts.items() if k.startswith("skipped")}
@@ -290,8 +299,6 @@ def _export(args, beam_args) -> int:
 
 
 def _train(args, beam_args) -> int:
-    from pipelines import registry
-    from pipelines.train import train
     dataset = registry.get(args.dataset)
     t0 = time.time()
     out, metrics_path = train(dataset, args.data, args.out, args.set, nproc=args.nproc, trainer=args.trainer)

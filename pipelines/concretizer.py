@@ -9,6 +9,11 @@ from pipelines.dataset import Dataset, input_fingerprint
 from schemas import concretizer as schema
 from core import storage
 from transforms.io.shards import TableSpec
+from transforms.lidar.concretizer_graph import ConcretizerGraph, ConcretizerSettings
+from transforms.lidar.extract import FeatureSettings
+from transforms.lidar.frames import FrameJob
+from transforms.lidar.readers import POINT_FEATURES, WaymoPoints
+from transforms.lidar.presets import get_preset
 
 SAMPLE_KITTI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples", "kitti", "training")
 LAYOUTS = ("kitti", "waymo", "nuscenes", "pcd", "ply")
@@ -21,12 +26,14 @@ def scan_files(c: dict) -> list[str]:
     return matching_files(c["scans"], "scans")
 
 
+def layout(c: dict) -> str:
+    """The point layout of the scans: the `layout` key, else the preset's own."""
+    return c["layout"] or get_preset(c["preset"]).layout
+
+
 def jobs(c: dict):
-    from transforms.lidar.frames import FrameJob
-    from transforms.lidar.readers import WaymoPoints
-    layout = c["layout"] or ("waymo" if c["preset"] == "waymo" else "kitti")
     waymo = WaymoPoints(intensity=c["waymo_intensity"], no_label_zone=c["waymo_nlz"])
-    out = [FrameJob(source=layout, path=path, layout=layout, waymo=waymo) for path in scan_files(c)]
+    out = [FrameJob(source=layout(c), path=path, layout=layout(c), waymo=waymo) for path in scan_files(c)]
     out += [FrameJob(source="sim", sim_seed=c["seed"], index=i) for i in range(c["simulated"])]
     return out
 
@@ -76,18 +83,14 @@ def settings(resolved: Resolved):
     """The graph's settings (transforms/lidar/concretizer_graph.py) from the resolved config."""
     if len(resolved.grid) != 1:
         raise ConfigError(f"concretizer runs one configuration at a time; these keys got lists: {resolved.swept}")
-    from transforms.lidar.concretizer_graph import ConcretizerSettings
-    from transforms.lidar.extract import FeatureSettings
-    from transforms.lidar.readers import POINT_FEATURES
     c = resolved.grid[0]
     return settings_from(
         ConcretizerSettings, c, jobs=tuple(jobs(c)),
-        channels=len(POINT_FEATURES[c["layout"] or ("waymo" if c["preset"] == "waymo" else "kitti")]),
+        channels=len(POINT_FEATURES[layout(c)]),
         features=settings_from(FeatureSettings, c, layers=tuple(names(c["layers"])), dtype=c["feature_dtype"]))
 
 
 def build(pipeline, resolved: Resolved, ledger):
-    from transforms.lidar.concretizer_graph import ConcretizerGraph
     return pipeline | "Concretizer" >> ConcretizerGraph(settings(resolved), ledger)
 
 

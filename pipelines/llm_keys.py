@@ -6,6 +6,11 @@ import os
 import shlex
 
 from core.config import ConfigError, Key
+from transforms.llm.models import resolve_model
+from transforms.llm.openai_backend import OpenAIBackend
+from transforms.llm.transformers_backend import TransformersBackend
+from transforms.llm.vllm_backend import VllmBackend
+from transforms.llm.vllm_server import VllmServerError
 
 BACKENDS = ("transformers", "openai", "vllm")
 
@@ -44,19 +49,15 @@ def check_llm(c: dict) -> None:
 def make_backend(c: dict):
     """The backend the config names (built here, loaded on the workers)."""
     if c["backend"] == "openai":
-        from transforms.llm.openai_backend import OpenAIBackend
         return OpenAIBackend(c["base_url"], c["model"], batch_size=c["batch_size"], max_retries=c["retries"],
                              concurrency=c.get("concurrency", 8), requests_per_minute=c.get("requests_per_minute"),
                              tokens_per_minute=c.get("tokens_per_minute"))
     if c["backend"] == "vllm":
-        from transforms.llm.vllm_backend import VllmBackend
-        from transforms.llm.vllm_server import VllmServerError
         try:
             return VllmBackend(c["model"], batch_size=c["batch_size"], python=c["vllm_python"],
                                server_args=tuple(shlex.split(c.get("vllm_args") or "")))
         except VllmServerError as exc:
             raise ConfigError(f"backend=vllm: {exc}") from None
-    from transforms.llm.transformers_backend import TransformersBackend
     return TransformersBackend(c["model"], device=c["device"], batch_size=c["batch_size"])
 
 
@@ -70,7 +71,6 @@ def base_model_setup(config: dict, manifest: dict) -> dict:
     made_by = manifest.get("config", {})
     if made_by.get("backend", "transformers") != "transformers":
         raise ConfigError("the data came from a served model: pass --set base_model=PATH (a local HF folder)")
-    from transforms.llm.models import resolve_model
     try:
         path = resolve_model(made_by.get("model", "smollm2-135m-instruct")).path
     except (ValueError, FileNotFoundError, ImportError) as exc:

@@ -11,6 +11,13 @@ from core import storage
 from core.dataset_folder import table_locations
 from transforms.io.shards import TableSpec
 from transforms.web.chromium import CHROMIUM, INSTALL_HINT
+from transforms.llm.models import resolve_model
+from transforms.llm.openai_backend import OpenAIBackend
+from transforms.llm.requests import Sampling
+from transforms.web.capture import CaptureSettings
+from transforms.web.curation import Rules
+from transforms.web.multiui_graph import MultiuiGraph, MultiuiSettings
+from transforms.web.tasks import TaskRules
 
 SAMPLE_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sites", "multiui")
 
@@ -104,7 +111,6 @@ CONFIG = ConfigSpec(check=_check, keys=(
 
 def curation_rules(c: dict):
     """The curation settings of a config; ConfigError saying what to set when one is wrong."""
-    from transforms.web.curation import Rules
     try:
         return Rules.from_settings(c["min_text_chars"], c["languages"], c["blocklist"], c["require_css"],
                                    c["topic_model"])
@@ -122,10 +128,6 @@ def settings(resolved: Resolved):
     """The graph's settings (transforms/web/multiui_graph.py) from the resolved config."""
     if len(resolved.grid) != 1:
         raise ConfigError(f"multiui runs one configuration at a time; these keys got lists: {resolved.swept}")
-    from transforms.llm.requests import Sampling
-    from transforms.web.capture import CaptureSettings
-    from transforms.web.multiui_graph import MultiuiSettings
-    from transforms.web.tasks import TaskRules
     c = resolved.grid[0]
     srcs = sources(c)
     html = [path for kind, path in srcs if kind == "local"]
@@ -137,7 +139,6 @@ def settings(resolved: Resolved):
 
     vision = None
     if c["vision_base_url"]:
-        from transforms.llm.openai_backend import OpenAIBackend
         vision = OpenAIBackend(c["vision_base_url"], c["vision_model"], batch_size=c["batch_size"],
                                max_retries=c["retries"])
     return settings_from(
@@ -154,7 +155,6 @@ def settings(resolved: Resolved):
 
 
 def build(pipeline, resolved: Resolved, ledger):
-    from transforms.web.multiui_graph import MultiuiGraph
     return pipeline | "MultiUI" >> MultiuiGraph(settings(resolved), ledger)
 
 
@@ -201,7 +201,6 @@ def train_setup(config: dict, manifest: dict) -> dict:
     """model=tiny builds its tokenizer from the default LLM's (trainers cannot resolve models)."""
     if config.get("model", "tiny") != "tiny" or config.get("tokenizer"):
         return config
-    from transforms.llm.models import resolve_model
     try:
         return dict(config, tokenizer=str(resolve_model("smollm2-135m-instruct").path))
     except (ValueError, FileNotFoundError, ImportError) as exc:

@@ -9,6 +9,12 @@ from pipelines.dataset import Dataset, input_fingerprint, responses
 from pipelines.llm_keys import base_model_setup, check_llm, llm_keys, make_backend
 from schemas import rmaxts as schema
 from transforms.io.shards import TableSpec
+from core.rejected import Rejected
+from transforms.lean.os_sandbox import OsSandboxUnavailable, require_os_sandbox
+from transforms.lean.prove import SearchSettings
+from transforms.lean.repl_pool import find_repl, LeanNotFound, ReplPoolConfig
+from transforms.lean.rmaxts_graph import read_problems, RmaxtsGraph, RmaxtsSettings
+from transforms.llm.requests import Sampling
 
 SAMPLE_PROBLEMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "samples", "lean", "minif2f_sample.jsonl")
 LEAN_PROJECT_ENV = "SHARDSMITH_LEAN_PROJECT"
@@ -23,7 +29,6 @@ def repl_command(c: dict) -> tuple[list[str], str | None]:
     the Lean project (lean_project or $SHARDSMITH_LEAN_PROJECT); a ConfigError says what to install."""
     if c["repl_command"]:
         return shlex.split(c["repl_command"]), None
-    from transforms.lean.repl_pool import LeanNotFound, find_repl
     project = c["lean_project"] or os.environ.get(LEAN_PROJECT_ENV)
     try:
         return find_repl(project), project
@@ -33,7 +38,6 @@ def repl_command(c: dict) -> tuple[list[str], str | None]:
 
 def check_os_sandbox(c: dict) -> None:
     """A ConfigError (one line: what to install or set) when os_sandbox cannot be used here."""
-    from transforms.lean.os_sandbox import OsSandboxUnavailable, require_os_sandbox
     try:
         require_os_sandbox(c["os_sandbox"])
     except (OsSandboxUnavailable, ValueError) as exc:
@@ -88,10 +92,6 @@ def settings(resolved: Resolved):
     """The graph's settings (transforms/lean/rmaxts_graph.py) from the resolved config."""
     if len(resolved.grid) != 1:
         raise ConfigError(f"rmaxts runs one configuration at a time; these keys got lists: {resolved.swept}")
-    from transforms.lean.prove import SearchSettings
-    from transforms.lean.repl_pool import ReplPoolConfig
-    from transforms.lean.rmaxts_graph import RmaxtsSettings
-    from transforms.llm.requests import Sampling
     c = resolved.grid[0]
     command, cwd = repl_command(c)
     return settings_from(
@@ -109,8 +109,6 @@ def preflight(resolved: Resolved) -> str:
     """How many problems each problem file gave and how many it refused, with the first reasons,
     read on the launcher before the search starts (the workers read the files again). A run whose
     every problem is refused fails here, with this summary, instead of searching nothing."""
-    from core.rejected import Rejected
-    from transforms.lean.rmaxts_graph import read_problems
     lines, total = [], 0
     for path in problem_files(resolved.values):
         items = list(read_problems(path))
@@ -126,7 +124,6 @@ def preflight(resolved: Resolved) -> str:
 
 
 def build(pipeline, resolved: Resolved, ledger):
-    from transforms.lean.rmaxts_graph import RmaxtsGraph
     return pipeline | "Rmaxts" >> RmaxtsGraph(settings(resolved), ledger)
 
 

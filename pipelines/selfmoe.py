@@ -8,6 +8,10 @@ from schemas import selfmoe as schema
 from core import storage
 from transforms.io.shards import TableSpec
 from core.prompts import PLAIN_STOP, PROMPT_FORMATS
+from transforms.llm.requests import Sampling
+from transforms.text.embedding_dedup import missing_dependencies
+from transforms.text.seeds import default_seed_path, load_seeds
+from transforms.text.selfmoe_graph import SelfmoeGraph, SelfmoeSettings
 
 
 
@@ -18,7 +22,6 @@ def _domains(c: dict) -> list[str]:
 def seed_files(c: dict) -> list[tuple[str, str]]:
     """(domain, seed file) per domain: SEEDS_DIR/<domain>.jsonl (a folder or a store prefix), or the
     packaged default."""
-    from transforms.text.seeds import default_seed_path
     files = []
     for domain in _domains(c):
         if c["seeds_dir"]:
@@ -37,7 +40,6 @@ def seed_files(c: dict) -> list[tuple[str, str]]:
 def _check(c: dict) -> None:
     if not _domains(c):
         raise ConfigError("domains is empty: name at least one, e.g. knowledge,math")
-    from transforms.text.seeds import load_seeds
     for domain, path in seed_files(c):
         try:
             seeds, _ = load_seeds(domain, path)
@@ -46,7 +48,6 @@ def _check(c: dict) -> None:
         if not seeds:
             raise ConfigError(f"{path}: no usable seed for domain {domain!r}; each domain needs at least one")
     if c["embedding_threshold"] is not None:
-        from transforms.text.embedding_dedup import missing_dependencies
         if missing_dependencies():
             raise ConfigError(f"embedding_threshold needs {', '.join(missing_dependencies())}: "
                               "pip install 'shardsmith[llm]'")
@@ -87,8 +88,6 @@ def settings(resolved: Resolved):
     """The graph's settings (transforms/text/selfmoe_graph.py) from the resolved config."""
     if len(resolved.grid) != 1:
         raise ConfigError(f"selfmoe runs one configuration at a time; these keys got lists: {resolved.swept}")
-    from transforms.llm.requests import Sampling
-    from transforms.text.selfmoe_graph import SelfmoeSettings
     c = resolved.grid[0]
     brainstorm = settings_from(Sampling, c, max_tokens=c["brainstorm_tokens"], stop=("\n\n\n",))
     backend = make_backend(c)
@@ -104,7 +103,6 @@ def settings(resolved: Resolved):
 
 
 def build(pipeline, resolved: Resolved, ledger):
-    from transforms.text.selfmoe_graph import SelfmoeGraph
     return pipeline | "Selfmoe" >> SelfmoeGraph(settings(resolved), ledger)
 
 

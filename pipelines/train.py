@@ -6,10 +6,12 @@ import importlib
 import json
 import os
 
+from core import storage
 from core.config import ConfigError
 from pipelines.dataset import Dataset
-from core import storage
+from schemas import SchemaError
 from trainers import interface
+from trainers.tables import DatasetError
 from transforms.io import layout
 
 
@@ -18,10 +20,8 @@ def _call(module_name: str, func: str, data: str, out: str, values: dict) -> dic
     return getattr(importlib.import_module(module_name), func)(data, out, values)
 
 
-def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: int = 1,
-          trainer: str | None = None) -> tuple[str, str | None]:
-    """Train with the dataset's trainer, or the one named `trainer`; (out folder, metrics.json path,
-    None on ranks other than 0)."""
+def _checked_data(dataset: Dataset, data: str, trainer: str | None, nproc: int) -> dict:
+    """The manifest of `data`, once the trainer, --nproc and --data make sense (ConfigError: what to fix)."""
     if trainer is not None and trainer not in dataset.trainers:
         have = ", ".join(sorted(dataset.trainers)) or "none besides the default"
         raise ConfigError(f"--trainer {trainer!r}: {dataset.name} has no such trainer (named trainers: {have})")
@@ -38,9 +38,13 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: 
     manifest = layout.read_manifest(data)
     if manifest.get("dataset") != dataset.name:
         raise ConfigError(f"{data} holds dataset {manifest.get('dataset')!r}, not {dataset.name!r}")
-    module_name, func = (dataset.trainer if trainer is None else dataset.trainers[trainer]).split(":")
+    return manifest
+
+
+def _trainer_module(dataset: Dataset, module_name: str):
+    """The trainer's module, or a ConfigError that names the missing extra."""
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name == module_name:
             raise ConfigError(f"this shardsmith has no {dataset.name} trainer yet ({module_name})") from None
@@ -49,6 +53,15 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: 
     except ImportError as exc:
         raise ConfigError(f"the {dataset.name} trainer needs the train extra "
                           f"(pip install 'shardsmith[train]'): {exc}") from None
+
+
+def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: int = 1,
+          trainer: str | None = None) -> tuple[str, str | None]:
+    """Train with the dataset's trainer, or the one named `trainer`; (out folder, metrics.json path,
+    None on ranks other than 0)."""
+    manifest = _checked_data(dataset, data, trainer, nproc)
+    module_name, func = (dataset.trainer if trainer is None else dataset.trainers[trainer]).split(":")
+    module = _trainer_module(dataset, module_name)
     interface.check(module, func, dataset.name)
     if nproc > 1 and not interface.data_parallel(module):
         raise ConfigError(f"the {dataset.name} trainer runs on one process: drop --nproc")
@@ -58,9 +71,7 @@ def train(dataset: Dataset, data: str, out: str | None, sets: list[str], nproc: 
     suffix = "-" + (trainer or "train")
     out = out or (f"{dataset.name}{suffix}" if storage.is_remote(data) else os.path.normpath(data) + suffix)
     os.makedirs(out, exist_ok=True)
-    from schemas import SchemaError
-    from trainers import distributed
-    from trainers.tables import DatasetError
+    from trainers import distributed   # torch: the train extra, imported once a trainer runs
     try:
         if nproc > 1:
             metrics = distributed.launch(_call, nproc, module_name, func, data, out, values,

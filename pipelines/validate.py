@@ -37,63 +37,83 @@ def validate(path: str) -> tuple[list[str], list[str]]:
     if manifest.get("format") != layout.MANIFEST_FORMAT:
         problems.append(f"manifest format {manifest.get('format')!r}, expected {layout.MANIFEST_FORMAT!r}")
     for table, entry in _tables(manifest).items():
-        try:
-            schema = _schema_of(entry)
-        except (SchemaError, KeyError) as exc:
-            problems.append(f"{table}: unknown schema ({exc})")
-            continue
-        if entry.get("version") != schema.version:
-            problems.append(f"{table}: manifest says {schema.name} v{entry.get('version')}, "
-                            f"this shardsmith knows v{schema.version}")
-            continue
-        if "fingerprint" in entry and entry["fingerprint"] != schema.fingerprint:
-            problems.append(f"{table}: schema fingerprint {entry['fingerprint']} differs from "
-                            f"{schema.fingerprint} at the same version")
-        total, splits, ids = 0, {}, set()
-        files = entry.get("files", [])
-        counts = {PART.search(f["path"]).group(2) if PART.search(f["path"]) else None for f in files}
-        if counts != {f"{len(files):05d}"}:
-            problems.append(f"{table}: part names do not form part-i-of-{len(files):05d}")
-        for f in files:
-            try:
-                inside_path(f["path"], "")
-            except ManifestError:
-                problems.append(f"{f['path']!r}: listed in the manifest, but no path inside the dataset folder")
-                continue
-            listed.add(posixpath.normpath(f["path"]))
-            fp = storage.join(path, f["path"])
-            if not storage.is_file(fp):
-                problems.append(f"{f['path']}: listed in the manifest but missing")
-                continue
-            try:
-                pf = pq.ParquetFile(storage.open_input(fp))
-                schema.check_file_schema(pf.schema_arrow)
-            except SchemaError as exc:
-                problems.append(f"{f['path']}: {exc}")
-                continue
-            except Exception as exc:  # a truncated or foreign file
-                problems.append(f"{f['path']}: not readable as Parquet ({exc})")
-                continue
-            rows = pf.metadata.num_rows
-            if rows != f["rows"]:
-                problems.append(f"{f['path']}: {rows} rows, manifest says {f['rows']}")
-            cols = ["id"] + ([schema.split_field] if schema.split_field else [])
-            data = pf.read(columns=cols)
-            file_ids = data.column("id").to_pylist()
-            if len(set(file_ids)) != len(file_ids) or ids.intersection(file_ids):
-                problems.append(f"{f['path']}: duplicate ids")
-            ids.update(file_ids)
-            if schema.split_field:
-                for value in data.column(schema.split_field).to_pylist():
-                    splits[value] = splits.get(value, 0) + 1
-            total += rows
-        expected_total = entry.get("rows", entry.get("count"))
-        if total != expected_total:
-            problems.append(f"{table}: {total} rows in files, manifest says {expected_total}")
-        expected_splits = entry.get("splits", entry.get("by_stage"))
-        if schema.split_field and expected_splits is not None and splits != expected_splits:
-            problems.append(f"{table}: rows per {schema.split_field} {splits}, manifest says {expected_splits}")
-        report.append(f"{table:14s} {schema.name} v{schema.version}: {total:,} rows in {len(files)} file(s)")
+        line = _check_table(path, table, entry, problems, listed)
+        if line:
+            report.append(line)
+    report += _check_unlisted(path, listed, problems)
+    return problems, report
+
+
+def _check_table(path: str, table: str, entry: dict, problems: list, listed: set) -> str | None:
+    """One table's files against its schema and the manifest's counts; its report line, or None when
+    its schema is unknown here."""
+    try:
+        schema = _schema_of(entry)
+    except (SchemaError, KeyError) as exc:
+        problems.append(f"{table}: unknown schema ({exc})")
+        return None
+    if entry.get("version") != schema.version:
+        problems.append(f"{table}: manifest says {schema.name} v{entry.get('version')}, "
+                        f"this shardsmith knows v{schema.version}")
+        return None
+    if "fingerprint" in entry and entry["fingerprint"] != schema.fingerprint:
+        problems.append(f"{table}: schema fingerprint {entry['fingerprint']} differs from "
+                        f"{schema.fingerprint} at the same version")
+    total, splits, ids = 0, {}, set()
+    files = entry.get("files", [])
+    counts = {PART.search(f["path"]).group(2) if PART.search(f["path"]) else None for f in files}
+    if counts != {f"{len(files):05d}"}:
+        problems.append(f"{table}: part names do not form part-i-of-{len(files):05d}")
+    for f in files:
+        total += _check_part(path, f, schema, ids, splits, problems, listed)
+    expected_total = entry.get("rows", entry.get("count"))
+    if total != expected_total:
+        problems.append(f"{table}: {total} rows in files, manifest says {expected_total}")
+    expected_splits = entry.get("splits", entry.get("by_stage"))
+    if schema.split_field and expected_splits is not None and splits != expected_splits:
+        problems.append(f"{table}: rows per {schema.split_field} {splits}, manifest says {expected_splits}")
+    return f"{table:14s} {schema.name} v{schema.version}: {total:,} rows in {len(files)} file(s)"
+
+
+def _check_part(path: str, f: dict, schema, ids: set, splits: dict, problems: list, listed: set) -> int:
+    """One listed part: inside the folder, present, Parquet of the schema, its rows as listed, no id
+    seen before; adds its ids and split counts, returns its rows (0 where it cannot be read)."""
+    try:
+        inside_path(f["path"], "")
+    except ManifestError:
+        problems.append(f"{f['path']!r}: listed in the manifest, but no path inside the dataset folder")
+        return 0
+    listed.add(posixpath.normpath(f["path"]))
+    fp = storage.join(path, f["path"])
+    if not storage.is_file(fp):
+        problems.append(f"{f['path']}: listed in the manifest but missing")
+        return 0
+    try:
+        pf = pq.ParquetFile(storage.open_input(fp))
+        schema.check_file_schema(pf.schema_arrow)
+    except SchemaError as exc:
+        problems.append(f"{f['path']}: {exc}")
+        return 0
+    except Exception as exc:  # a truncated or foreign file
+        problems.append(f"{f['path']}: not readable as Parquet ({exc})")
+        return 0
+    rows = pf.metadata.num_rows
+    if rows != f["rows"]:
+        problems.append(f"{f['path']}: {rows} rows, manifest says {f['rows']}")
+    data = pf.read(columns=["id"] + ([schema.split_field] if schema.split_field else []))
+    file_ids = data.column("id").to_pylist()
+    if len(set(file_ids)) != len(file_ids) or ids.intersection(file_ids):
+        problems.append(f"{f['path']}: duplicate ids")
+    ids.update(file_ids)
+    if schema.split_field:
+        for value in data.column(schema.split_field).to_pylist():
+            splits[value] = splits.get(value, 0) + 1
+    return rows
+
+
+def _check_unlisted(path: str, listed: set, problems: list) -> list[str]:
+    """A Parquet file of the listed generations that the manifest does not list is a problem; other
+    runs' generation folders are reported only (report lines)."""
     generations = {layout.generation_of(p) for p in listed}
     others: dict[str, int] = {}
     for rel, _ in storage.list_files(path):
@@ -104,9 +124,8 @@ def validate(path: str) -> tuple[list[str], list[str]]:
             others[gen] = others.get(gen, 0) + 1
         else:
             problems.append(f"{rel}: a Parquet file the manifest does not list")
-    for gen, n in sorted(others.items()):
-        report.append(f"(not part of the dataset: {n} Parquet file(s) of another run in {gen}/)")
-    return problems, report
+    return [f"(not part of the dataset: {n} Parquet file(s) of another run in {gen}/)"
+            for gen, n in sorted(others.items())]
 
 
 def inspect(path: str, rows: int = 3) -> str:

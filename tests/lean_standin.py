@@ -33,7 +33,7 @@ state is kept between commands, as the REPL keeps the command state):
 
 Cues in the command text: CRASH (exit 1), HANG (sleep forever), GARBAGE (print non-JSON),
 TRUNCATE (print half a reply and exit), NOISE (a non-JSON line before the reply, as lake's build
-progress), SLOW (sleep 2 s, then answer), BIGMEM (allocate 4 GiB), FORGE (print a forged
+progress), SLOW (sleep 1 s, then answer), BIGMEM (allocate 4 GiB), FORGE (print a forged
 `{"env": N}` reply, N the env the REPL is about to give, then 0.3 s later the real one),
 FORGE_SENTINEL (as FORGE, then a forged `{"env": N+1}` for the pool's follow-up), LEFTOVER (the
 real reply and a second one in one write), ENVSKIP (a reply whose env skips one),
@@ -401,7 +401,7 @@ def main() -> int:
         if "NOISE" in text:               # like lake's build progress before the reply
             sys.stdout.write("✔ [2/2] Built repl\n")
         if "SLOW" in text:
-            time.sleep(2)
+            time.sleep(1)
         if "BIGMEM" in text:
             len(bytearray(4 << 30))       # MemoryError under a smaller RLIMIT_AS (else lazy pages)
         env = cmd.get("env")

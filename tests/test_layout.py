@@ -83,6 +83,54 @@ def test_core_loads_no_beam():
     assert json.loads(out.strip().splitlines()[-1]) == []
 
 
+# the project modules that may be imported inside a function: each needs an optional extra's package
+# at its top, so importing it at the top of its user would make that extra a must for every command
+# (`shardsmith list` with no torch, spconv or pillow installed). The registry's import of the
+# dataset modules is the one other lazy boundary (pipelines/registry.py).
+LAZY_FOR_AN_EXTRA = {"core.voxel_backbone": {"torch", "spconv"},          # lidar
+                     "trainers.distributed": {"torch"},                     # train
+                     "transforms.web.tasks.draw": {"PIL"}}                  # web
+
+
+def _top_level_imports(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Try):   # `try: import spconv ... except ImportError: raise ...`
+            names |= _top_level_imports(ast.Module(body=node.body, type_ignores=[]))
+    return names
+
+
+def test_project_imports_sit_at_the_top():
+    """A module's header says what it uses: a project import inside a function is allowed only for a
+    module that needs an optional extra (LAZY_FOR_AN_EXTRA), and each of those really does."""
+    inside = []
+    for package in PACKAGES:
+        for path in _files(package):
+            tree = ast.parse(path.read_text(), str(path))
+            for func in ast.walk(tree):
+                if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in ast.walk(func):
+                    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                        names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                    elif isinstance(node, ast.Import):
+                        names = [a.name for a in node.names]
+                    else:
+                        continue
+                    project = [n for n in names if n.split(".")[0] in PACKAGES]
+                    if project and not any(n in LAZY_FOR_AN_EXTRA for n in project):
+                        inside.append(f"{path.relative_to(ROOT)}:{node.lineno} ({func.name}) imports {project[0]}")
+    assert not inside, "move these imports to the top of their files:\n" + "\n".join(inside)
+    for module, extras in LAZY_FOR_AN_EXTRA.items():
+        path = ROOT / (module.replace(".", "/") + ".py")
+        top = {name.split(".")[0] for name in _top_level_imports(ast.parse(path.read_text()))}
+        assert top & extras, f"{module} no longer imports {sorted(extras)} at its top: import it at the top of its users"
+
+
 def test_every_package_is_in_the_layout():
     """A new top-level package needs a place in the rules above."""
     found = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "bench"}

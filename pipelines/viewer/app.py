@@ -42,33 +42,54 @@ DEAD_TABLE = DEAD_LETTER.table
 def make_app(dataset_dir: str) -> Flask:
     """The app over one published dataset (raises FileNotFoundError, with what to do, if it is not one).
     It answers the loopback names on any port until `listen` names its own (hosts.py)."""
-    manifest = read_manifest(dataset_dir)
+    run = _Run(dataset_dir)
     app = Flask(__name__, template_folder=os.path.join(os.path.dirname(__file__), "templates"),
                 static_folder=os.path.join(os.path.dirname(__file__), "static"))
-    app.config["VIEW_HOSTS"] = None
-    open_table = opener(dataset_dir, manifest)
+    app.config.update(VIEW_HOSTS=None, DATASET_DIR=dataset_dir, GENERATION=run.manifest.get("generation"),
+                      REPLACED=None)
+    _guard(app)
+    _table_pages(app, run)
+    _picture_routes(app, run)
+    _error_pages(app, run)
+    run.look.routes(app, run.table, dataset_dir, run.manifest)
+    app.jinja_env.finalize = visible                # every value shown: controls and bidi overrides made marks
+    for name in app.jinja_env.list_templates():    # compiled once, at start, not by the first visitor
+        app.jinja_env.get_template(name)
+    return app
 
-    def table(name: str) -> Table:
+
+class _Run:
+    """One published run as the app's pages read it: its manifest, tables, dead letters and pictures."""
+
+    def __init__(self, dataset_dir: str):
+        self.dataset_dir = dataset_dir
+        self.manifest = read_manifest(dataset_dir)
+        self.look = look_of(self.manifest["dataset"])
+        self.missing = pictures.missing()
+        self._open = opener(dataset_dir, self.manifest)
+        self._draw_lock = threading.Lock()
+        self.dead_letters = functools.lru_cache(maxsize=1)(self._dead_letters)   # a published run does not change
+        self.picture = functools.lru_cache(maxsize=128)(self._picture)
+
+    def table(self, name: str) -> Table:
         try:
-            return open_table(name)
+            return self._open(name)
         except KeyError as exc:
             abort(404, exc.args[0])
         except ValueError as exc:           # a listed file outside the run, no regular file, or no Parquet
             abort(403, str(exc))
 
-    @functools.lru_cache(maxsize=1)
-    def dead_letters() -> list[dict]:       # a published run does not change: read them once
-        return _dead(table, manifest)
+    def _dead_letters(self) -> list[dict]:
+        return _dead(self.table, self.manifest)
 
-    draw_lock = threading.Lock()
-    missing = pictures.missing()
-    look = look_of(manifest["dataset"])
+    def _picture(self, name: str, number: int | None, view: str | None) -> bytes:
+        with self._draw_lock:               # one drawing at a time: matplotlib's font and text caches are shared
+            return gallery.make(self.look, self.manifest["dataset"], self.table, self.dataset_dir, name, number,
+                                view)
 
-    @functools.lru_cache(maxsize=128)
-    def picture(name: str, number: int | None, view: str | None) -> bytes:
-        with draw_lock:                     # one drawing at a time: matplotlib's font and text caches are shared
-            return gallery.make(look, manifest["dataset"], table, dataset_dir, name, number, view)
 
+def _guard(app: Flask) -> None:
+    """Only the names the viewer listens on (DNS rebinding), and headers that keep a page inert."""
     @app.before_request
     def known_host():
         why = hosts.refusal(request.headers.get("Host"), app.config["VIEW_HOSTS"])
@@ -83,6 +104,11 @@ def make_app(dataset_dir: str) -> Flask:
         response.headers["Cross-Origin-Resource-Policy"] = "same-origin"
         return response
 
+
+def _table_pages(app: Flask, run: _Run) -> None:
+    """The overview, a table page by page and one row in full."""
+    manifest, table = run.manifest, run.table
+
     @app.route("/")
     def overview():
         entries = []
@@ -93,9 +119,9 @@ def make_app(dataset_dir: str) -> Flask:
                 schema = None
             entries.append({"name": name, "entry": entry, "fields": schema.fields if schema else (),
                             "split_field": schema.split_field if schema else None})
-        return render_template("overview.html", m=manifest, location=dataset_dir, tables=entries,
-                               stages=_stages(manifest), config=_config(manifest), dead=dead_letters(),
-                               look=look.overview(table, dataset_dir, manifest), missing=missing)
+        return render_template("overview.html", m=manifest, location=run.dataset_dir, tables=entries,
+                               stages=_stages(manifest), config=_config(manifest), dead=run.dead_letters(),
+                               look=run.look.overview(table, run.dataset_dir, manifest), missing=run.missing)
 
     @app.route("/t/<name>")
     def rows(name: str):
@@ -129,34 +155,13 @@ def make_app(dataset_dir: str) -> Flask:
         fields = [{"name": k, "doc": docs.get(k, ""), "text": _full(v), "image": _image_type(v) is not None}
                   for k, v in r.items()]
         return render_template("row.html", name=name, number=number, fields=fields, rows=t.rows, m=manifest,
-                               missing=missing, **look.row(table, dataset_dir, name, r, number))
+                               missing=run.missing, **run.look.row(table, run.dataset_dir, name, r, number))
 
-    @app.route("/pictures/<name>.png")
-    @app.route("/pictures/<name>/<int:number>.png")
-    @app.route("/pictures/<name>/<int:number>/<view>.png")
-    def picture_png(name: str, number: int | None = None, view: str | None = None):
-        """A picture of the data (gallery.py), drawn on the first request and then kept."""
-        if missing:
-            abort(404, f"pictures need {', '.join(missing)}: pip install 'shardsmith[train]'")
-        try:
-            return Response(picture(name, number, view), mimetype="image/png")
-        except LookupError as exc:
-            abort(404, str(exc))
 
-    @app.route("/trained/<path:name>")
-    def trained(name: str):
-        """A figure `shardsmith train` wrote beside the data, of the names the look allows; nothing else."""
-        folder = train_dir(dataset_dir)
-        path = os.path.join(folder, name) if folder and name in look.trained_figures(dataset_dir) else None
-        if path is None or not os.path.isfile(path):
-            abort(404, f"no trained figure {name!r} beside this dataset (run `shardsmith train {manifest['dataset']}`)")
-        if os.path.islink(folder) or not resolves_inside(folder, path):
-            abort(403, f"the trained figure {name!r} resolves outside {folder} (a symbolic link): not served")
-        with open(path, "rb") as fh:
-            data = fh.read()
-        if _image_type(data) != "image/png":
-            abort(404, f"{name} is not a PNG")
-        return Response(data, mimetype="image/png")
+def _picture_routes(app: Flask, run: _Run) -> None:
+    """An image a row holds, pictures drawn from the rows (gallery.py), and the figures a trainer
+    wrote beside the data."""
+    table = run.table
 
     @app.route("/t/<name>/<int:number>/<field>")
     def image(name: str, number: int, field: str):
@@ -168,6 +173,40 @@ def make_app(dataset_dir: str) -> Flask:
         if kind is None:
             abort(404, f"{name} row {number}: {field!r} holds no image")
         return Response(r[field], mimetype=kind)
+
+    @app.route("/pictures/<name>.png")
+    @app.route("/pictures/<name>/<int:number>.png")
+    @app.route("/pictures/<name>/<int:number>/<view>.png")
+    def picture_png(name: str, number: int | None = None, view: str | None = None):
+        """A picture of the data (gallery.py), drawn on the first request and then kept."""
+        if run.missing:
+            abort(404, f"pictures need {', '.join(run.missing)}: pip install 'shardsmith[train]'")
+        try:
+            return Response(run.picture(name, number, view), mimetype="image/png")
+        except LookupError as exc:
+            abort(404, str(exc))
+
+    @app.route("/trained/<path:name>")
+    def trained(name: str):
+        """A figure `shardsmith train` wrote beside the data, of the names the look allows; nothing else."""
+        folder = train_dir(run.dataset_dir)
+        path = os.path.join(folder, name) if folder and name in run.look.trained_figures(run.dataset_dir) else None
+        if path is None or not os.path.isfile(path):
+            abort(404, f"no trained figure {name!r} beside this dataset "
+                       f"(run `shardsmith train {run.manifest['dataset']}`)")
+        if os.path.islink(folder) or not resolves_inside(folder, path):
+            abort(403, f"the trained figure {name!r} resolves outside {folder} (a symbolic link): not served")
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if _image_type(data) != "image/png":
+            abort(404, f"{name} is not a PNG")
+        return Response(data, mimetype="image/png")
+
+
+def _error_pages(app: Flask, run: _Run) -> None:
+    """Every error as a page that says what to do: a bad request, a run that cannot be read, a file
+    deleted under the viewer."""
+    manifest, dataset_dir = run.manifest, run.dataset_dir
 
     @app.errorhandler(400)
     @app.errorhandler(403)
@@ -195,13 +234,6 @@ def make_app(dataset_dir: str) -> Flask:
         message = (f"a file of {manifest['generation']} is gone ({exc.filename or exc}): the run was replaced "
                    f"or deleted while you viewed it; reload the page")
         return render_template("error.html", message=message, m=manifest), 410
-
-    look.routes(app, table, dataset_dir, manifest)
-    app.config.update(DATASET_DIR=dataset_dir, GENERATION=manifest.get("generation"), REPLACED=None)
-    app.jinja_env.finalize = visible                # every value shown: controls and bidi overrides made marks
-    for name in app.jinja_env.list_templates():    # compiled once, at start, not by the first visitor
-        app.jinja_env.get_template(name)
-    return app
 
 
 class Following:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from core import storage
 from core.dataset_folder import resolves_inside, table_locations
+from schemas import DEAD_LETTER, get as schema_of, SchemaError
 
 BATCH_ROWS = 256     # rows decoded at a time when a page is read out of a row group
 # the columns people filter by, where a table has them
@@ -165,8 +166,6 @@ def opener(dataset_dir: str, manifest: dict) -> Callable[[str], Table]:
     """table(name) -> the dataset's Table of that name ("_dead_letter" too), each opened once and
     shared between threads; KeyError for a table the manifest does not list, ValueError for one
     whose files lie outside the dataset folder."""
-    from schemas import DEAD_LETTER, SchemaError
-    from schemas import get as schema_of
     opened: dict[str, Table] = {}
     lock = threading.Lock()
 

@@ -12,6 +12,7 @@ from trainers.concretizer.frames import FrameLoader, collate, read_points
 from trainers.concretizer.metrics import Tally, chamfer, prf, voxel_centres
 from trainers.concretizer.model import InversionNet, pack, upsample_sites
 from trainers.rowstore import RowStore
+from core.birdseye import Panel, birdseye_png
 
 THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))     # tried on the validation frames
 
@@ -111,7 +112,6 @@ def plot_bev(path: str, frame_id: str, original: np.ndarray, restored: np.ndarra
              max_points: int, seed: int) -> str:
     """Bird's-eye (x, y) scatter, coloured by height: original, restored, baseline side by side
     (drawn by core/birdseye.py, as the dataset browser draws a frame)."""
-    from core.birdseye import Panel, birdseye_png
     png = birdseye_png([Panel("original", original), Panel("restored (model)", restored),
                         Panel("naive baseline", naive)], f"frame {frame_id}", max_points=max_points, seed=seed)
     with open(path, "wb") as fh:

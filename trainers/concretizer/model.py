@@ -147,6 +147,21 @@ class InversionNet(nn.Module):
             c_prev = chans[s]
         self.stages = nn.ModuleList(stages)
 
+    def _candidates(self, stage, parent_feats: torch.Tensor, parent_coords: torch.Tensor, shape):
+        """(features, coords) of a stage's candidate cells: the children of the cells the stage before
+        kept (an upsampling stage), or those cells themselves."""
+        if not stage.upsample:
+            return F.relu(stage.lift(parent_feats)), parent_coords
+        child, parent, off = expand_coords(parent_coords, shape, self.offs)
+        lifted = stage.lift(parent_feats).view(parent_feats.shape[0], len(self.offs), stage.channels)
+        x_feats = lifted[parent, off]
+        if self.expand == 3:             # merge children reached from several parents
+            keys, inv = torch.unique(pack(child), return_inverse=True)
+            summed = x_feats.new_zeros(len(keys), stage.channels).index_add_(0, inv, x_feats)
+            count = torch.bincount(inv, minlength=len(keys)).clamp(min=1).to(x_feats.dtype)
+            x_feats, child = summed / count[:, None], unpack(keys)
+        return F.relu(x_feats), child
+
     def forward(self, feats: torch.Tensor, coords: torch.Tensor, batch_size: int, shapes: dict, *,
                 threshold: float = 0.5, targets: dict | None = None, force: float = 0.0,
                 max_sites: int = 0) -> list[dict]:
@@ -168,19 +183,7 @@ class InversionNet(nn.Module):
                             if targets is None else feats.new_zeros(0), "kept": torch.zeros(0, dtype=torch.bool),
                             "forced": 0})
                 continue
-            if stage.upsample:
-                child, parent, off = expand_coords(parent_coords, shapes[s], self.offs)
-                lifted = stage.lift(parent_feats).view(parent_feats.shape[0], len(self.offs), stage.channels)
-                x_feats = lifted[parent, off]
-                if self.expand == 3:             # merge children reached from several parents
-                    keys, inv = torch.unique(pack(child), return_inverse=True)
-                    summed = x_feats.new_zeros(len(keys), stage.channels).index_add_(0, inv, x_feats)
-                    count = torch.bincount(inv, minlength=len(keys)).clamp(min=1).to(x_feats.dtype)
-                    x_feats, child = summed / count[:, None], unpack(keys)
-                x_coords = child
-            else:
-                x_feats, x_coords = stage.lift(parent_feats), parent_coords
-            x_feats = F.relu(x_feats)
+            x_feats, x_coords = self._candidates(stage, parent_feats, parent_coords, shapes[s])
             grid = [max(int(a), int(b) + 1) for a, b in zip(shapes[s], x_coords[:, 1:].max(0).values.tolist())]
             x = spconv.SparseConvTensor(x_feats, x_coords.to(torch.int32), grid, batch_size)
             for block in stage.blocks:

@@ -119,6 +119,23 @@ def _body(m: dict, default: str | None, licences: dict) -> list[str]:
                         e.get("fingerprint", "")))
     for table, e in tables.items():
         out += ["", f"### {table}", ""] + _table_detail(e)
+    out += _stages_and_dead_letters(m) + _inputs(m, licences)
+    out += ["", "## Config", ""]
+    if m.get("swept"):
+        out += [f"Swept keys: {', '.join(m['swept'])} ({m.get('experiments', '?')} experiments).", ""]
+    out += ["```yaml", yaml.safe_dump(m.get("config", {}), sort_keys=True, allow_unicode=True).rstrip(),
+            "```", "", "## Provenance", "",
+            f"- code version: {m.get('code_version', NOT_RECORDED)}",
+            f"- runner: {m.get('runner', NOT_RECORDED)}",
+            f"- created: {m.get('created', NOT_RECORDED)}"]
+    if m.get("wall_time_s"):
+        out.append(f"- wall time (s): {json.dumps(m['wall_time_s'], sort_keys=True)}")
+    return out
+
+
+def _stages_and_dead_letters(m: dict) -> list[str]:
+    """The card's Stages and Dead letters sections: what each stage took in, kept and dropped."""
+    out: list[str] = []
     out += ["", "## Stages", ""]
     stages = m.get("stages", {})
     if stages:
@@ -136,6 +153,12 @@ def _body(m: dict, default: str | None, licences: dict) -> list[str]:
     if dead.get("by_stage"):
         out += ["", "| stage | dead letters |", "|---|---:|"]
         out += [_row(stage, n) for stage, n in dead["by_stage"].items()]
+    return out
+
+
+def _inputs(m: dict, licences: dict) -> list[str]:
+    """The card's Inputs and licences section: each input file's fingerprint and licence."""
+    out: list[str] = []
     out += ["", "## Inputs and licences", ""]
     inputs = m.get("inputs") or {}
     if inputs:
@@ -146,16 +169,6 @@ def _body(m: dict, default: str | None, licences: dict) -> list[str]:
     else:
         out.append("No input files: every row is generated from the config below. "
                    f"Licence: {NOT_RECORDED}.")
-    out += ["", "## Config", ""]
-    if m.get("swept"):
-        out += [f"Swept keys: {', '.join(m['swept'])} ({m.get('experiments', '?')} experiments).", ""]
-    out += ["```yaml", yaml.safe_dump(m.get("config", {}), sort_keys=True, allow_unicode=True).rstrip(),
-            "```", "", "## Provenance", "",
-            f"- code version: {m.get('code_version', NOT_RECORDED)}",
-            f"- runner: {m.get('runner', NOT_RECORDED)}",
-            f"- created: {m.get('created', NOT_RECORDED)}"]
-    if m.get("wall_time_s"):
-        out.append(f"- wall time (s): {json.dumps(m['wall_time_s'], sort_keys=True)}")
     return out
 
 

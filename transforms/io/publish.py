@@ -29,6 +29,7 @@ import schemas
 from core import storage
 from transforms.io import layout, lease
 from transforms.io.card import dataset_card
+from transforms.io.shards import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class RunFailed(RuntimeError):
         self.location = location
 
 
-def commit(pub: Publication, record: dict) -> str:
+def commit(pub: Publication, record: RunRecord) -> str:
     """Publish (or mark failed) the generation the sink has just finished; return its manifest's path."""
     gen_dir = pub.gen_dir
     lease.Heartbeat.finish(gen_dir)
@@ -112,10 +113,10 @@ def outcome(pub: Publication) -> dict:
     return manifest
 
 
-def build_manifest(pub: Publication, record: dict) -> dict:
+def build_manifest(pub: Publication, record: RunRecord) -> dict:
     """The manifest of a finished job from the sink's record (files, stages, spills); `failed` set
     when a stage's dead-letter share is over the budget."""
-    files, stages = record["files"], record["stages"]
+    files, stages = record.files, record.stages
     tables = {}
     for table, spec in pub.specs.items():
         mine = sorted((f for f in files if f["table"] == table), key=lambda f: f["path"])
@@ -151,7 +152,7 @@ def build_manifest(pub: Publication, record: dict) -> dict:
             "files": [{"path": f["path"], "rows": f["rows"], "bytes": f["bytes"]} for f in dead_files],
         },
         "stages": {name: _stage_entry(s) for name, s in stages.items()},
-        "sink": sink_costs(files, record.get("spills", {})),
+        "sink": sink_costs(files, record.spills),
         "wall_time_s": {"pipeline": round(time.time() - pub.submitted, 3)},
         "stale_generations_removed": list(pub.stale_removed),
     }

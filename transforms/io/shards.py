@@ -33,7 +33,7 @@ import os
 import time
 import typing
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import apache_beam as beam
 import numpy as np
@@ -45,7 +45,7 @@ import schemas
 from core import storage
 from schemas import SchemaError, TableSchema
 from transforms.io import layout
-from transforms.io.stage import BeatingDoFn, Ledger, StageStats, payloads
+from transforms.io.stage import BeatingDoFn, Event, Ledger, StageStats, payloads
 
 ROW_GROUP_ROWS = 8192
 PART_BYTES = 256 << 20        # default target payload per part file (--part-mb)
@@ -342,7 +342,7 @@ class _SpillBatches(BeatingDoFn):
         if isinstance(element, dict):
             self.spec.schema.check_keys(element)
             if _approx_bytes(element) < DICT_ALONE_BYTES:
-                yield "row", ((self.table, int(element["id"][:4], 16) % DICT_BUCKETS), element)
+                yield Event.ROW, ((self.table, int(element["id"][:4], 16) % DICT_BUCKETS), element)
                 return
             ref, cost = timed(lambda: spill(self.spec.schema.to_arrow([element]), where))
         else:
@@ -351,13 +351,13 @@ class _SpillBatches(BeatingDoFn):
                                   f"{element.schema.names} vs {self.spec.schema.arrow.names}")
             ref, cost = timed(lambda: spill(element, where))
         if ref is not None:
-            yield "ref", (self.table, ref)
-            yield "cost", (self.table, cost)
+            yield Event.REF, (self.table, ref)
+            yield Event.COST, (self.table, cost)
 
 
 class _SpillRows(BeatingDoFn):
-    """One bucket of row dicts -> spill files of about DICT_CHUNK_BYTES each: ("ref", (table, SpillRef))
-    and ("cost", (table, the chunk's StageStats)) events."""
+    """One bucket of row dicts -> spill files of about DICT_CHUNK_BYTES each: (Event.REF, (table, SpillRef))
+    and (Event.COST, (table, the chunk's StageStats)) events."""
 
     def __init__(self, specs: dict[str, TableSpec], spill_dir: str, heartbeat: str | None):
         self.specs, self.spill_dir, self.heartbeat = specs, spill_dir, heartbeat
@@ -377,8 +377,8 @@ class _SpillRows(BeatingDoFn):
     def _spill(self, table: str, chunk: list[dict]):
         schema, where = self.specs[table].schema, storage.join(self.spill_dir, table)
         ref, cost = timed(lambda: spill(schema.to_arrow(chunk), where))
-        yield "ref", (table, ref)
-        yield "cost", (table, cost)
+        yield Event.REF, (table, ref)
+        yield Event.COST, (table, cost)
 
 
 def plan_parts(table: str, refs: list[SpillRef], part_bytes: int) -> list[tuple[tuple[str, int, int], list]]:
@@ -400,38 +400,46 @@ class _WritePart(BeatingDoFn):
         (table, part, parts), refs = planned
         folder = layout.table_folder(table, self.specs)
         record, cost = timed(lambda: write_part(self.dataset_dir, folder, self.specs[table], part, parts, refs))
-        yield "file", dict(record, busy_s=cost.busy_s, cpu_s=cost.cpu_s)
+        yield Event.FILE, dict(record, busy_s=cost.busy_s, cpu_s=cost.cpu_s)
 
 
-def run_record(records) -> dict:
-    """The sink's record of a finished run from its events: every file written (with what writing
-    it cost), every stage's statistics and what spilling cost per table."""
-    files, stages, spills = [], {}, {}
-    for kind, record in records:
-        if kind == "file":
-            files.append(record)
-        else:
-            name, stats = record
-            (stages if kind == "stat" else spills)[name] = vars(stats)
-    return {"files": sorted(files, key=lambda f: f["path"]), "stages": dict(sorted(stages.items())),
-            "spills": dict(sorted(spills.items()))}
+@dataclass(frozen=True)
+class RunRecord:
+    """What the sink hands its commit once every part is written (transforms/io/publish.py makes the
+    manifest from it), and what `_run.json` holds where no one publishes."""
+
+    files: list[dict]              # every part written: table, path, rows, bytes, what writing it cost
+    stages: dict[str, dict]        # each stage's StageStats, as a dict
+    spills: dict[str, dict]        # each table's spill costs (StageStats), as a dict
+
+    @classmethod
+    def of(cls, events) -> "RunRecord":
+        """The record of a finished run from the sink's FILE, STAT and SPILL events."""
+        files, stages, spills = [], {}, {}
+        for kind, record in events:
+            if kind == Event.FILE:
+                files.append(record)
+            else:
+                name, stats = record
+                (stages if kind == Event.STAT else spills)[name] = vars(stats)
+        return cls(sorted(files, key=lambda f: f["path"]), dict(sorted(stages.items())), dict(sorted(spills.items())))
 
 
-def write_run_record(dataset_dir: str, record: dict) -> str:
+def write_run_record(dataset_dir: str, record: RunRecord) -> str:
     """The sink's commit where no one publishes (benchmarks, tests of the sink alone): `_run.json`."""
     path = storage.join(dataset_dir, layout.RUN_RECORD)
-    storage.write_json(path, record)
+    storage.write_json(path, asdict(record))
     return path
 
 
 class _Commit(beam.DoFn):
     """The last step: the run's record, handed to `commit(record)` once, after every part is written."""
 
-    def __init__(self, commit: typing.Callable[[dict], str]):
+    def __init__(self, commit: typing.Callable[[RunRecord], str]):
         self.commit = commit
 
     def process(self, keyed):
-        yield self.commit(run_record(keyed[1]))
+        yield self.commit(RunRecord.of(keyed[1]))
 
 
 class WriteDataset(beam.PTransform):
@@ -445,7 +453,7 @@ class WriteDataset(beam.PTransform):
     """
 
     def __init__(self, dataset_dir: str, specs: dict[str, TableSpec], ledger: Ledger,
-                 part_bytes: int = PART_BYTES, commit: typing.Callable[[dict], str] | None = None):
+                 part_bytes: int = PART_BYTES, commit: typing.Callable[[RunRecord], str] | None = None):
         super().__init__()
         self.dataset_dir, self.ledger, self.part_bytes = storage.normalize(dataset_dir), ledger, part_bytes
         self.commit = commit or functools.partial(write_run_record, self.dataset_dir)
@@ -470,14 +478,14 @@ class WriteDataset(beam.PTransform):
                    for name, pcolls in sorted(tables.items())
                    for i, pcoll in enumerate(pcolls if isinstance(pcolls, tuple) else (pcolls,))]
         events = tuple(spilled) | "AllSpilled" >> beam.Flatten()
-        row_events = (payloads(events, "row", "Rows")
+        row_events = (payloads(events, Event.ROW, "Rows")
                       | "GroupRows" >> beam.GroupByKey()
                       | "SpillRows" >> beam.ParDo(_SpillRows(self.specs, spill_dir, beat)).with_output_types(typing.Any))
-        row_refs = payloads(row_events, "ref", "RowRefs")
-        batch_refs = payloads(events, "ref", "Refs")
-        spill_costs = (payloads((events, row_events) | "AllSpillEvents" >> beam.Flatten(), "cost", "Costs")
+        row_refs = payloads(row_events, Event.REF, "RowRefs")
+        batch_refs = payloads(events, Event.REF, "Refs")
+        spill_costs = (payloads((events, row_events) | "AllSpillEvents" >> beam.Flatten(), Event.COST, "Costs")
                        | "SumCosts" >> beam.CombinePerKey(_merge_stats)
-                       | "TagCosts" >> beam.Map(lambda kv: ("spill", kv)))
+                       | "TagCosts" >> beam.Map(lambda kv: (Event.SPILL, kv)))
         # every table gets a plan, even one with no rows: it still writes part-00000-of-00001
         every_table = pipeline | "Tables" >> beam.Create([(name, None) for name in sorted(self.specs)])
         part_bytes = self.part_bytes
@@ -492,7 +500,7 @@ class WriteDataset(beam.PTransform):
         stats = (stats
                  | "FlattenStats" >> beam.Flatten()
                  | "SumStats" >> beam.CombinePerKey(_merge_stats)
-                 | "TagStats" >> beam.Map(lambda kv: ("stat", kv)))
+                 | "TagStats" >> beam.Map(lambda kv: (Event.STAT, kv)))
         return ((files, stats, spill_costs)
                 | "AllRecords" >> beam.Flatten()
                 | "OneKey" >> beam.Map(lambda r: (None, r))

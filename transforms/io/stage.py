@@ -19,6 +19,7 @@ import logging
 import time
 import traceback
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Callable, Iterable
 
 import apache_beam as beam
@@ -32,7 +33,20 @@ from transforms.io.result_store import ResultStore, Resume, stage_store
 from transforms.io.transient import BACKOFF, Backoff, Transient, call_with_retries, is_transient
 
 EXCERPT_CHARS = 1000
-OK, DEAD, STAT = "ok", "dead", "stat"
+
+
+class Event(StrEnum):
+    """The kinds of (kind, payload) events a stage and the sink emit, which `payloads` splits apart."""
+
+    OK = "ok"          # a stage's result
+    DEAD = "dead"      # a stage's dead-letter row
+    STAT = "stat"      # a stage's counts and times (StageStats)
+    ROW = "row"        # the sink: a row dict on its way to a spill bucket
+    REF = "ref"        # the sink: a spilled file of rows (SpillRef)
+    COST = "cost"      # the sink: what spilling cost
+    FILE = "file"      # the sink: a part written
+    SPILL = "spill"    # the sink: a table's spill costs, summed
+
 DUPLICATE = "duplicate input"   # the Skipped reason of inputs `Ledger.unique` drops
 log = logging.getLogger(__name__)
 beam_caches.install()   # Beam's DoFn introspection and options views, answered once (transforms/io/beam_caches.py)
@@ -173,17 +187,17 @@ class _StageDoFn(BeatingDoFn):
                 skipped[out.reason] = skipped.get(out.reason, 0) + out.count
             elif isinstance(out, Rejected):
                 dead += 1
-                events.append((DEAD, dead_letter(self.name, out.excerpt, out.error_type, out.reason)))
+                events.append((Event.DEAD, dead_letter(self.name, out.excerpt, out.error_type, out.reason)))
             else:
                 records += record_count(out)
-                events.append((OK, out))
+                events.append((Event.OK, out))
         # clocks stop before the outputs are handed on: the stages fused after this one run inside
         # each `yield`, and their time is theirs
         busy, cpu = time.perf_counter() - t0, time.process_time() - c0
         if retries:
-            yield STAT, (self.name, StageStats(retries=len(retries)))
+            yield Event.STAT, (self.name, StageStats(retries=len(retries)))
         yield from events
-        yield STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy, skipped, reused=int(reused),
+        yield Event.STAT, (self.name, StageStats(1, records, dead, busy, start, start + busy, skipped, reused=int(reused),
                                                 computed=int(key is not None and not reused), cpu_s=cpu))
         self.meter.record(records, dead, sum(skipped.values()), start)
         if self.heartbeat:
@@ -273,9 +287,9 @@ class _Stage(beam.PTransform):
         events = pcoll | "Run" >> beam.ParDo(_StageDoFn(self.name, self.fn, self.ledger.progress, expected,
                                                         self.retry, store, self.resume,
                                                         self.ledger.heartbeat)).with_output_types(Any)
-        self.ledger.dead.append(payloads(events, DEAD, "Dead"))
-        self.ledger.stats.append(payloads(events, STAT, "Stats"))
-        return payloads(events, OK, "Ok")
+        self.ledger.dead.append(payloads(events, Event.DEAD, "Dead"))
+        self.ledger.stats.append(payloads(events, Event.STAT, "Stats"))
+        return payloads(events, Event.OK, "Ok")
 
 
 def created_count(pcoll: beam.PCollection, hops: int = 4) -> int | None:

@@ -18,6 +18,9 @@ from transforms.llm.backend import Backend
 from transforms.llm.cache import ResponseCache
 from transforms.llm.cached import generate_with_cache
 from transforms.llm.requests import Completion, Request, Sampling
+from transforms.lean.pool_service import SharedPool
+from transforms.lean.rmaxts import problem_id_of, search
+from transforms.lean.target import Target
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,6 @@ class SearchProblem:
         self.__init__(**state)
 
     def setup(self):
-        from transforms.lean.pool_service import SharedPool
         if self._pool is None:
             self._pool = SharedPool(self.pool_config)   # the machine's one pool (pool_service.py)
             self.backend = self.backend.load()
@@ -93,8 +95,6 @@ class SearchProblem:
         self.backend.close()
 
     def __call__(self, problem: dict):
-        from transforms.lean.rmaxts import problem_id_of, search
-        from transforms.lean.target import Target
         self.setup()
         pid = problem_id_of(problem)
         header = problem.get("header") or ""

@@ -78,7 +78,6 @@ import concurrent.futures
 import hashlib
 import os
 import queue
-import re
 import secrets
 import shutil
 import threading
@@ -92,7 +91,7 @@ from transforms.lean.repl_protocol import (OUTCOME_AXIOMS, OUTCOME_CRASHED, OUTC
                                            OUTCOME_PROTOCOL, OUTCOME_REFUSED, OUTCOME_TARGET, OUTCOME_TIMEOUT,
                                            STANDARD_AXIOMS, ReplProtocolError, Verdict,
                                            encode_command, encode_follow_up, failure, excerpt, is_transient,
-                                           parse_axioms, verdict_of)
+                                           verdict_of)
 from transforms.lean.sandbox import refusal
 from transforms.lean.target import Target, follow_up, read_answers, statement_command
 
@@ -355,16 +354,20 @@ class ReplPool:
         slot.statements[(header, target.statement)] = made = (loaded.env, name)
         return made
 
+    def _live_process(self, slot: _Slot) -> ReplProcess:
+        """The slot's REPL, started (again) where it is not running."""
+        if slot.proc is not None and slot.proc.alive:
+            return slot.proc
+        if slot.proc is not None:
+            self._discard(slot)
+        return self._start(slot)
+
     def _check_on(self, slot: _Slot, header: str, code: str, target: Target) -> Verdict:
         c = self.config
         t0 = time.monotonic()
         stage = "header"
         try:
-            proc = slot.proc if slot.proc is not None and slot.proc.alive else None
-            if proc is None:
-                if slot.proc is not None:
-                    self._discard(slot)
-                proc = self._start(slot)
+            proc = self._live_process(slot)
             env = slot.headers.get(header)
             if env is None and header.strip():
                 loaded = self._load_header(proc, slot, header, t0)

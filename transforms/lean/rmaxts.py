@@ -177,6 +177,18 @@ def _save(path: str, payload: dict) -> None:
     os.replace(tmp, path)
 
 
+def _resumed(checkpoint: str | None, pid: str) -> tuple[Tree | None, list[dict], dict[str, dict]]:
+    """(tree, attempts, transitions by id) saved in `checkpoint`; (None, [], {}) when there is none."""
+    if not (checkpoint and os.path.exists(checkpoint)):
+        return None, [], {}
+    with open(checkpoint, encoding="utf-8") as fh:
+        saved = json.load(fh)
+    if saved.get("problem_id") != pid:
+        raise ValueError(f"checkpoint {checkpoint} belongs to problem {saved.get('problem_id')!r}, "
+                         f"not {pid!r}: use one checkpoint file per problem")
+    return Tree.from_json(saved["tree"]), saved["attempts"], {t["id"]: t for t in saved["transitions"]}
+
+
 def search(problem: dict, policy: Callable[[list[str]], list[str]], verify: Callable[[str], Any], *,
            budget: int = 64, batch: int = 8, seed: int = 0, checkpoint: str | None = None,
            gamma: float = GAMMA, mode: str = "cot", max_prefix_chars: int | None = None,
@@ -202,18 +214,7 @@ def search(problem: dict, policy: Callable[[list[str]], list[str]], verify: Call
     header = problem.get("header", "") or ""
     informal = problem.get("informal_prefix", "") or ""
     statement = problem["formal_statement"]
-    attempts: list[dict] = []
-    trans: dict[str, dict] = {}
-    tree = None
-    if checkpoint and os.path.exists(checkpoint):
-        with open(checkpoint, encoding="utf-8") as fh:
-            saved = json.load(fh)
-        if saved.get("problem_id") != pid:
-            raise ValueError(f"checkpoint {checkpoint} belongs to problem {saved.get('problem_id')!r}, "
-                             f"not {pid!r}: use one checkpoint file per problem")
-        tree = Tree.from_json(saved["tree"])
-        attempts = saved["attempts"]
-        trans = {t["id"]: t for t in saved["transitions"]}
+    tree, attempts, trans = _resumed(checkpoint, pid)
     if tree is None:
         tree = Tree(problem.get("goal", "") or "", gamma=gamma, seed=seed, max_prefix_chars=max_prefix_chars)
 

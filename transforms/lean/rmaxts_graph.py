@@ -20,6 +20,8 @@ from transforms.io.stage import Ledger, payloads
 from transforms.lean.prove import SearchProblem, SearchSettings
 from transforms.llm.backend import Backend
 from transforms.llm.requests import Sampling
+from transforms.lean import problems as lean_problems
+from transforms.lean.rmaxts import problem_id_of
 
 if TYPE_CHECKING:
     from transforms.lean.repl_pool import ReplPoolConfig
@@ -41,16 +43,14 @@ class RmaxtsSettings:
 
 def read_problems(path: str):
     """Stage function: a problem file (.jsonl DeepSeek style, or .lean statements with sorry)."""
-    from transforms.lean.problems import read_jsonl, read_lean_file
-    reader = read_lean_file if path.endswith(".lean") else read_jsonl
+    reader = lean_problems.read_lean_file if path.endswith(".lean") else lean_problems.read_jsonl
     for item in reader(path):
         yield item if isinstance(item, Rejected) else dataclasses.asdict(item)
 
 
 def read_leandojo(path: str):
     """Stage function: a LeanDojo trace file -> transitions rows (an id from the step when it has none)."""
-    from transforms.lean.problems import read_leandojo as read
-    for item in read(path):
+    for item in lean_problems.read_leandojo(path):
         yield item if not isinstance(item, dict) else dict(item, id=item.get("id") or stable_id(
             "leandojo", item["state_before"], item["tactic"], item["state_after"]))
 
@@ -63,7 +63,6 @@ class RmaxtsGraph(beam.PTransform):
         self.settings, self.ledger = settings, ledger
 
     def expand(self, pbegin):
-        from transforms.lean.rmaxts import problem_id_of
         ledger, s = self.ledger, self.settings
         problems = (pbegin | "ProblemFiles" >> beam.Create(list(s.problem_files))
                     | ledger.stage("problems", read_problems)

@@ -81,13 +81,13 @@ def voxel_rows(frame: dict, preset: str, mode: str):
         "point_features": [frame["point_features"]], "point_processing": [frame["point_processing"]],
         "points": array_cells.encode([points]), "num_points": [len(points)],
         "num_points_raw": [frame["num_points_raw"]], "labels": [frame["labels"]],
-        "grid_size": [list(grid_size(preset))], "point_cloud_range": [[float(v) for v in p["point_cloud_range"]]],
-        "voxel_size": [[float(v) for v in p["voxel_size"]]]})
+        "grid_size": [list(grid_size(preset))], "point_cloud_range": [[float(v) for v in p.point_cloud_range]],
+        "voxel_size": [[float(v) for v in p.voxel_size]]})
     yield "voxels", _table("voxels", {
         "id": [stable_id("concretizer-voxels", frame["id"])], "frame_id": [frame["id"]],
         "coords": coords_column([coords]), "num_points": int32_list_column([counts]),
         "features": array_cells.encode([features]), "num_voxels": [len(coords)],
-        "max_points_per_voxel": [int(p["max_points_per_voxel"])], "max_voxels": [max_voxels(preset, mode)]})
+        "max_points_per_voxel": [int(p.max_points_per_voxel)], "max_voxels": [max_voxels(preset, mode)]})
     yield "vox", (frame["id"], coords, features)
 
 
@@ -127,10 +127,10 @@ class BackboneFeatures:
         yield "features", _table("features", {
             "id": [stable_id("concretizer-features", frame_id, name, source, dtype) for name in names],
             "frame_id": [frame_id] * len(names), "layer": list(names),
-            "stride": [list(stride) for _, _, stride, _ in out], "spatial_shape": [list(shape) for *_, shape in out],
-            "coords": coords_column([c for c, *_ in out]), "channels": [int(v.shape[1]) for _, v, *_ in out],
+            "stride": [list(o.stride) for o in out], "spatial_shape": [list(o.shape) for o in out],
+            "coords": coords_column([o.coords for o in out]), "channels": [int(o.values.shape[1]) for o in out],
             "dtype": [dtype] * len(names),
-            "values": array_cells.encode([np.ascontiguousarray(v, dtype=little) for _, v, *_ in out]),
+            "values": array_cells.encode([np.ascontiguousarray(o.values, dtype=little) for o in out]),
             "backbone": [source] * len(names)})
         pyramid = sorted(occupancy_pyramid(coords, voxel_grid(self.preset)).items())
         yield "occupancy", _table("occupancy", {

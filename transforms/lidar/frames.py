@@ -21,6 +21,8 @@ from transforms.lidar.presets import get_preset
 from transforms.lidar.readers import (POINT_FEATURES, WaymoPoints, fov_mask, read_kitti_calib, read_kitti_labels,
                                      read_points)
 from transforms.lidar.voxelize import crop
+from transforms.lidar.scene import simulate_scene
+from transforms.lidar.simulate import simulate_scan
 
 KITTI_HALF_FOV_COT = 721.5 / 621.0
 REF_PARTS = 3   # path parts in a scan's reference: split/sensor/file in KITTI's layout   # x > |y| * cot(half the horizontal field of view)
@@ -81,8 +83,6 @@ def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
     p = get_preset(preset)
     labels: list = []
     if job.source == "sim":
-        from transforms.lidar.scene import simulate_scene
-        from transforms.lidar.simulate import simulate_scan
         scene_seed = job.sim_seed * 100_003 + job.index
         points, sim_labels = simulate_scan(simulate_scene(scene_seed), scene_seed)
         labels = [{"type": lab["type"], "box": [float(v) for v in lab["box"]]} for lab in sim_labels]
@@ -96,24 +96,24 @@ def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
         raise ValueError(f"{job.ref}: the scan has no points")
     raw = len(points)
     calib: Optional[dict] = None
-    if p.get("use_fov") and job.source != "sim":
+    if p.use_fov and job.source != "sim":
         calib_path = kitti_sidecar(job.path, "calib", ".txt")
         if not storage.is_file(calib_path):
             raise ValueError(f"{job.ref}: preset {preset!r} keeps the camera's field of view only and needs the "
                              f"calibration {calib_path}; add it, or use a preset without the FOV filter")
         calib = read_kitti_calib(calib_path)
-        points = points[fov_mask(points, calib, p.get("image_shape"))]
+        points = points[fov_mask(points, calib, p.image_shape)]
         steps = ["camera_fov"] + steps
         label_path = kitti_sidecar(job.path, "label_2", ".txt")
         if storage.is_file(label_path):
             labels = read_kitti_labels(label_path, calib)
-    elif p.get("use_fov") and job.source == "sim":
+    elif p.use_fov and job.source == "sim":
         # the simulator has no camera: keep what KITTI's camera 2 sees, 81.5 deg wide (1242 px, f = 721 px)
         points = points[points[:, 0] > np.abs(points[:, 1]) * KITTI_HALF_FOV_COT]
         steps = ["camera_fov"]
     points = crop(points, preset)
     if len(points) == 0:
-        lo, hi = p["point_cloud_range"][:3], p["point_cloud_range"][3:]
+        lo, hi = p.point_cloud_range[:3], p.point_cloud_range[3:]
         raise ValueError(f"{job.ref}: no point inside the range {list(lo)} .. {list(hi)} m of preset {preset!r}; "
                          "is the layout or the preset right?")
     return {"id": frame_id(job, preset, mode, content), "source": job.source, "source_ref": job.ref, "preset": preset,

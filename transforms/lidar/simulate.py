@@ -73,6 +73,19 @@ def _ground_albedo(scene: Scene, hits: np.ndarray, mats: np.ndarray, albedo: np.
     return out
 
 
+def _cast(scene: Scene, dirs: np.ndarray, nthreads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Open3D's ray-caster from the origin along `dirs`: each ray's hit distance (inf for none),
+    triangle id and triangle normal."""
+    import open3d as o3d  # heavy import, only where a scan is cast
+
+    rays = np.concatenate([np.zeros_like(dirs), dirs], 1).astype(np.float32)
+    rc = o3d.t.geometry.RaycastingScene()
+    rc.add_triangles(o3d.core.Tensor(scene.vertices), o3d.core.Tensor(scene.triangles))
+    ans = rc.cast_rays(o3d.core.Tensor(rays), nthreads=nthreads)
+    return (ans["t_hit"].numpy().astype(np.float64), ans["primitive_ids"].numpy().astype(np.int64),
+            ans["primitive_normals"].numpy().astype(np.float64))
+
+
 def simulate_scan(scene: Scene, seed: int, *, beams: int = 64, azimuth_step_deg: float = AZIMUTH_STEP_DEG,
                   max_range: float = MAX_RANGE_M, range_noise: float = RANGE_NOISE_M, dropout: float = DROPOUT,
                   nthreads: int = 0) -> tuple[np.ndarray, list[dict[str, Any]]]:
@@ -83,20 +96,10 @@ def simulate_scan(scene: Scene, seed: int, *, beams: int = 64, azimuth_step_deg:
     labels, each with ``num_points`` (returns inside its box), ``occlusion`` (share of the rays
     through the box stopped in front of it) and ``occluded`` (0-3, KITTI-like levels) added.
     """
-    import open3d as o3d  # heavy import, only where a scan is cast
-
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(scene.seed), 0x5CA7]))
     dirs, _ = sensor_rays(beams, azimuth_step_deg)
     dirs = dirs.reshape(-1, 3)
-    rays = np.concatenate([np.zeros_like(dirs), dirs], 1).astype(np.float32)
-
-    rc = o3d.t.geometry.RaycastingScene()
-    rc.add_triangles(o3d.core.Tensor(scene.vertices), o3d.core.Tensor(scene.triangles))
-    ans = rc.cast_rays(o3d.core.Tensor(rays), nthreads=nthreads)
-    t = ans["t_hit"].numpy().astype(np.float64)
-    prim = ans["primitive_ids"].numpy().astype(np.int64)
-    normals = ans["primitive_normals"].numpy().astype(np.float64)
-
+    t, prim, normals = _cast(scene, dirs, nthreads)
     hit = np.isfinite(t) & (t <= max_range)
     idx = np.nonzero(hit)[0]
     t, prim, normals, d = t[idx], prim[idx], normals[idx], dirs[idx]

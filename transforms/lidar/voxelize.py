@@ -36,16 +36,16 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from transforms.lidar.presets import Preset, get_preset, max_voxels as preset_max_voxels, voxel_grid
+from transforms.lidar.presets import PresetLike, get_preset, max_voxels as preset_max_voxels, voxel_grid
 
 # Above this many cells (1 GiB of int32) the dense table is not worth its memory; sort instead.
 MAX_TABLE_CELLS = 1 << 28
 
 
-def crop(points: np.ndarray, preset: Preset) -> np.ndarray:
+def crop(points: np.ndarray, preset: PresetLike) -> np.ndarray:
     """OpenPCDet's `mask_points_by_range`: keep points with range_min <= x <= range_max and the same
     for y (both bounds inclusive; z is left to voxelization, as in OpenPCDet)."""
-    r = get_preset(preset)["point_cloud_range"]
+    r = get_preset(preset).point_cloud_range
     x, y = points[:, 0], points[:, 1]
     mask = (x >= r[0]) & (x <= r[3]) & (y >= r[1]) & (y <= r[4])
     return points[mask]
@@ -66,14 +66,14 @@ class Voxelizer:
     int32 array of the grid's cell count to share with another Voxelizer used by the same thread
     (e.g. train and test of one preset)."""
 
-    def __init__(self, preset: Preset, mode: str = "train", table: Optional[np.ndarray] = None):
+    def __init__(self, preset: PresetLike, mode: str = "train", table: Optional[np.ndarray] = None):
         p = get_preset(preset)
         self.mode = mode
         self.max_voxels = preset_max_voxels(p, mode)
-        self.max_points = int(p["max_points_per_voxel"])
-        self.range = tuple(float(v) for v in p["point_cloud_range"])
+        self.max_points = int(p.max_points_per_voxel)
+        self.range = tuple(float(v) for v in p.point_cloud_range)
         self.lo = np.asarray(self.range[:3], np.float32)
-        self.vsize = np.asarray(p["voxel_size"], np.float32)
+        self.vsize = np.asarray(p.voxel_size, np.float32)
         self.grid_zyx = voxel_grid(p)
         self.cells = int(np.prod(self.grid_zyx, dtype=np.int64))
         self._key_dtype = np.int32 if self.cells < 2 ** 31 else np.int64
@@ -278,7 +278,7 @@ _CACHE: dict = {}            # (preset name, mode) -> (Voxelizer, the lock of it
 _CACHE_LOCK = threading.Lock()
 
 
-def voxelize(points: np.ndarray, preset: Preset, mode: str = "train"
+def voxelize(points: np.ndarray, preset: PresetLike, mode: str = "train"
              ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hard voxelization of `points` (N, C) with the preset's range, voxel size, points per voxel
     and the `mode`'s voxel cap: (voxels (V, P, C) float32, coords (V, 3) int32 (z, y, x),
@@ -290,9 +290,8 @@ def voxelize(points: np.ndarray, preset: Preset, mode: str = "train"
     worker runs its bundles on a pool of threads, and a table per thread paid the page faults of a
     fresh 360 MB table on most frames (about 0.3 s a frame) and kept one resident per thread."""
     p = get_preset(preset)
-    name = preset if isinstance(preset, str) else repr(sorted((k, repr(v)) for k, v in p.items()))
     with _CACHE_LOCK:
-        entry = _CACHE.get((name, mode))
+        entry = _CACHE.get((p, mode))
         if entry is None:
             if len(_CACHE) >= 4:
                 _CACHE.clear()    # a call still running keeps its own Voxelizer and lock
@@ -301,7 +300,7 @@ def voxelize(points: np.ndarray, preset: Preset, mode: str = "train"
                 if other.cells == vox.cells:
                     vox._table, lock = other._table_for(), other_lock
                     break
-            entry = _CACHE[(name, mode)] = (vox, lock)
+            entry = _CACHE[(p, mode)] = (vox, lock)
     vox, lock = entry
     with lock:
         return vox(points)

@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from transforms.text.rouge_dedup import Decision, RougeDedup, best_of
+from transforms.text.embedding_dedup import MiniLM
 
 PIECE_TEXTS = 200   # candidates per piece: a piece scores at least a few hundred thousand pairs
 MAX_PIECES = 64     # each piece carries every text of the domain: more copies than workers buy nothing
@@ -103,7 +104,6 @@ def decide(pool: Sequence[str], texts: Sequence[Optional[str]], scores: dict[int
 
 def embed(texts: Sequence[str]) -> dict[str, bytes]:
     """The embeddings of `texts` by the bundled MiniLM (float32 bytes by text, for `Vectors`), in batches."""
-    from transforms.text.embedding_dedup import MiniLM  # optional dependency (extra "llm")
     texts = list(dict.fromkeys(texts))
     if not texts:
         return {}

@@ -84,6 +84,34 @@ def _problem(row: Any) -> str | None:
     return None
 
 
+def _parse_line(n: int, raw) -> tuple[dict | None, str | None, str]:
+    """(row, problem, text) of line n: a seed's JSON object, or what is wrong with the line; neither
+    for a blank line."""
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return None, f"not valid UTF-8 ({e.reason} at byte {e.start})", raw.decode("utf-8", "replace")
+    elif isinstance(raw, str):
+        text = raw
+    else:
+        return None, f"expected a line of text, got {type(raw).__name__}", repr(raw)
+    if n == 1:
+        text = text.lstrip("\ufeff")  # a byte-order mark some editors write
+    text = text.rstrip("\r\n")
+    if not text.strip():
+        return None, None, text
+    if len(text) > MAX_LINE_CHARS:
+        return None, f"line is {len(text)} characters, over the limit of {MAX_LINE_CHARS}", text
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"not valid JSON ({e.msg} at column {e.colno})", text
+    except RecursionError:
+        return None, "not valid JSON (nested too deeply)", text
+    return row, _problem(row), text
+
+
 def read_seeds(source: Source, domain: str, *, name: str | None = None
                ) -> Iterator[Union[dict, Rejected]]:
     """Seeds of one domain from a JSON Lines file (a path) or from an iterable of text lines.
@@ -107,38 +135,11 @@ def read_seeds(source: Source, domain: str, *, name: str | None = None
         return Rejected(f"{source_name}:{n}: {what}", _excerpt(text), error_type)
 
     for n, raw in numbered:
-        if isinstance(raw, bytes):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                yield reject(n, f"not valid UTF-8 ({e.reason} at byte {e.start})",
-                             raw.decode("utf-8", "replace"))
-                continue
-        elif isinstance(raw, str):
-            text = raw
-        else:
-            yield reject(n, f"expected a line of text, got {type(raw).__name__}", repr(raw))
-            continue
-        if n == 1:
-            text = text.lstrip("\ufeff")  # a byte-order mark some editors write
-        text = text.rstrip("\r\n")
-        if not text.strip():
-            continue
-        if len(text) > MAX_LINE_CHARS:
-            yield reject(n, f"line is {len(text)} characters, over the limit of {MAX_LINE_CHARS}",
-                         text)
-            continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as e:
-            yield reject(n, f"not valid JSON ({e.msg} at column {e.colno})", text)
-            continue
-        except RecursionError:
-            yield reject(n, "not valid JSON (nested too deeply)", text)
-            continue
-        problem = _problem(row)
+        row, problem, text = _parse_line(n, raw)
         if problem is not None:
             yield reject(n, problem, text)
+            continue
+        if row is None:             # a blank line
             continue
         instruction, input_, output = row["instruction"], row.get("input", ""), row["output"]
         sid = seed_id(domain, instruction, input_, output)

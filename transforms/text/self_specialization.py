@@ -26,6 +26,7 @@ from transforms.llm.requests import Completion, Request, Sampling
 from transforms.text import dedup_pieces
 from transforms.text.self_instruct import (brainstorm_prompt, instruction_problem, normalised_instructions,
                                            parse_tasks, response_problem, response_prompt)
+from transforms.text.embedding_dedup import EmbeddingDedup
 
 
 def _rng(*parts) -> random.Random:
@@ -202,7 +203,6 @@ def dedup_decide(progress: DedupProgress, answer_limit: int, embedding_threshold
     inputs = progress.inputs
     embedding = None
     if embedding_threshold is not None and any(d is not None and d.kept for d in progress.decisions):
-        from transforms.text.embedding_dedup import EmbeddingDedup  # optional dependency (extra "llm")
         embedding = EmbeddingDedup(embedding_threshold, dedup_pieces.Vectors(dict(progress.vectors)),
                                    seed_texts=inputs.pool)
     to_answer, dropped = [], []

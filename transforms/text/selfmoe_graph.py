@@ -11,7 +11,7 @@ from transforms.io.stage import Ledger, payloads
 from transforms.llm.ask import Ask, asking
 from transforms.llm.backend import Backend
 from transforms.llm.requests import Sampling
-from transforms.text import dedup_pieces, self_specialization as ss
+from transforms.text import self_specialization as ss
 from transforms.text.seeds import read_seeds
 
 

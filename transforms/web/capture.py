@@ -20,6 +20,9 @@ from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.glyphs import installed_fonts
 from transforms.web.replay import ReplayHandler
 from transforms.web.targets import LOCAL_BASE, PageTarget
+from transforms.web.local_site import LocalSite
+from transforms.web.render import Renderer
+from transforms.web.warc_archive import WarcArchive
 
 MAX_OPEN_ARCHIVES = 8
 
@@ -91,11 +94,9 @@ class CapturePage:
         self.__init__(state["settings"], state["html_folder"])
 
     def setup(self):
-        from transforms.web.render import Renderer
         if self._renderer is None:
             self._renderer = Renderer(self.settings.chromium, restart_after_pages=self.settings.restart_after_pages)
         if self.html_folder and self._site is None:
-            from transforms.web.local_site import LocalSite
             self._site = LocalSite(self.html_folder).__enter__()
 
     def teardown(self):
@@ -108,7 +109,6 @@ class CapturePage:
         self._archives.clear()
 
     def _archive(self, source_ref: str):
-        from transforms.web.warc_archive import WarcArchive
         path = source_ref.rsplit("#", 1)[0]
         if path not in self._archives:
             self._archives[path] = WarcArchive(path)

@@ -33,6 +33,7 @@ from typing import Iterable, Optional
 
 from transforms.llm.requests import Completion, Request, Sampling
 from transforms.web import blocklist, head, language, topic_model
+from transforms.io.ids import stable_id
 
 
 def terms(words: Iterable[str]) -> re.Pattern:
@@ -533,6 +534,24 @@ class Rules:
 CONTENT_ONLY = Rules(languages=None, blocklists=())
 
 
+def _short_page_reason(page: dict, url: str, title: str, flat: str, rules: Rules) -> Optional[str]:
+    """What a short page (under SOFT_404_CHARS) may be besides content: an error page, a parked
+    domain, a placeholder or a sign-in wall, by its words, then by the model's kinds."""
+    if ERROR_PHRASES.search(flat):
+        return "error_page"
+    if PARKED_SHORT.search(flat) or names_its_own_domain(page, url, flat):
+        return "parked"
+    if PLACEHOLDER.search(flat) or any(PLACEHOLDER_HEADINGS.search(h) for h in [title] + headings(page)):
+        return "too_little_text"
+    if SIGN_IN_WALL.search(flat):
+        return "too_little_text"
+    if rules.by_model:  # an error or a placeholder however it is worded, in the model's languages
+        reason = topic_model.judged(flat, topic_model.KINDS)
+        if reason:
+            return {"error": "error_page"}.get(reason, reason)
+    return None
+
+
 def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
                 rules: Optional[Rules] = None) -> Optional[str]:
     """Why the rules drop a page, or None. Without `rules`: the content rules only (no blocklist, any
@@ -568,18 +587,9 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if chars < rules.min_text_chars:
         return "too_little_text"
     if chars < SOFT_404_CHARS:
-        if ERROR_PHRASES.search(flat):
-            return "error_page"
-        if PARKED_SHORT.search(flat) or names_its_own_domain(page, url, flat):
-            return "parked"
-        if PLACEHOLDER.search(flat) or any(PLACEHOLDER_HEADINGS.search(h) for h in [title] + headings(page)):
-            return "too_little_text"
-        if SIGN_IN_WALL.search(flat):
-            return "too_little_text"
-        if rules.by_model:  # an error or a placeholder however it is worded, in the model's languages
-            reason = topic_model.judged(flat, topic_model.KINDS)
-            if reason:
-                return {"error": "error_page"}.get(reason, reason)
+        reason = _short_page_reason(page, url, title, flat, rules)
+        if reason:
+            return reason
     if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
         return "too_little_text"
     body_topics, other_topics = topic_hits(_SPACE.sub(" ", body)), topic_hits(title, url_text(url))
@@ -615,7 +625,6 @@ JUDGE_LABELS = {"keep": None, "adult": "adult", "gambling": "gambling", "violent
 
 def judge_request(page: dict, tree_text: str, sampling: Sampling) -> Request:
     """Ask the LLM judge about one page, from its accessibility tree as text."""
-    from transforms.io.ids import stable_id
     messages = ({"role": "system", "content": JUDGE_SYSTEM},
                 {"role": "user", "content": f"Title: {page.get('title', '')}\nURL: {page.get('final_url', '')}\n"
                                             f"Accessibility tree:\n{tree_text}\n\nVerdict:"})

@@ -30,7 +30,7 @@ from transforms.web.capture import CapturePage, CaptureSettings, render_identity
 from transforms.web.crawl_sample import Distractors, PickLlmPages, page_titles
 from transforms.web.curate import curate, judge_plan, judged
 from transforms.web.curation import Rules
-from transforms.web.targets import duplicate_key, keep_order
+from transforms.web.targets import duplicate_key, keep_order, read_url_list, scan_html_folder, scan_warc
 from transforms.web.tasks import TaskRules, embedded_image_tasks, llm_requests, parse_completion, rule_samples
 from transforms.web.tasks.elements import light_page
 from transforms.web.tasks.llm_tasks import LLM_TASKS, VISION_TASKS
@@ -64,7 +64,6 @@ class MultiuiSettings:
 
 def read_sources(source: tuple[str, str]):
     """Stage function: one input (kind, path) -> its PageTargets and Rejected lines/records."""
-    from transforms.web.targets import read_url_list, scan_html_folder, scan_warc
     kind, path = source
     if kind == "urls":
         return read_url_list(path)

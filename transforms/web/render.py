@@ -451,6 +451,50 @@ class _Worker:
                clock=None) -> dict:
         t0 = time.perf_counter()
         doc: dict = {}
+        key = site_key(url, platform, policy) if route_handler is None and clock is None else None
+        options, kept, proxy = self.context_for(platform, seed, route_handler, policy, key, doc)
+        ctx = kept.ctx
+        resize = None if kept.viewport == options["viewport"] else options["viewport"]
+        self.pages_since_start += 1
+        self.owner.pages_rendered += 1
+        session = None
+        reusable = False
+        try:
+            if clock:
+                ctx.clock.install(time=clock)
+            page = self.open_page(ctx, doc, timeout_ms, resize, kept.spare)
+            kept.spare = None
+            tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
+            session = self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
+                                     timeout=timeout_ms / 1000)["sessionId"]
+            if kept.origins:
+                self.empty(kept, session)
+            self.load_page(page, session, url, doc, timeout_ms)
+            row = self.capture(session, options, max_shot_h, timeout_ms)
+            row["url"] = url
+            row.update(doc.pop("counts"))
+            row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
+                                          policy if route_handler is None else None, resize)
+                              if follow_links else [])
+            reusable = key is not None
+        except Exception as e:  # noqa: BLE001 - said as a RenderError, or BrowserCrashed if the browser died
+            raise self.failure(e, session, timeout_ms) from None
+        finally:
+            if session is not None and self.conn is not None:
+                self.conn.listen(session, None)
+            if not (reusable and self.keep_context(kept, key, url, row["final_url"], proxy)):
+                _quietly(ctx.close)
+            if proxy is not None:
+                proxy.close()
+        over = [r for log in doc["logs"] for r in log.refusals if "budget" in r[1]]
+        if over:  # a page cut short at its byte budget is not the page
+            raise RenderError(f"page too large: {over[0][1]} ({over[0][0][:200]})")
+        row["render_ms"] = (time.perf_counter() - t0) * 1000
+        return {k: row[k] for k in RESULT_KEYS}
+
+    def context_for(self, platform, seed, route_handler, policy, key, doc: dict):
+        """(options, kept context, proxy) for a page: the site's kept context where there is one, else
+        a fresh one behind a fresh proxy; BrowserCrashed if the browser cannot start."""
         proxy = None
         try:
             self.ensure_browser()
@@ -458,7 +502,6 @@ class _Worker:
             if platform == "desktop":
                 options["user_agent"] = (f"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
                                          f"(KHTML, like Gecko) Chrome/{self.ua_version} Safari/537.36")
-            key = site_key(url, platform, policy) if route_handler is None and clock is None else None
             kept = self.kept.take(key)
             if kept is not None and kept.spare.is_closed():
                 _quietly(kept.ctx.close)   # its blank tab is gone (closed under it): not the page's fault
@@ -474,81 +517,48 @@ class _Worker:
                 kept = KeptContext(ctx, proxy.port if proxy else 0, options["viewport"])
             else:
                 self.owner.contexts_reused += 1
-            ctx = kept.ctx
-            resize = None if kept.viewport == options["viewport"] else options["viewport"]
             doc["logs"] = [log for log in (route_handler, proxy) if hasattr(log, "refusals")]
+            return options, kept, proxy
         except Exception as e:  # noqa: BLE001 - Chromium exited at start, DevTools refused the driver
             self.stop_browser()
             if proxy is not None:
                 proxy.close()
             raise BrowserCrashed(f"the browser did not start: {_first_line(e)}") from None
-        self.pages_since_start += 1
-        self.owner.pages_rendered += 1
-        session = None
-        reusable = False
-        try:
-            if clock:
-                ctx.clock.install(time=clock)
-            page = self.open_page(ctx, doc, timeout_ms, resize, kept.spare)
-            kept.spare = None
-            tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
-            session = self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
-                                     timeout=timeout_ms / 1000)["sessionId"]
-            if kept.origins:
-                self.empty(kept, session)
-            resources = Subresources()
-            resources.start(self.conn, session, timeout_ms / 1000)
-            conn = self.conn
 
-            def leave_cut_document(error: str) -> None:
-                """A document cut mid-body never fires `load`: leave it now, not at the timeout."""
-                doc["cut"] = error
-                _quietly(lambda: conn.send("Page.navigate", {"url": "about:blank"}, session))
+    def load_page(self, page, session: str, url: str, doc: dict, timeout_ms: int) -> None:
+        """Navigate and wait until the page and its subresources settle; their counts go to doc["counts"]."""
+        resources = Subresources()
+        resources.start(self.conn, session, timeout_ms / 1000)
+        conn = self.conn
 
-            resources.on_cut = leave_cut_document
-            self.navigate(page, url, doc, timeout_ms)
-            if not resources.wait(time.monotonic() + timeout_ms / 1000):
-                raise RenderError(f"timeout: the page did not settle after load (> {timeout_ms} ms: two "
-                                  "animation frames); a script that does not stop?")
-            resources.stop(self.conn, session)
-            self.check_document(resources, doc)
-            row = self.capture(session, options, max_shot_h, timeout_ms)
-            row["url"] = url
-            row.update(resources.counts())
-            row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
-                                              policy if route_handler is None else None, resize)
-                              if follow_links else [])
-            reusable = key is not None
-        except RenderError as e:
-            died = self.died()
-            self.recover(session)
-            if died:
-                raise BrowserCrashed(f"the browser died during the page: {e}") from None
-            raise
-        except CDPError as e:
-            died = self.died()
-            self.recover(session)
-            raise (BrowserCrashed if died else RenderError)(f"capture failed: {e}") from None
-        except FutureTimeout:
-            self.recover(session)
-            raise RenderError(f"timeout: the page stopped answering during capture (> {timeout_ms} ms); "
-                              "JavaScript stopped, context closed") from None
-        except Exception as e:  # noqa: BLE001 - Playwright errors (a crashed or closed browser)
-            died = self.died()
-            self.recover(session)
-            raise (BrowserCrashed if died else RenderError)(f"render failed: {_first_line(e)}") from None
-        finally:
-            if session is not None and self.conn is not None:
-                self.conn.listen(session, None)
-            if not (reusable and self.keep_context(kept, key, url, row["final_url"], proxy)):
-                _quietly(ctx.close)
-            if proxy is not None:
-                proxy.close()
-        over = [r for log in doc["logs"] for r in log.refusals if "budget" in r[1]]
-        if over:  # a page cut short at its byte budget is not the page
-            raise RenderError(f"page too large: {over[0][1]} ({over[0][0][:200]})")
-        row["render_ms"] = (time.perf_counter() - t0) * 1000
-        return {k: row[k] for k in RESULT_KEYS}
+        def leave_cut_document(error: str) -> None:
+            """A document cut mid-body never fires `load`: leave it now, not at the timeout."""
+            doc["cut"] = error
+            _quietly(lambda: conn.send("Page.navigate", {"url": "about:blank"}, session))
+
+        resources.on_cut = leave_cut_document
+        self.navigate(page, url, doc, timeout_ms)
+        if not resources.wait(time.monotonic() + timeout_ms / 1000):
+            raise RenderError(f"timeout: the page did not settle after load (> {timeout_ms} ms: two "
+                              "animation frames); a script that does not stop?")
+        resources.stop(self.conn, session)
+        self.check_document(resources, doc)
+        doc["counts"] = resources.counts()
+
+    def failure(self, e: Exception, session, timeout_ms: int) -> Exception:
+        """What a failed page raises, once the browser is recovered: BrowserCrashed where the browser
+        died, else RenderError (the next page gets a working browser either way)."""
+        died = False if isinstance(e, FutureTimeout) else self.died()
+        self.recover(session)
+        if isinstance(e, RenderError):
+            return BrowserCrashed(f"the browser died during the page: {e}") if died else e
+        if isinstance(e, CDPError):
+            return (BrowserCrashed if died else RenderError)(f"capture failed: {e}")
+        if isinstance(e, FutureTimeout):
+            return RenderError(f"timeout: the page stopped answering during capture (> {timeout_ms} ms); "
+                               "JavaScript stopped, context closed")
+        # Playwright errors (a crashed or closed browser)
+        return (BrowserCrashed if died else RenderError)(f"render failed: {_first_line(e)}")
 
     @staticmethod
     def check_document(resources: Subresources, doc: dict) -> None:

@@ -13,7 +13,6 @@ import dataclasses
 import io
 from typing import Mapping
 
-from PIL import Image
 
 from transforms.io.ids import stable_id
 from core.rejected import Rejected
@@ -33,6 +32,7 @@ def embedded_images(page: Mapping, rules: TaskRules = TaskRules()) -> list:
 
 def crop_png(png: bytes, box_px, max_side: int = 768) -> bytes:
     """The box cut out of the screenshot as PNG, scaled down so its longer side is <= max_side."""
+    from PIL import Image   # pillow: the web extra
     with Image.open(io.BytesIO(png)) as opened:
         image = opened.convert("RGB")
     left, top, right, bottom = (int(round(float(v))) for v in box_px)
