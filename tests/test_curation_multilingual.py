@@ -1,16 +1,19 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Six sets, each written by helpers who had read neither the rules nor the sets before it, in zh, ja,
-ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (good pages with hard negatives, adult,
-gambling and lottery, error and parked pages): tests/data/curation_multilingual/ (112 pages),
-curation_multilingual2/ (96), curation_multilingual3/ to 6/ (128 each, with two hard negatives
-and two gambling pages a language). Measured with languages=any, so no page is dropped for its
+Seven sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
+with hard negatives, adult, gambling and lottery, error and parked pages):
+tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
+curation_multilingual3/ to 7/ (128 each, with two hard negatives and two gambling pages a
+language; the seventh's error and parked pages as long as real sites make them, half over 800
+characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
 row (curation's fallback), a page served with status >= 400 a drop (as the renderer's RenderError is).
 
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
-is fitted on; the sixth is held out from everything. Precision / recall of "drop", 2026-12-06, with
-the head's five classes (error and parked beside the topics):
+is fitted on; the sixth is not in the fit, but chose where the head's kinds also judge longer pages
+(KIND_PAGE_CHARS, topic_model.KIND_SURE); the seventh is held out from everything. Precision /
+recall of "drop", 2026-12-06, with the head's five classes (error and parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
     curation_multilingual     0.96 / 0.86   0.98 / 1.00                          0.98 / 1.00
@@ -18,13 +21,15 @@ the head's five classes (error and parked beside the topics):
     curation_multilingual3    0.95 / 0.76   0.98 / 1.00                          0.98 / 1.00
     curation_multilingual4    0.95 / 0.66   0.99 / 0.98                          0.99 / 0.99
     curation_multilingual5    0.93 / 0.64   0.99 / 0.94                          0.99 / 0.97
-    curation_multilingual6    0.94 / 0.61                                        0.96 / 0.84  (held out)
+    curation_multilingual6    0.94 / 0.61                                        0.96 / 0.89  (tuned on)
+    curation_multilingual7    0.87 / 0.62                                        0.92 / 0.89  (held out)
 
-(The sixth set scored 0.96 / 0.82 under the head before, fitted on the first four with three
-classes.) The floor test keeps each set from getting worse than the last column; the target test is
-the one docs/papers/multiui.md sets: every language group at precision >= 0.95 and recall >= 0.90
-on the held-out set (strict xfail while it is not met). Tune on the first five, and write a new
-blind set before claiming a change on the sixth.
+The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
+before that change and once after, 0.92 / 0.84 then 0.92 / 0.89 (three long parked pages more
+found, no page more dropped). The floor test keeps each set from getting worse than the last
+column; the target test is the one docs/papers/multiui.md sets: every language group at precision
+>= 0.95 and recall >= 0.90 on the held-out set (strict xfail while it is not met). Tune on the
+first six, and write a new blind set before claiming a change on the seventh.
 """
 from __future__ import annotations
 
@@ -38,9 +43,12 @@ from transforms.web import topic_model
 # each set's floor, as last measured (the docstring's table): (precision, drops found of drops)
 FLOORS = {"curation_multilingual": (64 / 65, 64 / 64), "curation_multilingual2": (64 / 66, 64 / 64),
           "curation_multilingual3": (80 / 82, 80 / 80), "curation_multilingual4": (79 / 80, 79 / 80),
-          "curation_multilingual5": (78 / 79, 78 / 80), "curation_multilingual6": (67 / 70, 67 / 80)}
-HELD_OUT = "curation_multilingual6"
-GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",), "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr"),
+          "curation_multilingual5": (78 / 79, 78 / 80), "curation_multilingual6": (71 / 74, 71 / 80),
+          "curation_multilingual7": (57 / 62, 57 / 64)}
+HELD_OUT = "curation_multilingual7"
+TUNED_ON = ("curation_multilingual6",)     # not in the head's fit, but used to choose thresholds
+GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
+          "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
 
 
@@ -74,11 +82,13 @@ def measured(request):
 
 @pytest.mark.parametrize("name, per_language", [("curation_multilingual", 7), ("curation_multilingual2", 6),
                                                 ("curation_multilingual3", 8), ("curation_multilingual4", 8),
-                                                ("curation_multilingual5", 8), ("curation_multilingual6", 8)])
+                                                ("curation_multilingual5", 8), ("curation_multilingual6", 8),
+                                                ("curation_multilingual7", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
+    absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
     assert collections.Counter(lab["language"] for lab in labs) == {lang: per_language for langs in GROUPS.values()
-                                                                    for lang in langs}
+                                                                    for lang in langs if lang != absent}
     assert {lab["category"] for lab in labs} == {"good", "adult", "gambling", "error", "parked"}
 
 
@@ -90,10 +100,10 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set, parked and error pages longer than the "
-                                       "short-page limit or worded past the phrase lists (pt, de, ja, vi, pl, id, tr, "
-                                       "nl) and three lottery or betting pages kept; a 404 tutorial, a religious "
-                                       "article on gambling and a bridge tournament dropped (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set, parked pages worded past the phrase lists "
+                                       "and under the head's sure probability (pt, ja, cs, ar, vi), a Czech shop's soft "
+                                       "404 and a betting-tips page kept; two 404 tutorials, a registrar's help article "
+                                       "and two news articles on betting regulation dropped (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured
@@ -102,4 +112,5 @@ def test_every_language_group_meets_the_target(measured):
 
 
 def test_the_held_out_set_is_not_in_the_heads_fit():
-    assert HELD_OUT not in topic_model.TRAINING_SETS and set(FLOORS) - {HELD_OUT} <= set(topic_model.TRAINING_SETS)
+    assert HELD_OUT not in topic_model.TRAINING_SETS and not set(TUNED_ON) & set(topic_model.TRAINING_SETS)
+    assert set(FLOORS) - {HELD_OUT} - set(TUNED_ON) <= set(topic_model.TRAINING_SETS)

@@ -109,6 +109,9 @@ ERROR_PHRASES = terms([
 # A page whose text is shorter than this (effective characters) and carries an error phrase anywhere
 # is an error page; longer pages only when the phrase is in the title or a heading.
 SOFT_404_CHARS = 800
+# up to here a page may be an error or parked page wrapped in its site's menus, footers and offers:
+# the topic model's kinds judge it at topic_model.KIND_SURE (measured: docs/papers/multiui.md)
+KIND_PAGE_CHARS = 2000
 
 # -- parked and for-sale domains --------------------------------------------------------------------
 PARKED = terms([
@@ -590,6 +593,10 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
         reason = _short_page_reason(page, url, title, flat, rules)
         if reason:
             return reason
+    elif chars < KIND_PAGE_CHARS and rules.by_model:   # an error or parked page in its site's clothes
+        kind = topic_model.sure_kind(flat)
+        if kind:
+            return {"error": "error_page"}.get(kind, kind)
     if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
         return "too_little_text"
     body_topics, other_topics = topic_hits(_SPACE.sub(" ", body)), topic_hits(title, url_text(url))

@@ -43,6 +43,7 @@ TEXT_CHARS = 1000
 SURE = {"error": 0.12, "parked": 0.12}          # kinds: score (prototype margin) at which a short page is one
 LIKELY = 0.7            # topics: the head's probability at which a page is in the business
 KIND_LIKELY = 0.5       # kinds: the head's probability at which a short page is one (whatever its margin)
+KIND_SURE = 0.95        # kinds: the head's probability at which a longer page (boilerplate around it) is one
 VETO = 0.12             # the words' sentences under this probability: the page talks about the topic
 HEAD = os.path.join(os.path.dirname(__file__), "topic_head.json")
 # the labelled sets the head is fitted on (tests/data/; helpers wrote them blind to the rules)
@@ -160,6 +161,13 @@ def judged(text: str, questions: tuple) -> Optional[str]:
     scores = load().scores(text)
     return next((q for q in questions if scores[q] >= SURE.get(q, LIKELY)
                  or (q in KINDS and scores[f"{q}_p"] >= KIND_LIKELY)), None)
+
+
+def sure_kind(text: str) -> Optional[str]:
+    """The kind (error, parked) the head is sure `text` is, at KIND_SURE: for pages longer than a bare
+    one, where a registrar's or a shop's menus, footers and offers surround what the page says."""
+    scores = load().scores(text)
+    return next((k for k in KINDS if scores[f"{k}_p"] >= KIND_SURE), None)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\s*\n\s*")
