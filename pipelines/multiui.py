@@ -74,7 +74,8 @@ CONFIG = ConfigSpec(check=_check, keys=(
         "on each worker (default when no input is given: the bundled sample site)", optional=True, gridable=False),
     Key("platforms", str, "desktop,mobile", "desktop (Windows 10, H/W 0.5-1.5) and/or mobile (iPhone 12 Pro)"),
     Key("seed", int, 0, "seed of viewports, link choice, templates and distractors", low=0),
-    Key("timeout_s", float, 15.0, "per-page time budget (each navigation)", low=0.5),
+    Key("timeout_s", float, 15.0, "per-page time budget: loading, settling and capture together (and each "
+        "followed link its own)", low=0.5),
     Key("max_page_mb", float, 16.0, "per-page size budget: bytes the page may load", low=0.01),
     Key("max_screenshot_height", int, 4096, "screenshot height cap in pixels", low=64),
     Key("follow_links", int, 3, "links clicked per page for action prediction", low=0),

@@ -99,6 +99,13 @@ PAGES = {
     "/jsloop-late": ("text/html", "<title>late loop</title><p>hi"
                                   "<script>addEventListener('load', () => setTimeout(() => {while (true) {}}, 0))"
                                   "</script>"),
+    # the main thread busy in chunks of 0.4 of the timeout after load: every step of the render is
+    # answered, each late, and the steps' waits add up past the page's time
+    "/busy-chunks": ("text/html", "<title>Busy</title><h1>Busy in chunks</h1><script>function spin() { "
+                                  f"const t = performance.now(); while (performance.now() - t < {0.4 * TIMEOUT_MS}) {{}} "
+                                  "requestAnimationFrame(spin) } addEventListener('load', () => requestAnimationFrame(spin))"
+                                  "</script>"),
+    "/to-busy": ("text/html", "<title>To busy</title><h1>A page</h1><p>Read <a href=/jsloop-late>the busy page</a>."),
     "/png": ("image/png", PNG_1PX),
     "/pdf": ("application/pdf", b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF\n"),
     "/huge": ("text/html", "<title>huge</title>" + "<p>many words here</p>" * 20000),
@@ -304,6 +311,29 @@ def test_bad_page_raises_then_recovers(renderer, site, path, reason):
     assert not is_transient(err.value)   # a bad page is a dead letter, never retried
     ok = renderer.render_page(site + "/b.html", "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)
     assert ok["title"] == "Page B"
+
+
+@pytest.mark.parametrize("path", ["/jsloop", "/jsloop-late", "/busy-chunks"])
+def test_a_busy_page_fails_within_its_time(renderer, site, path):
+    """A page that keeps its main thread busy (a loop, or chunks that answer every step late) fails
+    within timeout_ms plus a second, whatever step it is at, and the same renderer goes on."""
+    t0 = time.monotonic()
+    with pytest.raises(RenderError, match="timeout"):
+        renderer.render_page(site + path, "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)
+    took = time.monotonic() - t0
+    assert took <= TIMEOUT_MS / 1000 + 1.0, f"{path}: {took:.2f} s for a {TIMEOUT_MS} ms page"
+    assert renderer.render_page(site + "/b.html", "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)["title"] == "Page B"
+
+
+def test_a_busy_followed_link_costs_its_own_time_only(renderer, site):
+    """A followed page that spins after its load is not an action, and costs its link's timeout, not
+    the whole render's watchdog (the browser is not killed: the next page reuses it)."""
+    t0 = time.monotonic()
+    row = renderer.render_page(site + "/to-busy", "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=1)
+    took = time.monotonic() - t0
+    assert row["title"] == "To busy" and row["actions"] == []
+    assert took <= 2 * TIMEOUT_MS / 1000 + 1.0, f"{took:.2f} s: the page and one link of {TIMEOUT_MS} ms each"
+    assert renderer.render_page(site + "/b.html", "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)["title"] == "Page B"
 
 
 @pytest.mark.parametrize("platform", ["desktop", "mobile"])

@@ -206,7 +206,8 @@ class Renderer:
             reason = policy.check_url(target_url)
             if reason:
                 raise navigation_error(f"refused by fetch policy: {reason}: {target_url}")
-        # goto, capture and each followed link get timeout_ms; past this the browser is killed
+        # the page (loading, settling, capture) and each followed link get timeout_ms; past all of
+        # them (and the slack) the browser is killed
         budget_s = timeout_ms / 1000 * (3 + follow_links) + self.watchdog_slack_s
         return self._submit(lambda w: w.render(target_url, platform, seed, route_handler, policy, timeout_ms,
                                                max_screenshot_height, follow_links, clock), budget_s)
@@ -459,6 +460,9 @@ class _Worker:
         self.owner.pages_rendered += 1
         session = None
         reusable = False
+        # one deadline for the page: opening, loading, settling and capture, however its time is
+        # spent (a main thread busy in chunks answers each step late, never one step too late)
+        deadline = time.monotonic() + timeout_ms / 1000
         try:
             if clock:
                 ctx.clock.install(time=clock)
@@ -466,11 +470,11 @@ class _Worker:
             kept.spare = None
             tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
             session = self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
-                                     timeout=timeout_ms / 1000)["sessionId"]
+                                     timeout=_left(deadline))["sessionId"]
             if kept.origins:
                 self.empty(kept, session)
-            self.load_page(page, session, url, doc, timeout_ms)
-            row = self.capture(session, options, max_shot_h, timeout_ms)
+            self.load_page(page, session, url, doc, deadline, timeout_ms)
+            row = self.capture(session, options, max_shot_h, deadline)
             row["url"] = url
             row.update(doc.pop("counts"))
             row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
@@ -525,10 +529,11 @@ class _Worker:
                 proxy.close()
             raise BrowserCrashed(f"the browser did not start: {_first_line(e)}") from None
 
-    def load_page(self, page, session: str, url: str, doc: dict, timeout_ms: int) -> None:
-        """Navigate and wait until the page and its subresources settle; their counts go to doc["counts"]."""
+    def load_page(self, page, session: str, url: str, doc: dict, deadline: float, timeout_ms: int) -> None:
+        """Navigate and wait until the page and its subresources settle, by `deadline` (time.monotonic);
+        their counts go to doc["counts"]."""
         resources = Subresources()
-        resources.start(self.conn, session, timeout_ms / 1000)
+        resources.start(self.conn, session, _left(deadline))
         conn = self.conn
 
         def leave_cut_document(error: str) -> None:
@@ -537,8 +542,8 @@ class _Worker:
             _quietly(lambda: conn.send("Page.navigate", {"url": "about:blank"}, session))
 
         resources.on_cut = leave_cut_document
-        self.navigate(page, url, doc, timeout_ms)
-        if not resources.wait(time.monotonic() + timeout_ms / 1000):
+        self.navigate(page, url, doc, max(1, int(_left(deadline) * 1000)))
+        if not resources.wait(deadline):
             raise RenderError(f"timeout: the page did not settle after load (> {timeout_ms} ms: two "
                               "animation frames); a script that does not stop?")
         resources.stop(self.conn, session)
@@ -555,8 +560,8 @@ class _Worker:
         if isinstance(e, CDPError):
             return (BrowserCrashed if died else RenderError)(f"capture failed: {e}")
         if isinstance(e, FutureTimeout):
-            return RenderError(f"timeout: the page stopped answering during capture (> {timeout_ms} ms); "
-                               "JavaScript stopped, context closed")
+            return RenderError(f"timeout: the page did not answer within its {timeout_ms} ms (a busy main "
+                               "thread?); JavaScript stopped, context closed")
         # Playwright errors (a crashed or closed browser)
         return (BrowserCrashed if died else RenderError)(f"render failed: {_first_line(e)}")
 
@@ -591,8 +596,9 @@ class _Worker:
         except (CDPError, FutureTimeout):
             self.stop_browser()
 
-    def capture(self, session: str, options: dict, max_shot_h: int, timeout_ms: int) -> dict:
-        wait = timeout_ms / 1000
+    def capture(self, session: str, options: dict, max_shot_h: int, deadline: float) -> dict:
+        """The page's state, screenshot, DOM snapshot and accessibility tree, each answer due by
+        `deadline` (time.monotonic)."""
         send = self.conn.send
         dsf = float(options.get("device_scale_factor") or 1)
         vw, vh = options["viewport"]["width"], options["viewport"]["height"]
@@ -604,7 +610,7 @@ class _Worker:
             "width": vw, "height": vh, "deviceScaleFactor": dsf, "mobile": bool(options.get("is_mobile")),
             "screenWidth": screen["width"], "screenHeight": screen["height"],
             "screenOrientation": {"angle": 0, "type": "portraitPrimary"}}, session)
-        st = send("Runtime.evaluate", {"expression": _PAGE_STATE_JS, "returnByValue": True}, session).result(wait)
+        st = send("Runtime.evaluate", {"expression": _PAGE_STATE_JS, "returnByValue": True}, session).result(_left(deadline))
         if "exceptionDetails" in st:
             raise RenderError(f"page state script failed: {st['exceptionDetails'].get('text')}")
         st = json.loads(st["result"]["value"])
@@ -628,13 +634,13 @@ class _Worker:
         # at a capture beyond the viewport (a textarea's monospace lines lose a pixel each), and the
         # boxes must be those of the pixels. (A one-pixel capture first, to settle the layout, made
         # the shell paint a stale tile into 2 of 8 screenshots of one page.)
-        png = base64.b64decode(shot_f.result(wait)["data"])
+        png = base64.b64decode(shot_f.result(_left(deadline))["data"])
         snap_f = send("DOMSnapshot.captureSnapshot", SnapshotIndex.PARAMS, session)  # styles for clip, opacity, overlays
         ax_f = send("Accessibility.getFullAXTree", {}, session)
-        snap = SnapshotIndex(snap_f.result(wait))
+        snap = SnapshotIndex(snap_f.result(_left(deadline)))
         if snap.dom_nodes > self.owner.max_dom_nodes:
             raise RenderError(f"page too large: {snap.dom_nodes:,} DOM nodes (cap {self.owner.max_dom_nodes:,})")
-        ax = ax_f.result(wait)["nodes"]
+        ax = ax_f.result(_left(deadline))["nodes"]
         shot_w, shot_h = _png_size(png)
         nodes, text_chars = build_nodes(ax, snap, scale=scale, width=shot_w, height=shot_h, page_url=st["url"])
         glyphs = missing_glyphs(n["name"] for n in nodes if n["role"] in TEXT_ROLES)
@@ -667,10 +673,11 @@ class _Worker:
             if len(actions) >= k:
                 break
             doc: dict = {}
+            deadline = time.monotonic() + timeout_ms / 1000     # each followed link its own time
             page = self.open_page(ctx, doc, timeout_ms, viewport)
             try:
                 self.navigate(page, href, doc, timeout_ms)
-                title = page.title()
+                title = self.title(ctx, page, deadline)
             except RenderError:
                 continue  # a dead link is not an action; try the next candidate
             finally:
@@ -678,6 +685,23 @@ class _Worker:
             if title.strip():
                 actions.append({"node_id": node_id, "target_url": href, "target_title": title})
         return actions
+
+    def title(self, ctx, page, deadline: float) -> str:
+        """The page's title, asked over the DevTools connection with a deadline: a followed page whose
+        main thread is busy after its load answers late or never (Playwright's page.title() would
+        wait for it); RenderError then, its script stopped."""
+        tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
+        session = self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
+                                 timeout=_left(deadline))["sessionId"]
+        try:
+            got = self.conn.send("Runtime.evaluate", {"expression": "document.title", "returnByValue": True},
+                                 session).result(_left(deadline))
+        except FutureTimeout:
+            _quietly(lambda: self.conn.send("Runtime.terminateExecution", {}, session))
+            raise RenderError("timeout: the followed page did not answer in time (a busy main thread?)") from None
+        finally:
+            _quietly(lambda: self.conn.send("Target.detachFromTarget", {"sessionId": session}))
+        return str(got.get("result", {}).get("value") or "")
 
     def bare(self, url, width, height, max_shot_h, timeout_ms) -> bytes:
         self.ensure_browser()
@@ -691,6 +715,12 @@ class _Worker:
                                    timeout=timeout_ms)
         finally:
             _quietly(ctx.close)
+
+
+def _left(deadline: float) -> float:
+    """Seconds until `deadline` (time.monotonic), at least a few milliseconds: a call made at the
+    deadline still gets an answer that is already there."""
+    return max(0.005, deadline - time.monotonic())
 
 
 def _through(proxy: PolicyProxy | None) -> dict | None:
