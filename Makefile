@@ -1,6 +1,6 @@
 # make demo: set up everything, then run the main job on the embedded samples.
 # make test: set up everything, then run every test (what CI runs); prints the slowest 15.
-# make check: the fast tier: every test with no heavy marker (see pyproject.toml), in about 2 minutes.
+# make check: the fast tier: every test with no heavy marker (see pyproject.toml), at most 90 seconds.
 # the distribution's python3.11 where there is one: Debian builds it with PGO and LTO, a pyenv or
 # source build without them ran pure-Python code 25-30% slower here (docs/testing.md, "Time")
 PYTHON ?= $(shell test -x /usr/bin/python3.11 && echo /usr/bin/python3.11 || echo python3.11)
