@@ -32,8 +32,8 @@ def layout(c: dict) -> str:
 
 
 def jobs(c: dict):
-    waymo = WaymoPoints(intensity=c["waymo_intensity"], no_label_zone=c["waymo_nlz"])
-    out = [FrameJob(source=layout(c), path=path, layout=layout(c), waymo=waymo) for path in scan_files(c)]
+    waymo, kind = WaymoPoints(intensity=c["waymo_intensity"], no_label_zone=c["waymo_nlz"]), layout(c)
+    out = [FrameJob(source=kind, path=path, layout=kind, waymo=waymo) for path in scan_files(c)]
     out += [FrameJob(source="sim", sim_seed=c["seed"], index=i) for i in range(c["simulated"])]
     return out
 

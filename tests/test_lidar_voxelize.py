@@ -125,9 +125,10 @@ def test_a_preset_of_ones_own_is_a_dict_of_the_fields():
     kitti = presets.get_preset("kitti")
     assert (kitti.layout, kitti.image_shape, kitti.use_fov) == ("kitti", (375, 1242), True)
     assert presets.get_preset("waymo").layout == "waymo" and presets.get_preset(kitti) is kitti
-    mine = presets.get_preset({"point_cloud_range": (0, -20, -2, 40, 20, 2), "voxel_size": (0.1, 0.1, 0.2),
-                               "max_points_per_voxel": 4, "max_voxels": 9000})
+    mine = presets.get_preset({"point_cloud_range": [0, -20, -2, 40, 20, 2], "voxel_size": [0.1, 0.1, 0.2],
+                               "max_points_per_voxel": 4, "max_voxels": 9000})   # lists, as YAML gives them
     assert presets.voxel_grid(mine) == (20, 400, 400) and presets.max_voxels(mine, "test") == 9000
+    assert len(voxelize(_scan(FRAMES[0]), mine)[1]) > 0         # a voxelizer is kept per preset: hashable
     assert presets.get_preset(dict(vars(kitti), name="k2", max_voxels={"train": 1, "test": 2})).max_voxels == (1, 2)
     with pytest.raises(ValueError, match="unknown keys.*voxel_sizes"):
         presets.get_preset({"point_cloud_range": (0, 0, 0, 1, 1, 1), "voxel_size": (1, 1, 1), "voxel_sizes": 1,

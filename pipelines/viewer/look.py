@@ -15,13 +15,12 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping
+
+from flask import Flask
 
 from core import storage
 from pipelines.viewer.tables import Table
-
-if TYPE_CHECKING:   # a dataset's routes are added to the viewer's app; `inspect` needs no Flask
-    from flask import Flask
 
 TableOf = Callable[[str], Table]
 PAGE_ROWS = 25              # rows on a page of any listing

@@ -69,7 +69,11 @@ def get_preset(preset: PresetLike) -> Preset:
         raise ValueError(f"voxelization preset: unknown keys {sorted(unknown)}; its keys are {sorted(known)}")
     cap = preset["max_voxels"]
     caps = tuple(int(cap[m]) for m in MODES) if isinstance(cap, Mapping) else (int(cap), int(cap))
-    return Preset(**dict(preset, name=preset.get("name", "custom"), max_voxels=caps))
+    # tuples, as YAML and JSON give lists: a preset is hashable (voxelize keeps a Voxelizer per preset)
+    shape = preset.get("image_shape")
+    return Preset(**dict(preset, name=preset.get("name", "custom"), max_voxels=caps,
+                         point_cloud_range=tuple(preset["point_cloud_range"]), voxel_size=tuple(preset["voxel_size"]),
+                         image_shape=None if shape is None else tuple(shape)))
 
 
 def max_voxels(preset: PresetLike, mode: str) -> int:

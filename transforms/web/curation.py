@@ -537,9 +537,9 @@ class Rules:
 CONTENT_ONLY = Rules(languages=None, blocklists=())
 
 
-def _short_page_reason(page: dict, url: str, title: str, flat: str, rules: Rules) -> Optional[str]:
-    """What a short page (under SOFT_404_CHARS) may be besides content: an error page, a parked
-    domain, a placeholder or a sign-in wall, by its words, then by the model's kinds."""
+def _short_page_reason(page: dict, url: str, title: str, flat: str) -> Optional[str]:
+    """What a short page (under SOFT_404_CHARS) may be besides content, by its words: an error page,
+    a parked domain, a placeholder or a sign-in wall."""
     if ERROR_PHRASES.search(flat):
         return "error_page"
     if PARKED_SHORT.search(flat) or names_its_own_domain(page, url, flat):
@@ -548,11 +548,18 @@ def _short_page_reason(page: dict, url: str, title: str, flat: str, rules: Rules
         return "too_little_text"
     if SIGN_IN_WALL.search(flat):
         return "too_little_text"
-    if rules.by_model:  # an error or a placeholder however it is worded, in the model's languages
-        reason = topic_model.judged(flat, topic_model.KINDS)
-        if reason:
-            return {"error": "error_page"}.get(reason, reason)
     return None
+
+
+def _kind_reason(flat: str, chars: int) -> Optional[str]:
+    """An error or parked page however it is worded, in the model's languages: a short page at the
+    kinds' own thresholds, a longer one (its site's menus, footers and offers around it) only where
+    the head is sure."""
+    if chars < SOFT_404_CHARS:
+        kind = topic_model.judged(flat, topic_model.KINDS)
+    else:
+        kind = topic_model.sure_kind(flat)
+    return {"error": "error_page"}.get(kind, kind)
 
 
 def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
@@ -589,14 +596,11 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     chars = effective_chars(page, text)
     if chars < rules.min_text_chars:
         return "too_little_text"
-    if chars < SOFT_404_CHARS:
-        reason = _short_page_reason(page, url, title, flat, rules)
-        if reason:
-            return reason
-    elif chars < KIND_PAGE_CHARS and rules.by_model:   # an error or parked page in its site's clothes
-        kind = topic_model.sure_kind(flat)
-        if kind:
-            return {"error": "error_page"}.get(kind, kind)
+    reason = _short_page_reason(page, url, title, flat) if chars < SOFT_404_CHARS else None
+    if not reason and rules.by_model and chars < KIND_PAGE_CHARS:
+        reason = _kind_reason(flat, chars)
+    if reason:
+        return reason
     if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
         return "too_little_text"
     body_topics, other_topics = topic_hits(_SPACE.sub(" ", body)), topic_hits(title, url_text(url))

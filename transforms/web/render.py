@@ -423,11 +423,12 @@ class _Worker:
         page.on("crash", lambda p: doc.__setitem__("crashed", True))
         return page
 
-    def navigate(self, page, url: str, doc: dict, timeout_ms: int):
+    def navigate(self, page, url: str, doc: dict, deadline: float):
+        """Go to `url` and wait for its load event, by `deadline` (time.monotonic)."""
         doc["url"] = url
         doc["since"] = [(len(log.refusals), len(log.failures)) for log in doc.get("logs", ())]
         try:
-            resp = page.goto(url, wait_until="load", timeout=timeout_ms)
+            resp = page.goto(url, wait_until="load", timeout=max(1, int(_left(deadline) * 1000)))
         except Exception as e:  # noqa: BLE001 - Playwright's errors, turned into a reason
             reason = error_reason(e, doc)
             raise navigation_error(reason) from None
@@ -468,9 +469,7 @@ class _Worker:
                 ctx.clock.install(time=clock)
             page = self.open_page(ctx, doc, timeout_ms, resize, kept.spare)
             kept.spare = None
-            tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
-            session = self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
-                                     timeout=_left(deadline))["sessionId"]
+            session = self.attach(ctx, page, deadline)
             if kept.origins:
                 self.empty(kept, session)
             self.load_page(page, session, url, doc, deadline, timeout_ms)
@@ -542,7 +541,7 @@ class _Worker:
             _quietly(lambda: conn.send("Page.navigate", {"url": "about:blank"}, session))
 
         resources.on_cut = leave_cut_document
-        self.navigate(page, url, doc, max(1, int(_left(deadline) * 1000)))
+        self.navigate(page, url, doc, deadline)
         if not resources.wait(deadline):
             raise RenderError(f"timeout: the page did not settle after load (> {timeout_ms} ms: two "
                               "animation frames); a script that does not stop?")
@@ -676,7 +675,7 @@ class _Worker:
             deadline = time.monotonic() + timeout_ms / 1000     # each followed link its own time
             page = self.open_page(ctx, doc, timeout_ms, viewport)
             try:
-                self.navigate(page, href, doc, timeout_ms)
+                self.navigate(page, href, doc, deadline)
                 title = self.title(ctx, page, deadline)
             except RenderError:
                 continue  # a dead link is not an action; try the next candidate
@@ -690,9 +689,7 @@ class _Worker:
         """The page's title, asked over the DevTools connection with a deadline: a followed page whose
         main thread is busy after its load answers late or never (Playwright's page.title() would
         wait for it); RenderError then, its script stopped."""
-        tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
-        session = self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
-                                 timeout=_left(deadline))["sessionId"]
+        session = self.attach(ctx, page, deadline)
         try:
             got = self.conn.send("Runtime.evaluate", {"expression": "document.title", "returnByValue": True},
                                  session).result(_left(deadline))
@@ -702,6 +699,13 @@ class _Worker:
         finally:
             _quietly(lambda: self.conn.send("Target.detachFromTarget", {"sessionId": session}))
         return str(got.get("result", {}).get("value") or "")
+
+    def attach(self, ctx, page, deadline: float) -> str:
+        """A DevTools session of our own connection on the page's target (its calls take deadlines,
+        where Playwright's wait as long as the page takes)."""
+        tid = ctx.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
+        return self.conn.call("Target.attachToTarget", {"targetId": tid, "flatten": True},
+                              timeout=_left(deadline))["sessionId"]
 
     def bare(self, url, width, height, max_shot_h, timeout_ms) -> bytes:
         self.ensure_browser()

@@ -10,10 +10,11 @@ into one space, where a page's first TEXT_CHARS characters are judged two ways:
   classes other, adult, gambling, error, parked), fitted by transforms/web/topic_head.py on the
   labelled curation sets in tests/data (TRAINING_SETS: 782 pages in 16 languages written blind to
   the rules, hard negatives among them). A page is in the business at LIKELY;
-- kinds (error, parked), on short pages only: the head's probability at KIND_LIKELY, or the best
-  cosine with a few English descriptions of the kind minus the best with benign short pages (a
-  tutorial about 404 pages, a registrar's help article, a short product page) at SURE.
-curation.rule_reason drops a page the model finds in a topic or, when short, of a kind, as it drops
+- kinds (error, parked): on short pages, the head's probability at KIND_LIKELY, or the best cosine
+  with a few English descriptions of the kind minus the best with benign short pages (a tutorial
+  about 404 pages, a registrar's help article, a short product page) at SURE; on longer ones (up to
+  curation.KIND_PAGE_CHARS), the head's probability at KIND_SURE only.
+curation.rule_reason drops a page the model finds in a topic or of a kind, as it drops
 one with enough of a topic's words; and it keeps a page whose topic words sit in prose sentences
 that the head gives under VETO (a report, a ruling or an exhibition about the topic, not an offer).
 Those sentences, not the whole page, are scored, because a benign page with a few injected betting
