@@ -110,6 +110,8 @@ class Vector:
     no_control: str | None = None   # why no control is possible
     browser_drops: str | None = None  # Chromium itself never makes the request (the control checks it still does not)
     ran: bool = True                # the page reports to /ran (not a bare redirect)
+    reports_end: bool = False       # the body reports "end" itself once its result is in (the slow
+                                    # image waits for it, then wait_ms): no fixed wait for slow results
     xfail_blocked: str | None = None
     xfail_control: str | None = None
     # set from GROUPS (see "shared renders"): the group whose page this vector shares, the path
@@ -735,7 +737,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     # loaded machine the report's fetch could otherwise still be queued when the page closes
                     f"<img src=\"{{{{S}}}}/wait?ms={v.wait_ms}&v={v.name}{'&end=' + v.name if v.ran else ''}\""
                     " width=1 height=1 alt=\"\">"
-                    "<script>ran('end')</script></body></html>")
+                    f"{'' if v.reports_end else '<script>ran(' + repr('end') + ')</script>'}</body></html>")
             return self._send(200, body=site.fill(page, v.name), headers=v.headers)
         return self._send(404, body="not found")
 

@@ -76,20 +76,33 @@ class BlindVector(Vector):
     trusted_tls: bool = False  # rendered by browsers that trust the TLS site's certificate (a real site's)
 
 
+def BudgetVector(name: str, **fields) -> BlindVector:
+    """A byte-budget vector: its page reports its total, then "end"; the slow image waits for that
+    end (at most ENDS_CAP_S), so a render takes what the result takes."""
+    return BlindVector(name, wait_ms=100, reports_end=True, **fields)
+
+
 def _in_frame(html: str) -> str:
     """A data: URL for an iframe's src attribute (double-quoted)."""
     return "data:text/html," + quote(html, safe="{}:/=' ")
 
 
+# a budget page reports its result, then "end" once the site has that report (reports_end): the
+# render lasts as long as the result takes, not a fixed wait
+_REPORT = ("<script>function report(x) { fetch('{{S}}/ran?v={{V}}&x=' + encodeURIComponent(x), "
+           "{cache: 'no-store'}).finally(() => ran('end')) }</script>")
+
+
 def _ws_page(url: str) -> str:
-    return ("<script>let total = 0; const ws = new WebSocket(" + repr(url) + ");"
-            "ws.onmessage = e => { total += (e.data.length || e.data.size || 0); ran('total ' + total) };"
-            "ws.onerror = () => ran('ws error')</script>")
+    """One WebSocket message (the servers send one): its size, or the error or close that came instead."""
+    return (_REPORT + "<script>let total = 0; const ws = new WebSocket(" + repr(url) + ");"
+            "ws.onmessage = e => { total += (e.data.length || e.data.size || 0); report('total ' + total) };"
+            "ws.onerror = () => report('ws error'); ws.onclose = () => report('ws closed')</script>")
 
 
 def _fetch_total(url: str) -> str:
-    return ("<script>fetch(" + repr(url) + ", {cache: 'no-store'}).then(r => r.text())"
-            ".then(t => ran('total ' + t.length), e => ran('error ' + e))</script>")
+    return (_REPORT + "<script>fetch(" + repr(url) + ", {cache: 'no-store'}).then(r => r.text())"
+            ".then(t => report('total ' + t.length), e => report('error ' + e))</script>")
 
 
 BOMB = 32 * 2**20
@@ -262,25 +275,23 @@ VECTORS_BLIND = [
 # -- the byte budget: what the page reports it decoded --------------------------------------------
 BUDGET_VECTORS = [
     # twelve 64 KiB bodies at once (768 KiB against 300 kB): a budget counted without a lock races
-    BlindVector("budget_parallel_fetches", wait_ms=1500, body="<script>Promise.allSettled(Array.from({length: 12}, "
-                "(_, i) => fetch('/enc/identity/page/65536?i=' + i, {cache: 'no-store'}).then(r => r.text())))"
-                ".then(rs => ran('total ' + rs.reduce((n, r) => n + (r.status === 'fulfilled' ? r.value.length : 0), 0)))"
-                "</script>"),
+    BudgetVector("budget_parallel_fetches", body=_REPORT + "<script>Promise.allSettled(Array.from({length: 12}, "
+                 "(_, i) => fetch('/enc/identity/page/65536?i=' + i, {cache: 'no-store'}).then(r => r.text())))"
+                 ".then(rs => report('total ' + rs.reduce((n, r) => n + (r.status === 'fulfilled' ? r.value.length : 0), 0)))"
+                 "</script>"),
     # a WebSocket to the allowed site: 1 MiB in one uncompressed message (is the tunnel counted?)
-    BlindVector("budget_websocket_plain", wait_ms=1500, body=_ws_page("ws://127.0.0.2:{{P}}/bx/ws?size=1048576")),
+    BudgetVector("budget_websocket_plain", body=_ws_page("ws://127.0.0.2:{{P}}/bx/ws?size=1048576")),
     # a WebSocket with permessage-deflate: 32 MiB of spaces in ~32 KiB of frames inside the tunnel
-    BlindVector("budget_websocket_deflate", wait_ms=2000,
-                body=_ws_page("ws://127.0.0.2:{{P}}/bx/ws?deflate=1&size=%d" % BOMB)),
+    BudgetVector("budget_websocket_deflate", body=_ws_page("ws://127.0.0.2:{{P}}/bx/ws?deflate=1&size=%d" % BOMB)),
     # two Content-Encoding header lines (gzip, then gzip): the browser decodes both layers
-    BlindVector("budget_two_encoding_headers", wait_ms=2000,
-                body=_fetch_total("/bx/enc?ce=gzip|gzip&layers=2&size=%d" % BOMB)),
+    BudgetVector("budget_two_encoding_headers", body=_fetch_total("/bx/enc?ce=gzip|gzip&layers=2&size=%d" % BOMB)),
     # the x-gzip alias
-    BlindVector("budget_x_gzip", wait_ms=2000, body=_fetch_total("/bx/enc?ce=x-gzip&layers=1&size=%d" % BOMB)),
+    BudgetVector("budget_x_gzip", body=_fetch_total("/bx/enc?ce=x-gzip&layers=1&size=%d" % BOMB)),
     # the coding name in capitals
-    BlindVector("budget_gzip_uppercase", wait_ms=2000, body=_fetch_total("/bx/enc?ce=GZIP&layers=1&size=%d" % BOMB)),
+    BudgetVector("budget_gzip_uppercase", body=_fetch_total("/bx/enc?ce=GZIP&layers=1&size=%d" % BOMB)),
     # a gzip bomb from an https site on an allowed address: the proxy only sees a CONNECT tunnel
     # (the browsers trust the site's certificate, as they would a real site's)
-    BlindVector("budget_tls_bomb", wait_ms=2500, trusted_tls=True,
+    BudgetVector("budget_tls_bomb", trusted_tls=True,
                 body=_fetch_total("https://127.0.0.2:{{B}}/bomb?size=%d" % BOMB),
                 xfail_blocked="open: the proxy sees https only as a tunnel, so a compressed body inside it "
                               "counts at its wire size; counting decoded bytes needs the browser's own count "

@@ -245,7 +245,7 @@ def test_bad_pages_and_archives_are_dead_letters_and_the_run_goes_on(bad_server,
     warcs = ",".join([_truncated_warc(tmp_path), _no_html_warc(tmp_path)])
     manifest = run(registry.get("multiui"), out=str(tmp_path / "out"), max_error_rate=1.0, sets=[
         f"urls={urls}", f"warc={warcs}", "allow_loopback=true", "platforms=desktop", "llm_tasks=false",
-        "timeout_s=4", "max_page_mb=1", "follow_links=1", "min_text_chars=50"])
+        "timeout_s=2.5", "max_page_mb=1", "follow_links=1", "min_text_chars=50"])
     path = str(tmp_path / "out" / "multiui")
     pages = _rows(path, "pages")
     assert [p["url"] for p in pages] == [bad_server.url + "/good"] and pages[0]["title"] == "A fine page"

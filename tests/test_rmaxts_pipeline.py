@@ -68,7 +68,7 @@ def test_bad_repl_and_model_behaviour_are_recorded_and_the_run_goes_on(tmp_path)
         manifest = run(registry.get("rmaxts"), out=str(tmp_path / "out"), max_error_rate=1.0, sets=[
             f"leandojo={traced}",
             f"problems={_problems(tmp_path, names)}", f"repl_command={STANDIN}", "backend=openai",
-            f"base_url={policy.url}", "model=scripted", "budget=2", "batch=1", "check_timeout_s=3",
+            f"base_url={policy.url}", "model=scripted", "budget=2", "batch=1", "check_timeout_s=2",
             "pool_size=1", f"cache={tmp_path / 'cache'}"])
     finally:
         policy.close()
