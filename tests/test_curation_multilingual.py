@@ -1,18 +1,18 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Seven sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Eight sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 7/ (128 each, with two hard negatives and two gambling pages a
-language; the seventh's error and parked pages as long as real sites make them, half over 800
-characters). Measured with languages=any, so no page is dropped for its
+curation_multilingual3/ to 8/ (128 each, with two hard negatives and two gambling pages a
+language; the seventh's and eighth's error and parked pages as long as real sites make them, half
+over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
 row (curation's fallback), a page served with status >= 400 a drop (as the renderer's RenderError is).
 
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
-is fitted on; the sixth is not in the fit, but chose where the head's kinds also judge longer pages
-(KIND_PAGE_CHARS, topic_model.KIND_SURE); the seventh is held out from everything. Precision /
+is fitted on; the sixth and seventh are not in the fit, but chose where the head's kinds also judge
+longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE); the eighth is held out from everything. Precision /
 recall of "drop", 2026-12-06, with the head's five classes (error and parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
@@ -22,14 +22,19 @@ recall of "drop", 2026-12-06, with the head's five classes (error and parked bes
     curation_multilingual4    0.95 / 0.66   0.99 / 0.98                          0.99 / 0.99
     curation_multilingual5    0.93 / 0.64   0.99 / 0.94                          0.99 / 0.97
     curation_multilingual6    0.94 / 0.61                                        0.96 / 0.89  (tuned on)
-    curation_multilingual7    0.87 / 0.62                                        0.92 / 0.89  (held out)
+    curation_multilingual7    0.87 / 0.62                                        0.92 / 0.89  (tuned on)
+    curation_multilingual8                                                       0.98 / 0.83  (held out)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89 (three long parked pages more
-found, no page more dropped). The floor test keeps each set from getting worse than the last
+found, no page more dropped). The eighth, scored blind on that code: 0.98 / 0.83; 11 of its 16
+long error and parked pages kept (the head's probability 0.55-0.94 for most, under KIND_SURE; a
+2,012-character soft 404 past KIND_PAGE_CHARS), a registrar's blog post on domain history dropped.
+Fitting the head on the sixth and seventh too found one page more of the eighth's (not kept). The
+floor test keeps each set from getting worse than the last
 column; the target test is the one docs/papers/multiui.md sets: every language group at precision
 >= 0.95 and recall >= 0.90 on the held-out set (strict xfail while it is not met). Tune on the
-first six, and write a new blind set before claiming a change on the seventh.
+first seven, and write a new blind set before claiming a change on the eighth.
 """
 from __future__ import annotations
 
@@ -44,9 +49,9 @@ from transforms.web import topic_model
 FLOORS = {"curation_multilingual": (64 / 65, 64 / 64), "curation_multilingual2": (64 / 66, 64 / 64),
           "curation_multilingual3": (80 / 82, 80 / 80), "curation_multilingual4": (79 / 80, 79 / 80),
           "curation_multilingual5": (78 / 79, 78 / 80), "curation_multilingual6": (71 / 74, 71 / 80),
-          "curation_multilingual7": (57 / 62, 57 / 64)}
-HELD_OUT = "curation_multilingual7"
-TUNED_ON = ("curation_multilingual6",)     # not in the head's fit, but used to choose thresholds
+          "curation_multilingual7": (57 / 62, 57 / 64), "curation_multilingual8": (53 / 54, 53 / 64)}
+HELD_OUT = "curation_multilingual8"
+TUNED_ON = ("curation_multilingual6", "curation_multilingual7")   # not in the head's fit; chose thresholds
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -83,7 +88,7 @@ def measured(request):
 @pytest.mark.parametrize("name, per_language", [("curation_multilingual", 7), ("curation_multilingual2", 6),
                                                 ("curation_multilingual3", 8), ("curation_multilingual4", 8),
                                                 ("curation_multilingual5", 8), ("curation_multilingual6", 8),
-                                                ("curation_multilingual7", 8)])
+                                                ("curation_multilingual7", 8), ("curation_multilingual8", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -100,10 +105,10 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set, parked pages worded past the phrase lists "
-                                       "and under the head's sure probability (pt, ja, cs, ar, vi), a Czech shop's soft "
-                                       "404 and a betting-tips page kept; two 404 tutorials, a registrar's help article "
-                                       "and two news articles on betting regulation dropped (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set, long error and parked pages (menus, lists "
+                                       "and footers around the message) under the head's sure probability kept in "
+                                       "pt, zh, it, ja, fr, nl, tr, id, vi, en; a registrar's blog post on domain "
+                                       "history dropped (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured
