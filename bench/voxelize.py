@@ -126,7 +126,7 @@ def backbone_inputs(sets: list[str]):
     inputs = []
     for job in s.jobs:
         frame = load_frame(job, s.preset, s.mode)
-        voxels, coords, counts = voxelize(frame["points"], s.preset, s.mode)
+        voxels, coords, counts = voxelize(frame.points, s.preset, s.mode)
         inputs.append((mean_vfe(voxels, counts).astype(np.float32), coords))
     return inputs, s
 

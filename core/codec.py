@@ -1,7 +1,8 @@
 """A lossless, code-free encoding of stage outputs for the result store.
 
 Stage outputs are Python values built from dicts, lists, tuples, strings, numbers, bytes, numpy
-arrays, Arrow tables and `Rejected`/`Skipped`. Stored results are read back on other machines and
+arrays, Arrow tables, `Rejected`/`Skipped` and the records registered with `storable` (named
+dataclasses, such as a LiDAR `Frame`). Stored results are read back on other machines and
 in later runs, so the format must never run code (no pickle) and must give back values equal in
 type and content to what the stage produced: a reused result must write byte-identical shards.
 
@@ -11,6 +12,7 @@ cannot represent raises `Unstorable`, and the stage simply does not store that r
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import struct
@@ -27,6 +29,26 @@ _TAG = "$"  # dicts whose only key starts with this are tagged values; plain dic
 
 class Unstorable(TypeError):
     """A stage output the result store cannot represent exactly (it is recomputed instead)."""
+
+
+_RECORDS: dict[str, type] = {}     # stored name -> dataclass
+_NAMES: dict[type, str] = {}
+
+
+def storable(name: str):
+    """Class decorator: the dataclass may be a stage output, stored as `name` and its fields.
+
+    Why a registry and not the class's import path: decoding looks the name up here and never
+    imports or calls anything a stored entry names, so an entry stays data. The class's module
+    registers it on import, as the stage function that makes it does."""
+    def register(cls: type) -> type:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"storable: {cls.__name__} is not a dataclass")
+        if _RECORDS.setdefault(name, cls) is not cls:
+            raise ValueError(f"storable: the name {name!r} is taken by {_RECORDS[name].__qualname__}")
+        _NAMES[cls] = name
+        return cls
+    return register
 
 
 def encode(value: Any) -> bytes:
@@ -94,6 +116,9 @@ def _to_tree(value: Any, blobs: list[bytes]) -> Any:
         return {"$rejected": [value.reason, _to_tree(value.excerpt, blobs), value.error_type, value.transient]}
     if isinstance(value, Skipped):
         return {"$skipped": [value.reason, value.count]}
+    if type(value) in _NAMES:
+        fields = {f.name: _to_tree(getattr(value, f.name), blobs) for f in dataclasses.fields(value)}
+        return {"$record": [_NAMES[type(value)], fields]}
     raise Unstorable(f"a {type(value).__name__} is not a storable stage output")
 
 
@@ -165,4 +190,9 @@ def _tagged(tag: str, body: Any, blobs: list[bytes]) -> Any:
         return Rejected(reason, _from_tree(excerpt, blobs), error_type, transient)
     if tag == "$skipped":
         return Skipped(*body)
+    if tag == "$record":
+        name, fields = body
+        if name not in _RECORDS:
+            raise ValueError(f"a stored {name!r} record, and no such storable class is loaded")
+        return _RECORDS[name](**{k: _from_tree(v, blobs) for k, v in fields.items()})
     raise ValueError(f"unknown tag {tag!r} in a stored stage result")

@@ -9,6 +9,7 @@ manifest says the features came from seed weights, as the pipeline's default doe
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -23,7 +24,7 @@ pytest.importorskip("spconv")
 import torch  # noqa: E402
 
 from schemas import concretizer as schema  # noqa: E402
-from core.config import ConfigError  # noqa: E402
+from core.config import ConfigError, settings_from  # noqa: E402
 from trainers.concretizer import evaluation as tc_eval, frames as tc_frames, inversion as tc_inv, metrics as tc_metrics  # noqa: E402
 from trainers.concretizer.model import expand_coords, offsets, pack, unpack, upsample_sites  # noqa: E402
 from trainers.tables import DatasetError  # noqa: E402
@@ -204,14 +205,14 @@ def test_chamfer_subsamples_only_the_queries():
 
 
 def test_teacher_forcing_schedule_and_backbone_weights(data):
-    cfg = tc_inv.settings(tc_inv.CONFIG, dict(RUN, max_steps=100))
+    cfg = settings_from(tc_inv.InversionSettings, tc_inv.settings(tc_inv.CONFIG, dict(RUN, max_steps=100)))
     assert [tc_inv.teacher_forcing_at(s, cfg) for s in (0, 25, 50, 99)] == [1.0, 0.5, 0.0, 0.0]
-    cfg = dict(cfg, teacher_forcing=0.3, teacher_forcing_decay=0.0)
+    cfg = dataclasses.replace(cfg, teacher_forcing=0.3, teacher_forcing_decay=0.0)
     assert tc_inv.teacher_forcing_at(99, cfg) == 0.3
     with pytest.raises(ConfigError, match="teacher_forcing_decay"):
         tc_inv.settings(tc_inv.CONFIG, dict(RUN, teacher_forcing_decay=1.5))
     assert tc_inv.backbone_weights(data, cfg, {}) == ("seed:0", "data manifest config weights")
-    assert tc_inv.backbone_weights(data, dict(cfg, backbone_weights="/w/pv.pth"), {})[0] == "/w/pv.pth"
+    assert tc_inv.backbone_weights(data, dataclasses.replace(cfg, backbone_weights="/w/pv.pth"), {})[0] == "/w/pv.pth"
     assert tc_inv.backbone_weights(os.path.join(data, "nowhere"), cfg, {"backbone": "seed:7"}) == (
         "seed:7", "features table backbone column")
     assert tc_inv.smoke_label("/w/pv.pth", "config")["smoke_run"] is False

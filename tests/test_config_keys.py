@@ -110,3 +110,42 @@ def test_settings_from_takes_fields_by_name_and_refuses_unknown_ones():
     assert made == Search(budget=7, batch=3, note="kept")
     with pytest.raises(TypeError, match="Search has no field budgets"):
         settings_from(Search, {}, budgets=1)
+
+
+# each trainer's settings: what its code reads of its CONFIG; the loop's keys go to trainers.fit.Plan
+TRAINER_SETTINGS = {
+    "trainers.pruned_synth": "FitSettings",
+    "trainers.multiui": "SftSettings",
+    "trainers.rmaxts": "ProverSettings",
+    "trainers.selfmoe.training": "SelfmoeSettings",
+    "trainers.concretizer.pretraining": "PretrainingSettings",
+    "trainers.concretizer.inversion": "InversionSettings",
+}
+
+
+@pytest.mark.parametrize("module", sorted(TRAINER_SETTINGS))
+def test_a_trainers_settings_are_its_keys_with_their_types(module):
+    """Every field is a key of the trainer's CONFIG, of the key's type (`| None` where the key may be
+    unset), with no default of its own; every key is read by the settings or by the loop's Plan."""
+    pytest.importorskip("torch")
+    from trainers.fit import Plan
+    trainer = importlib.import_module(module)
+    cls = getattr(trainer, TRAINER_SETTINGS[module])
+    keys = {k.name: k for k in trainer.CONFIG.keys}
+    hints = _hints(cls)
+    wrong = []
+    for field in dataclasses.fields(cls):
+        key = keys.get(field.name)
+        if key is None:
+            wrong.append(f"{field.name}: no such key")
+            continue
+        want = key.type if key.default is not None and not key.optional else typing.Optional[key.type]
+        if hints[field.name] != want:
+            wrong.append(f"{field.name}: {hints[field.name]}, the key's {want}")
+        if _default(field) is not dataclasses.MISSING:
+            wrong.append(f"{field.name}: a default of its own")
+    assert cls.__dataclass_params__.frozen and not wrong, wrong
+    unread = set(keys) - {f.name for f in dataclasses.fields(cls)} - {f.name for f in dataclasses.fields(Plan)}
+    assert not unread, f"keys nothing reads: {sorted(unread)}"
+    values = trainer.settings(trainer.CONFIG, {})
+    assert dataclasses.asdict(settings_from(cls, values)).items() <= values.items()

@@ -377,14 +377,14 @@ def test_waymo_npy_frames_voxelize_as_openpcdet_reads_them(torch1, tmp_path, nlz
     reference = crop(_openpcdet_get_lidar(path, disable_nlz_flag_on_points=nlz == "keep"), "waymo")
     frame = load_frame(FrameJob(source="waymo", path=path, layout="waymo",
                                 waymo=readers.WaymoPoints(no_label_zone=nlz)), "waymo", "train")
-    assert np.array_equal(frame["points"], reference)
-    assert frame["point_processing"] == (["drop_no_label_zone"] if nlz == "drop" else []) + ["tanh_intensity"]
-    assert frame["point_features"] == ["x", "y", "z", "intensity", "elongation"]
-    ours = voxelize(frame["points"], "waymo", "train")
+    assert np.array_equal(frame.points, reference)
+    assert frame.point_processing == (["drop_no_label_zone"] if nlz == "drop" else []) + ["tanh_intensity"]
+    assert frame.point_features == ["x", "y", "z", "intensity", "elongation"]
+    ours = voxelize(frame.points, "waymo", "train")
     theirs = _spconv(torch1, "waymo", "train", reference)
     _assert_same(ours, theirs)
     assert np.array_equal(mean_vfe(ours[0], ours[2]), mean_vfe(theirs[0], theirs[2]))
-    assert (frame["points"][:, 3] <= 1).all() and np.load(path)[:, 3].max() > 1 and len(ours[1]) > 1000
+    assert (frame.points[:, 3] <= 1).all() and np.load(path)[:, 3].max() > 1 and len(ours[1]) > 1000
 
 
 def test_a_waymo_npy_that_is_not_openpcdets_points_is_refused(tmp_path):

@@ -1,6 +1,7 @@
 """The result store (transforms/io/result_store.py, codec.py, lease.py) and resumable stages."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -58,6 +59,32 @@ def test_codec_will_not_store_what_it_cannot_give_back():
         codec.encode({"obj": np.array([object()], dtype=object)})
     with pytest.raises(codec.Unstorable):
         codec.encode({"set": {1, 2}})
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Unregistered:
+    x: int
+
+
+def test_a_registered_record_comes_back_as_itself_and_nothing_else_does():
+    """A stage's named output (a LiDAR Frame) is stored by its registered name and fields; a stored
+    name no class registered, or a dataclass nobody registered, is refused, never imported."""
+    from transforms.lidar.frames import Frame
+    frame = Frame(id="f1", source="sim", source_ref="sim/0", preset="kitti", point_features=["x", "y", "z", "r"],
+                  point_processing=["camera_fov"], points=np.arange(8, dtype=np.float32).reshape(2, 4),
+                  num_points_raw=5, labels=[{"type": "Car", "box": [1.0] * 7}])
+    back = codec.decode(codec.encode([frame]))[0]
+    assert type(back) is Frame and back.points.dtype == np.float32 and np.array_equal(back.points, frame.points)
+    assert {k: v for k, v in vars(back).items() if k != "points"} == {k: v for k, v in vars(frame).items() if k != "points"}
+    with pytest.raises(codec.Unstorable):
+        codec.encode(_Unregistered(1))
+    forged = codec.encode({"$record": ["os.system", {"command": "true"}]})     # a plain dict that looks like one
+    assert codec.decode(forged) == {"$record": ["os.system", {"command": "true"}]}
+    foreign = codec.encode([frame]).replace(b'"concretizer.Frame"', b'"concretizer.Gone!"')
+    with pytest.raises(ValueError, match="no such storable class"):
+        codec.decode(foreign)
+    with pytest.raises(ValueError, match="taken"):
+        codec.storable("concretizer.Frame")(_Unregistered)
 
 
 def test_store_get_put_and_a_torn_entry_is_a_miss(tmp_path):

@@ -9,7 +9,9 @@ when training, so that running a pipeline never imports torch. The module holds:
     report          optional: report(metrics) -> the text printed after training
 
 How a trainer trains is its own: the neural ones give trainers.fit.fit a Recipe (model, batches,
-loss, evaluation) and get checkpoints, resumption and data parallelism from the loop."""
+loss, evaluation) and get checkpoints, resumption and data parallelism from the loop. Each resolves
+`config` with trainers.fit.settings, then reads it through a frozen dataclass of its own (made by
+core.config.settings_from) and hands the loop's keys to trainers.fit.Plan."""
 from __future__ import annotations
 
 from types import ModuleType

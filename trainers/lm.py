@@ -9,6 +9,7 @@ mean over a whole accumulated step, across processes too.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -33,20 +34,31 @@ def lora_keys(*, r: int, alpha: float, what: str) -> tuple[Key, ...]:
                 gridable=False))
 
 
-def lora_config(cfg: dict):
+@dataclass(frozen=True)
+class LoraSettings:
+    """What lora_keys set: a LoRA trainer's settings extend it (core.config.settings_from fills them)."""
+
+    base_model: str | None
+    lora_r: int
+    lora_alpha: float
+    lora_dropout: float
+    target_modules: str
+
+
+def lora_config(s: LoraSettings):
     from peft import LoraConfig
-    targets = [t.strip() for t in cfg["target_modules"].split(",") if t.strip()]
-    return LoraConfig(r=cfg["lora_r"], lora_alpha=cfg["lora_alpha"], lora_dropout=cfg["lora_dropout"],
+    targets = [t.strip() for t in s.target_modules.split(",") if t.strip()]
+    return LoraConfig(r=s.lora_r, lora_alpha=s.lora_alpha, lora_dropout=s.lora_dropout,
                       target_modules=targets, bias="none", task_type="CAUSAL_LM")
 
 
-def lora_model(cfg: dict, checkpoint: str | None, device: torch.device):
+def lora_model(s: LoraSettings, checkpoint: str | None, device: torch.device):
     """The base model with a trainable LoRA adapter: the checkpoint's to resume, else a fresh one."""
     from peft import PeftModel, get_peft_model
-    base = load_base(cfg["base_model"], device)
+    base = load_base(s.base_model, device)
     if checkpoint:
         return PeftModel.from_pretrained(base, checkpoint, is_trainable=True)
-    return get_peft_model(base, lora_config(cfg))
+    return get_peft_model(base, lora_config(s))
 
 
 def check_base_model(path: str | None) -> str:

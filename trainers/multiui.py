@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from core.config import ConfigError, ConfigSpec, Key
+from core.config import ConfigError, ConfigSpec, Key, settings_from
 from trainers.data import ShardDataset, epochs
 from trainers.tables import DatasetError
 from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, settings, to_device
@@ -73,6 +74,27 @@ CONFIG = ConfigSpec((
     *loop_keys(grad_accum=1, warmup_steps=10, schedule="cosine", weight_decay=0.0, max_grad_norm=1.0,
                bf16=None, device=None, seed=0, checkpoint_every=500, keep_checkpoints=2, resume="auto"),
 ))
+
+
+@dataclass(frozen=True)
+class SftSettings:
+    """What the fine-tuning reads of CONFIG (the loop's keys go to fit.Plan)."""
+
+    model: str
+    tokenizer: str | None
+    batch_size: int
+    max_length: int
+    padding_side: str
+    freeze_vision: bool
+    image_size: int
+    num_workers: int
+    shuffle: bool
+    eval_fraction: float
+    eval_samples: int
+    page_cache_mb: float
+    max_skip_rate: float
+    seed: int
+
 
 TINY_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
@@ -172,17 +194,17 @@ def _identity(x):
     return x
 
 
-def _eval_batches(data_dir, pages, collator, cfg) -> tuple[list[dict], Counter]:
-    if not cfg["eval_samples"] or not cfg["eval_fraction"]:
+def _eval_batches(data_dir, pages, collator, cfg: SftSettings) -> tuple[list[dict], Counter]:
+    if not cfg.eval_samples or not cfg.eval_fraction:
         return [], Counter()
     ds = ShardDataset(data_dir, "samples", columns=SAMPLE_COLUMNS, rank=0, world_size=1)
     out, counts, n = [], Counter(), 0
-    for b in SampleBatches(ds, pages, collator, cfg["batch_size"], keep="eval", eval_fraction=cfg["eval_fraction"]):
+    for b in SampleBatches(ds, pages, collator, cfg.batch_size, keep="eval", eval_fraction=cfg.eval_fraction):
         counts.update(b["counts"])
         if b["inputs"] is not None:
             out.append(b)
             n += len(b["ids"])
-        if n >= cfg["eval_samples"]:
+        if n >= cfg.eval_samples:
             break
     return out, counts
 
@@ -190,22 +212,22 @@ def _eval_batches(data_dir, pages, collator, cfg) -> tuple[list[dict], Counter]:
 class SFT(Recipe):
     """LLaVA-style SFT on `samples` with their page screenshots."""
 
-    def __init__(self, data_dir: str, cfg: dict):
+    def __init__(self, data_dir: str, cfg: SftSettings):
         self.data_dir, self.cfg = data_dir, cfg
-        self.pages = PageStore(data_dir, int(cfg["page_cache_mb"] * 2 ** 20))
+        self.pages = PageStore(data_dir, int(cfg.page_cache_mb * 2 ** 20))
 
     def build(self, checkpoint, device):
         cfg = self.cfg
         model, self.processor = load_pretrained(checkpoint) if checkpoint else \
-            build_tiny(cfg["tokenizer"], cfg["image_size"]) if cfg["model"] == "tiny" else load_pretrained(cfg["model"])
+            build_tiny(cfg.tokenizer, cfg.image_size) if cfg.model == "tiny" else load_pretrained(cfg.model)
         model.to(device).config.use_cache = False
-        if cfg["freeze_vision"]:
+        if cfg.freeze_vision:
             tower = getattr(model, "vision_tower", None) or \
                 getattr(getattr(model, "model", None), "vision_tower", None)      # transformers 5: the inner model
             if tower is None:
                 raise ConfigError(f"freeze_vision: {type(model).__name__} has no vision_tower")
             tower.requires_grad_(False)
-        self.device, self.collator = device, Collator(self.processor, cfg["max_length"], cfg["padding_side"])
+        self.device, self.collator = device, Collator(self.processor, cfg.max_length, cfg.padding_side)
         self.eval_set, self.eval_counts = _eval_batches(self.data_dir, self.pages, self.collator, cfg)
         return model
 
@@ -223,13 +245,13 @@ class SFT(Recipe):
                                "skipped": {k: v for k, v in self.eval_counts.items() if k in SKIP_REASONS}}
 
         def open_epoch(epoch, resume):
-            ds = ShardDataset(self.data_dir, "samples", columns=SAMPLE_COLUMNS, shuffle=cfg["shuffle"],
-                              seed=cfg["seed"], epoch=epoch, resume=resume)
-            items = SampleBatches(ds, self.pages, self.collator, cfg["batch_size"], "train", cfg["eval_fraction"])
-            return ds, DataLoader(items, batch_size=None, num_workers=cfg["num_workers"], collate_fn=_identity)
+            ds = ShardDataset(self.data_dir, "samples", columns=SAMPLE_COLUMNS, shuffle=cfg.shuffle,
+                              seed=cfg.seed, epoch=epoch, resume=resume)
+            items = SampleBatches(ds, self.pages, self.collator, cfg.batch_size, "train", cfg.eval_fraction)
+            return ds, DataLoader(items, batch_size=None, num_workers=cfg.num_workers, collate_fn=_identity)
         hint = lambda: (f" (skipped: {metrics['skipped']}, held out: {metrics['held_out_rows']}); check the pages "
                         f"table, max_length, or lower eval_fraction")
-        return epochs(open_epoch, state, num_workers=cfg["num_workers"], keep=self._account, hint=hint)
+        return epochs(open_epoch, state, num_workers=cfg.num_workers, keep=self._account, hint=hint)
 
     def _account(self, b: dict) -> dict | None:
         """Count what a batch consumed and skipped; the batch if it has a sample to train on."""
@@ -241,9 +263,9 @@ class SFT(Recipe):
         for k in PageStore.STATS.values():
             m["page_cache"][k] = m["page_cache"].get(k, 0) + c.get(k, 0)
         skipped = sum(m["skipped"].values())
-        if m["rows_seen"] >= 200 and skipped > self.cfg["max_skip_rate"] * m["rows_seen"]:
+        if m["rows_seen"] >= 200 and skipped > self.cfg.max_skip_rate * m["rows_seen"]:
             raise DatasetError(f"{skipped} of {m['rows_seen']} sample rows skipped ({m['skipped']}), more than "
-                               f"max_skip_rate={self.cfg['max_skip_rate']}: fix or regenerate the data, or raise "
+                               f"max_skip_rate={self.cfg.max_skip_rate}: fix or regenerate the data, or raise "
                                f"max_skip_rate")
         return b if b["inputs"] is not None else None
 
@@ -258,12 +280,13 @@ class SFT(Recipe):
 
 
 def train(data_dir: str, out_dir: str, config: dict) -> dict:
-    cfg = settings(CONFIG, config)
-    if cfg["lr"] is None:
-        cfg["lr"] = 1e-3 if cfg["model"] == "tiny" else 2e-5
+    values = settings(CONFIG, config)
+    if values["lr"] is None:
+        values["lr"] = 1e-3 if values["model"] == "tiny" else 2e-5
+    cfg = settings_from(SftSettings, values)
     # LLaVA reads a hidden layer of the vision tower: its post-layernorm and pooling head never get
     # a gradient, which DDP must be told or it waits for them and raises at the second step
-    plan = Plan.of(cfg, eval_every=cfg["checkpoint_every"], info={"model": cfg["model"]},
+    plan = Plan.of(values, eval_every=values["checkpoint_every"], info={"model": cfg.model},
                    find_unused_parameters=True)
     return fit(SFT(data_dir, cfg), plan, out_dir)[1]
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from core.config import ConfigSpec, Key
+from core.config import ConfigSpec, Key, settings_from
 from trainers import rmt
 from trainers.tables import DatasetError, read_arrow
 from trainers.fit import settings
@@ -26,6 +27,14 @@ CONFIG = ConfigSpec((
         optional=True, gridable=False),
 ))
 DATA_PARALLEL = False      # a closed-form fit: one process
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """CONFIG, resolved."""
+
+    gamma: float | None
+    x_axis: str | None
 
 
 def _matrix(table: pa.Table) -> np.ndarray:
@@ -103,7 +112,7 @@ def split_by(table: pa.Table, column: str) -> dict:
 
 
 def train(data_dir: str, out_dir: str, config: dict) -> dict:
-    config = settings(CONFIG, config)
+    cfg = settings_from(FitSettings, settings(CONFIG, config))
     os.makedirs(out_dir, exist_ok=True)
     experiments = read_arrow(data_dir, "experiments").to_pylist()
     rows = read_arrow(data_dir, "rows", columns=["experiment", "source", "x", "y_true", "y_observed", "kept"])
@@ -111,9 +120,9 @@ def train(data_dir: str, out_dir: str, config: dict) -> dict:
     entries = []
     for exp in sorted(experiments, key=lambda e: e["params_json"]):
         mine = by_experiment.get(exp["id"], rows.slice(0, 0))
-        entries.append(evaluate(exp, mine, config.get("gamma")))
+        entries.append(evaluate(exp, mine, cfg.gamma))
     swept = entries[0]["swept"] if entries else []
-    x_axis = config.get("x_axis") or next((k for k in swept if k != "seed"), None)
+    x_axis = cfg.x_axis or next((k for k in swept if k != "seed"), None)
     if x_axis is not None and entries and x_axis not in entries[0]["params"]:
         raise DatasetError(f"x_axis {x_axis!r} is not a parameter; choose one of {sorted(entries[0]['params'])}")
     lines = curves(entries, x_axis, {e["id"]: e for e in experiments})

@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass
 
 import pyarrow.compute as pc
 import torch
 
-from core.config import ConfigSpec, Key
+from core.config import ConfigSpec, Key, settings_from
 from trainers import distributed, lm
 from trainers.data import BatchStream, hash_unit
 from trainers.tables import DatasetError, read_arrow
@@ -71,6 +72,21 @@ CONFIG = ConfigSpec((
     *loop_keys(grad_accum=1, max_grad_norm=1.0, seed=0, device=None, bf16=None, checkpoint_every=100,
                keep_checkpoints=2, resume="auto"),
 ))
+
+
+@dataclass(frozen=True)
+class ProverSettings(lm.LoraSettings):
+    """What the prover's training reads of its CONFIG (the loop's keys go to fit.Plan)."""
+
+    mix: str
+    whole_proofs: bool
+    batch_size: int
+    max_length: int
+    eval_fraction: float
+    eval_examples: int
+    seed: int
+
+
 # settings a resumed run must share with the checkpoint (else its data position means other rows)
 SAME_ON_RESUME = ("base_model", "mix", "whole_proofs", "batch_size", "grad_accum", "max_length", "lora_r",
                   "lora_alpha", "target_modules", "eval_fraction", "seed")
@@ -205,16 +221,16 @@ def evaluate(model, examples: list[dict], batch_size: int, pad_id: int, device) 
 
 # ------------------------------------------------------------------------------------ training
 
-def split_examples(data_dir: str, tokenizer, cfg: dict) -> tuple[list[dict], list[dict], Counter]:
+def split_examples(data_dir: str, tokenizer, cfg: ProverSettings) -> tuple[list[dict], list[dict], Counter]:
     """(train, held out, dropped): encoded examples, held out by problem."""
-    texts, dropped = load_examples(data_dir, MIXES[cfg["mix"]], cfg["whole_proofs"])
+    texts, dropped = load_examples(data_dir, MIXES[cfg.mix], cfg.whole_proofs)
     train_set, held_out = [], []
     for e in texts:
-        enc = encode(tokenizer, e["prompt"], e["target"], e["kind"], cfg["max_length"])
+        enc = encode(tokenizer, e["prompt"], e["target"], e["kind"], cfg.max_length)
         if enc is None:
             dropped["cut_by_max_length"] += 1
             continue
-        held = hash_unit(e["eval_key"]) < cfg["eval_fraction"]
+        held = hash_unit(e["eval_key"]) < cfg.eval_fraction
         (held_out if held else train_set).append({"kind": e["kind"], "id": e["id"], "source": e["source"],
                                                   "enc": enc})
     if not train_set:
@@ -226,9 +242,9 @@ def split_examples(data_dir: str, tokenizer, cfg: dict) -> tuple[list[dict], lis
 class Prover(Recipe):
     """LoRA SFT of the prover on state -> tactic examples held in memory."""
 
-    def __init__(self, cfg: dict, train_set: list[dict], eval_set: list[dict], pad: int):
+    def __init__(self, cfg: ProverSettings, train_set: list[dict], eval_set: list[dict], pad: int):
         self.cfg, self.train_set, self.eval_set, self.pad = cfg, train_set, eval_set, pad
-        self.probe = sorted(train_set, key=lambda e: e["id"] + e["kind"])[:cfg["batch_size"]]
+        self.probe = sorted(train_set, key=lambda e: e["id"] + e["kind"])[:cfg.batch_size]
 
     def build(self, checkpoint, device):
         self.device = device
@@ -238,30 +254,31 @@ class Prover(Recipe):
         model.save_pretrained(folder)
 
     def batches(self, state, metrics):
-        stream = BatchStream(len(self.train_set), self.cfg["batch_size"], self.cfg["seed"], state)
+        stream = BatchStream(len(self.train_set), self.cfg.batch_size, self.cfg.seed, state)
         for idx in stream:
             yield lm.collate([self.train_set[i]["enc"] for i in idx], self.pad), stream
 
     loss = staticmethod(lm.token_loss)
 
     def evaluate(self, model):
-        bs = self.cfg["batch_size"]
+        bs = self.cfg.batch_size
         return {"eval": evaluate(model, self.eval_set, bs, self.pad, self.device),
                 "probe": evaluate(model, self.probe, bs, self.pad, self.device)}
 
 
 def train(data_dir: str, out_dir: str, config: dict) -> dict:
-    cfg = settings(CONFIG, config)
-    cfg["base_model"] = lm.check_base_model(cfg["base_model"])
+    values = settings(CONFIG, config)
+    values["base_model"] = lm.check_base_model(values["base_model"])
+    cfg = settings_from(ProverSettings, values)
     from transformers import AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(cfg["base_model"])
+    tokenizer = AutoTokenizer.from_pretrained(cfg.base_model)
     train_set, held_out, dropped = split_examples(data_dir, tokenizer, cfg)
-    eval_set = held_out[:cfg["eval_examples"]]
+    eval_set = held_out[:cfg.eval_examples]
     counts = {split: dict(Counter(e["kind"] for e in rows)) for split, rows in
               (("train", train_set), ("held_out", held_out), ("eval", eval_set))}
     recipe = Prover(cfg, train_set, eval_set, lm.pad_id(tokenizer))
-    plan = Plan.of(cfg, same_on_resume=SAME_ON_RESUME,
-                   info={"base_model": cfg["base_model"], "examples": counts, "dropped": dict(dropped)})
+    plan = Plan.of(values, same_on_resume=SAME_ON_RESUME,
+                   info={"base_model": cfg.base_model, "examples": counts, "dropped": dict(dropped)})
     model, metrics = fit(recipe, plan, out_dir)
     if not distributed.is_main():
         return metrics

@@ -18,10 +18,10 @@ THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))     # tried on the 
 
 
 @torch.no_grad()
-def choose_threshold(model: InversionNet, loader: FrameLoader, ids: list[str], cfg: dict, device) -> dict:
+def choose_threshold(model: InversionNet, loader: FrameLoader, ids: list[str], configured: float, device) -> dict:
     """The threshold of THRESHOLDS with the best stride-1 occupancy F1 summed over frames `ids`
-    (the whole cascade run at each; ties: the one nearest cfg threshold). {"threshold", "f1"
-    (per value tried), "frames"}; the config's threshold when no frame loads."""
+    (the whole cascade run at each; ties: the one nearest the `configured` one). {"threshold", "f1"
+    (per value tried), "frames"}; the configured threshold when no frame loads."""
     was_training = model.training
     model.eval()
     counts = {t: Counter() for t in THRESHOLDS}
@@ -39,20 +39,18 @@ def choose_threshold(model: InversionNet, loader: FrameLoader, ids: list[str], c
             counts[t].update(tp=int(torch.isin(pred, gt).sum()), pred=len(pred), gt=len(gt))
     model.train(was_training)
     if not frames:
-        return {"threshold": cfg["threshold"], "f1": {}, "frames": 0}
+        return {"threshold": configured, "f1": {}, "frames": 0}
     f1 = {t: prf(c["tp"], c["pred"], c["gt"])["f1"] for t, c in counts.items()}
-    best = max(THRESHOLDS, key=lambda t: (f1[t], -abs(t - cfg["threshold"])))
+    best = max(THRESHOLDS, key=lambda t: (f1[t], -abs(t - configured)))
     return {"threshold": best, "f1": {f"{t:.2f}": v for t, v in f1.items()}, "frames": frames}
 
 
 @torch.no_grad()
-def evaluate(model: InversionNet, loader: FrameLoader, frames: RowStore, ids: list[str], cfg: dict,
-             device, png: str | None, threshold: float | None = None,
-             sources: dict[str, str] | None = None) -> dict:
-    """Model (at `threshold`, default the config's) and naive baseline on the eval frames (one
-    frame at a time): stride-1 occupancy, per-stage occupancy, Chamfer both ways; with `sources`
-    (frame id -> source) the same per source too (`by_source`)."""
-    threshold = cfg["threshold"] if threshold is None else threshold
+def evaluate(model: InversionNet, loader: FrameLoader, frames: RowStore, ids: list[str], device, png: str | None,
+             threshold: float, chamfer_points: int, seed: int, sources: dict[str, str] | None = None) -> dict:
+    """Model (at `threshold`) and naive baseline on the eval frames (one frame at a time): stride-1
+    occupancy, per-stage occupancy, Chamfer both ways (`chamfer_points` queries, drawn from `seed`
+    and the frame's place); with `sources` (frame id -> source) the same per source too (`by_source`)."""
     model.eval()
     pair = lambda: {"model": Tally(), "baseline": Tally()}     # noqa: E731
     whole, by_source, frames_of = pair(), {}, Counter()
@@ -83,10 +81,10 @@ def evaluate(model: InversionNet, loader: FrameLoader, frames: RowStore, ids: li
         xyz, vs, rng = pts
         restored = voxel_centres(pred[:, 1:].cpu().numpy(), vs, rng)
         naive = voxel_centres(base[:, 1:].cpu().numpy(), vs, rng)
-        seed = cfg["seed"] * 1_000_003 + n
+        drawn = seed * 1_000_003 + n
         for name, keys, points in (("model", pack(pred), restored), ("baseline", pack(base), naive)):
             frame[name].add(int(torch.isin(keys, gt).sum()), len(keys), len(gt),
-                            chamfer(points, xyz, cfg["chamfer_points"], seed))
+                            chamfer(points, xyz, chamfer_points, drawn))
         groups = [whole]
         if sources and sources.get(fid) is not None:
             groups.append(by_source.setdefault(sources[fid], pair()))
@@ -103,7 +101,7 @@ def evaluate(model: InversionNet, loader: FrameLoader, frames: RowStore, ids: li
         out["by_source"] = {src: {"frames": frames_of[src], **{name: t.result() for name, t in by_source[src].items()}}
                             for src in sorted(by_source)}
     if png and plotted is not None:
-        out["bev_png"] = plot_bev(png, *plotted, cfg["chamfer_points"], cfg["seed"])
+        out["bev_png"] = plot_bev(png, *plotted, chamfer_points, seed)
         out["bev_frame"] = plotted[0]
     return out
 

@@ -64,10 +64,11 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 import torch
 
-from core.config import ConfigError, ConfigSpec, Key, names
+from core.config import ConfigError, ConfigSpec, Key, names, settings_from
 from core.dataset_folder import read_manifest
 from schemas.concretizer import LAYERS
 from trainers import distributed
@@ -80,12 +81,12 @@ from trainers.fit import Loss, Plan, Recipe, fit, loop_keys, pick_device, settin
 from trainers.rowstore import RowStore
 
 
-def _check(cfg: dict) -> None:
-    layers = names(cfg["layer"])
+def _check(values: dict) -> None:
+    layers = names(values["layer"])
     if not layers or any(x not in LAYER_STRIDE for x in layers):
-        raise ConfigError(f"layer {cfg['layer']!r}: use one or more of {', '.join(LAYERS)} "
+        raise ConfigError(f"layer {values['layer']!r}: use one or more of {', '.join(LAYERS)} "
                           f"(comma-separated), e.g. layer=conv2")
-    if cfg["resume"] not in ("auto", "none", "") and len(layers) > 1:
+    if values["resume"] not in ("auto", "none", "") and len(layers) > 1:
         raise ConfigError("resume=<checkpoint folder> needs a single layer; use resume=auto")
 
 
@@ -135,6 +136,39 @@ CONFIG = ConfigSpec((
                seed=0, device=None, bf16=False),   # off by default: spconv's kernels are not autocast ones
 ), check=_check)
 
+
+@dataclass(frozen=True)
+class InversionSettings:
+    """What the inversion's training reads of CONFIG (the loop's keys go to fit.Plan)."""
+
+    layer: str
+    max_steps: int
+    batch_size: int
+    loss: str
+    focal_alpha: float
+    focal_gamma: float
+    threshold: float
+    tune_threshold: bool
+    val_fraction: float
+    val_frames: int
+    teacher_forcing: float
+    teacher_forcing_decay: float
+    backbone_weights: str | None
+    expand: int
+    blocks: int
+    width: float
+    max_sites: int
+    eval_fraction: float
+    eval_frames: int
+    eval_sources: str
+    chamfer_points: int
+    shuffle: bool
+    cache_mb: float
+    resume: str
+    seed: int
+    device: str | None
+
+
 MODEL_FILE = "model.pt"
 ARCH_KEYS = ("layer", "in_channels", "expand", "blocks", "width")
 
@@ -151,21 +185,21 @@ def load_model(checkpoint: str, device: str | torch.device = "cpu") -> Inversion
     return model.eval()
 
 
-def teacher_forcing_at(step: int, cfg: dict) -> float:
+def teacher_forcing_at(step: int, cfg: InversionSettings) -> float:
     """Teacher-forcing probability of optimizer step `step` (0-based): teacher_forcing, falling
     linearly to 0 over the first teacher_forcing_decay * max_steps steps (decay 0: constant)."""
-    p0, decay = cfg["teacher_forcing"], cfg["teacher_forcing_decay"]
+    p0, decay = cfg.teacher_forcing, cfg.teacher_forcing_decay
     if decay <= 0:
         return p0
-    return p0 * max(0.0, 1.0 - step / (decay * cfg["max_steps"]))
+    return p0 * max(0.0, 1.0 - step / (decay * cfg.max_steps))
 
 
-def backbone_weights(data_dir: str, cfg: dict, first_frame: dict) -> tuple[str | None, str]:
+def backbone_weights(data_dir: str, cfg: InversionSettings, first_frame: dict) -> tuple[str | None, str]:
     """(the backbone weights the features came from, where that was read): config
     `backbone_weights`, else the data manifest's config `weights` (what the pipeline ran with),
     else the features' `backbone` column."""
-    if cfg.get("backbone_weights"):
-        return cfg["backbone_weights"], "config backbone_weights"
+    if cfg.backbone_weights:
+        return cfg.backbone_weights, "config backbone_weights"
     try:
         weights = (read_manifest(data_dir).get("config") or {}).get("weights")
     except (FileNotFoundError, OSError, ValueError):
@@ -190,36 +224,36 @@ def smoke_label(weights: str | None, source: str) -> dict:
     return {"smoke_run": False, "backbone_weights": weights, "backbone_weights_from": source}
 
 
-def stage_loss(logits: torch.Tensor, labels: torch.Tensor, cfg: dict) -> torch.Tensor:
-    if cfg["loss"] == "bce":
+def stage_loss(logits: torch.Tensor, labels: torch.Tensor, cfg: InversionSettings) -> torch.Tensor:
+    if cfg.loss == "bce":
         return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
-    return focal_loss(logits, labels, cfg["focal_alpha"], cfg["focal_gamma"])
+    return focal_loss(logits, labels, cfg.focal_alpha, cfg.focal_gamma)
 
 
 class Inversion(Recipe):
     """The inversion network of one layer, on that layer's features and the occupancy below it."""
 
-    def __init__(self, data_dir: str, layer: str, cfg: dict, layer_dir: str):
+    def __init__(self, data_dir: str, layer: str, cfg: InversionSettings, layer_dir: str):
         self.data_dir, self.layer, self.cfg, self.layer_dir = data_dir, layer, cfg, layer_dir
         stride = LAYER_STRIDE[layer]
         self.strides = [stride >> i for i in range(stride.bit_length())]
-        cache = int(cfg["cache_mb"] * 2 ** 20)
+        cache = int(cfg.cache_mb * 2 ** 20)
         self.loader = FrameLoader(data_dir, layer, self.strides, cache)
         self.frames = RowStore(data_dir, "frames", ["id"], FRAME_COLUMNS, cache_bytes=cache)
         self.sources = source_of(data_dir)
         self.train_ids, self.eval_ids, self.eval_on_train = split_by_source(
-            self.loader.frame_ids(), self.sources, names(cfg["eval_sources"]), cfg["eval_fraction"],
-            cfg["eval_frames"])
+            self.loader.frame_ids(), self.sources, names(cfg.eval_sources), cfg.eval_fraction,
+            cfg.eval_frames)
         self.train_ids, self.val_ids, self.val_on_train = split_validation(
-            self.train_ids, cfg["eval_fraction"], cfg["val_fraction"], cfg["val_frames"])
+            self.train_ids, cfg.eval_fraction, cfg.val_fraction, cfg.val_frames)
         self.train_ids = self.loader.complete(self.train_ids)    # known before training: the same on every rank
         first = next((f for f in map(self.loader.load, self.train_ids[:50]) if f is not None), None)
         if first is None:
             raise DatasetError(f"{data_dir}: none of the first training frames of layer {layer} has occupancy at "
                                f"strides {self.strides} ({dict(self.loader.skipped)}); rerun the pipeline with "
                                f"those strides")
-        self.arch = {"layer": layer, "in_channels": int(first["feats"].shape[1]), "expand": cfg["expand"],
-                     "blocks": cfg["blocks"], "width": cfg["width"]}
+        self.arch = {"layer": layer, "in_channels": int(first["feats"].shape[1]), "expand": cfg.expand,
+                     "blocks": cfg.blocks, "width": cfg.width}
         self.smoke = smoke_label(*backbone_weights(data_dir, cfg, first))
         self.threshold: float | None = None      # chosen at evaluation, kept in the final model.pt
         self._metrics: dict | None = None
@@ -253,7 +287,7 @@ class Inversion(Recipe):
 
         def open_epoch(epoch, resume):       # every rank reads the whole order (ids only), see shared_batches
             ds = ShardDataset(self.data_dir, "features", columns=["frame_id"] if by_split else ["frame_id", "layer"],
-                              split=layer if by_split else None, shuffle=cfg["shuffle"], seed=cfg["seed"],
+                              split=layer if by_split else None, shuffle=cfg.shuffle, seed=cfg.seed,
                               epoch=epoch, resume=resume, rank=0, world_size=1)
             return ds, ds
 
@@ -262,7 +296,7 @@ class Inversion(Recipe):
                 return None
             return row["frame_id"]
         ids = epochs(open_epoch, state, keep=keep, hint=lambda: f" (skipped: {dict(self.loader.skipped)})")
-        for mine, tracker in shared_batches(ids, cfg["batch_size"]):
+        for mine, tracker in shared_batches(ids, cfg.batch_size):
             frames = [f for f in map(self.loader.load, mine) if f is not None]
             if not frames:
                 raise DatasetError(f"{self.data_dir}: frames {mine} of layer {layer} could not be read "
@@ -272,8 +306,8 @@ class Inversion(Recipe):
     def loss(self, model, batch):
         force = teacher_forcing_at(steps_done(self._metrics), self.cfg)
         outs = model(batch["feats"], batch["coords"], batch["batch_size"], batch["shapes"],
-                     threshold=self.cfg["threshold"], targets=batch["targets"], force=force,
-                     max_sites=self.cfg["max_sites"])
+                     threshold=self.cfg.threshold, targets=batch["targets"], force=force,
+                     max_sites=self.cfg.max_sites)
         losses = [stage_loss(o["logits"], o["labels"], self.cfg) if len(o["logits"]) else o["logits"].sum()
                   for o in outs]
         names_ = [f"s{s}" for s in self.strides]
@@ -285,27 +319,28 @@ class Inversion(Recipe):
         return Loss(torch.stack(losses).sum(), 1.0, log)
 
     def evaluate(self, model):
-        if self.cfg["tune_threshold"]:
-            chosen = choose_threshold(model, self.loader, self.val_ids, self.cfg, self.device)
+        if self.cfg.tune_threshold:
+            chosen = choose_threshold(model, self.loader, self.val_ids, self.cfg.threshold, self.device)
             chosen["on"] = "training frames (too few to hold any out)" if self.val_on_train else "validation frames"
         else:
-            chosen = {"threshold": self.cfg["threshold"], "on": "config threshold"}
+            chosen = {"threshold": self.cfg.threshold, "on": "config threshold"}
         self.threshold = chosen["threshold"]
-        out = evaluate(model, self.loader, self.frames, self.eval_ids, self.cfg, self.device,
-                       os.path.join(self.layer_dir, "bev.png"), threshold=self.threshold, sources=self.sources)
+        out = evaluate(model, self.loader, self.frames, self.eval_ids, self.device, os.path.join(self.layer_dir, "bev.png"),
+                       self.threshold, self.cfg.chamfer_points, self.cfg.seed, sources=self.sources)
         out["threshold_selection"] = chosen
         return out
 
 
 def train(data_dir: str, out_dir: str, config: dict) -> dict:
     """One inversion model per layer of `layer`; returns (and writes out/metrics.json) the metrics."""
-    cfg = settings(CONFIG, config)
-    layers = list(dict.fromkeys(names(cfg["layer"])))
-    metrics = {"layers": layers, "device": str(pick_device(cfg["device"])), "config": cfg, "per_layer": {}}
+    values = settings(CONFIG, config)
+    cfg = settings_from(InversionSettings, values)
+    layers = list(dict.fromkeys(names(cfg.layer)))
+    metrics = {"layers": layers, "device": str(pick_device(cfg.device)), "config": values, "per_layer": {}}
     for layer in layers:
         layer_dir = os.path.join(out_dir, layer)
         recipe = Inversion(data_dir, layer, cfg, layer_dir)
-        plan = Plan.of(cfg, eval_first=False, info=recipe.info, find_unused_parameters=True)
+        plan = Plan.of(values, eval_first=False, info=recipe.info, find_unused_parameters=True)
         _, m = fit(recipe, plan, layer_dir)
         m["eval"], m["skipped"] = m["eval"][-1] if m["eval"] else None, dict(recipe.loader.skipped)
         m["threshold"] = m["eval"]["threshold"] if m["eval"] else None

@@ -35,12 +35,13 @@ import json
 import os
 import shutil
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from core import array_cells
-from core.config import ConfigError, ConfigSpec, Key, names
+from core.config import ConfigError, ConfigSpec, Key, names, settings_from
 from trainers import distributed
 from trainers.concretizer.frames import FRAME_COLUMNS, read_coords, read_points, split_frames
 from trainers.concretizer.detector import (Detector, average_precision, decode, detection_loss, detection_loss_sum,
@@ -55,8 +56,8 @@ META_COLUMNS = ["id", "source", "labels", "point_cloud_range", "voxel_size"]
 VOXEL_COLUMNS = ["frame_id", "coords", "features"]
 
 
-def _check(cfg: dict) -> None:
-    if not names(cfg["classes"]):
+def _check(values: dict) -> None:
+    if not names(values["classes"]):
         raise ConfigError("classes: name at least one label type, e.g. classes=Car,Pedestrian,Cyclist")
 
 
@@ -86,6 +87,26 @@ CONFIG = ConfigSpec((
     *loop_keys(weight_decay=0.01, max_grad_norm=10.0, warmup_steps=0, schedule="cosine", checkpoint_every=500,
                keep_checkpoints=2, resume="auto", seed=0, device=None, bf16=False),   # spconv: no autocast
 ), check=_check)
+
+
+@dataclass(frozen=True)
+class PretrainingSettings:
+    """What pre-training reads of CONFIG (the loop's keys go to fit.Plan)."""
+
+    classes: str
+    batch_size: int
+    width: int
+    bn_momentum: float
+    flip: bool
+    eval_source: str
+    eval_fraction: float
+    eval_frames: int
+    score_threshold: float
+    match_distance: float
+    min_points: int
+    cache_mb: float
+    seed: int
+    device: str | None
 
 
 def voxel_grid(pc_range, voxel_size) -> tuple[int, int, int]:
@@ -145,10 +166,10 @@ class Frames:
 
 
 class Pretraining(Recipe):
-    def __init__(self, data_dir: str, cfg: dict):
+    def __init__(self, data_dir: str, cfg: PretrainingSettings):
         self.data_dir, self.cfg = data_dir, cfg
-        self.classes = tuple(names(cfg["classes"]))
-        self.frames = Frames(data_dir, int(cfg["cache_mb"] * 2 ** 20))
+        self.classes = tuple(names(cfg.classes))
+        self.frames = Frames(data_dir, int(cfg.cache_mb * 2 ** 20))
         # frames with voxels, chosen before training from light columns, so every process agrees on them
         counts = read_arrow(data_dir, "voxels", columns=["frame_id", "num_voxels"])
         empty = {f for f, n in zip(counts.column("frame_id").to_pylist(), counts.column("num_voxels").to_pylist())
@@ -169,11 +190,11 @@ class Pretraining(Recipe):
         self.grid = voxel_grid(self.pc_range, self.voxel_size)
         self.bev_hw = (self.grid[1] // 8, self.grid[2] // 8)
         self.channels = len(self.frames.load(first["id"])["feats"][0])
-        pool = sorted(m["id"] for m in labelled if m["source"] == cfg["eval_source"])
+        pool = sorted(m["id"] for m in labelled if m["source"] == cfg.eval_source)
         if not pool:
-            raise ConfigError(f"eval_source {cfg['eval_source']!r}: no labelled frame of that source; sources "
+            raise ConfigError(f"eval_source {cfg.eval_source!r}: no labelled frame of that source; sources "
                               f"here: {sorted({m['source'] for m in labelled})}")
-        _, self.eval_ids, self.eval_on_train = split_frames(pool, cfg["eval_fraction"], cfg["eval_frames"])
+        _, self.eval_ids, self.eval_on_train = split_frames(pool, cfg.eval_fraction, cfg.eval_frames)
         held = set() if self.eval_on_train else set(self.eval_ids)
         self.train_ids = sorted(m["id"] for m in labelled if m["id"] not in held)
         self.symmetric = abs(self.pc_range[1] + self.pc_range[4]) < 1e-6
@@ -183,17 +204,17 @@ class Pretraining(Recipe):
                                "unlabelled_frames": len(metas) - len(labelled),
                                "train_sources": dict(Counter(m["source"] for m in labelled
                                                              if m["id"] not in held))},
-                     "flip": bool(cfg["flip"] and self.symmetric)}
+                     "flip": bool(cfg.flip and self.symmetric)}
         self._metrics: dict | None = None
 
     # -- model -------------------------------------------------------------------------------
 
     def build(self, checkpoint, device):
         self.device = device
-        model = Detector(self.channels, self.grid, self.classes, width=self.cfg["width"], seed=self.cfg["seed"])
+        model = Detector(self.channels, self.grid, self.classes, width=self.cfg.width, seed=self.cfg.seed)
         for m in model.modules():
             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-                m.momentum = self.cfg["bn_momentum"]
+                m.momentum = self.cfg.bn_momentum
         if checkpoint:
             saved = torch.load(os.path.join(checkpoint, CHECKPOINT), map_location="cpu", weights_only=True)
             model.load_state_dict(saved["model_state"])
@@ -207,10 +228,10 @@ class Pretraining(Recipe):
     def batches(self, state, metrics):
         cfg, train_set = self.cfg, set(self.train_ids)
         self._metrics = metrics
-        rng = np.random.default_rng([cfg["seed"], len(metrics["train"]["step"])])   # flips differ after a resume too
+        rng = np.random.default_rng([cfg.seed, len(metrics["train"]["step"])])   # flips differ after a resume too
 
         def open_epoch(epoch, resume):       # every rank reads the whole order (ids only), see shared_batches
-            ds = ShardDataset(self.data_dir, "voxels", columns=["frame_id"], shuffle=True, seed=cfg["seed"],
+            ds = ShardDataset(self.data_dir, "voxels", columns=["frame_id"], shuffle=True, seed=cfg.seed,
                               epoch=epoch, resume=resume, rank=0, world_size=1)
             return ds, ds
 
@@ -218,10 +239,10 @@ class Pretraining(Recipe):
             return row["frame_id"] if row["frame_id"] in train_set else None
         ids = epochs(open_epoch, state, keep=keep, hint=lambda: f" (skipped: {dict(self.frames.skipped)})")
         rank, world = rank_and_world()
-        for mine, tracker in shared_batches(ids, cfg["batch_size"]):
+        for mine, tracker in shared_batches(ids, cfg.batch_size):
             # the flips of the whole global batch, drawn alike on every rank: this rank's are its slice
-            flips = [self.info["flip"] and bool(rng.random() < 0.5) for _ in range(cfg["batch_size"] * world)]
-            flips = flips[rank * cfg["batch_size"]:(rank + 1) * cfg["batch_size"]]
+            flips = [self.info["flip"] and bool(rng.random() < 0.5) for _ in range(cfg.batch_size * world)]
+            flips = flips[rank * cfg.batch_size:(rank + 1) * cfg.batch_size]
             pairs = [(f, flip) for f, flip in zip(map(self.frames.load, mine), flips) if f is not None]
             if not pairs:
                 raise DatasetError(f"{self.data_dir}: frames {mine} could not be read ({dict(self.frames.skipped)}); "
@@ -256,7 +277,7 @@ class Pretraining(Recipe):
     @torch.no_grad()
     def evaluate(self, model):
         cfg = self.cfg
-        dists = (cfg["match_distance"], cfg["match_distance"] / 2)
+        dists = (cfg.match_distance, cfg.match_distance / 2)
         losses, missing = [], 0
         found = {(name, d): ([], []) for name in self.classes for d in dists}    # (scores, true) per detection
         boxes = Counter()
@@ -268,8 +289,8 @@ class Pretraining(Recipe):
             batch = to_device(self.collate([f], [False]), self.device)
             out = model(batch["feats"], batch["coords"], 1)
             losses.append(detection_loss(out, batch["targets"]))
-            det = decode(out, self.pc_range, self.voxel_size, score_threshold=cfg["score_threshold"])[0]
-            seen = points_in_boxes(self.frames.points(fid), f["boxes"]) >= cfg["min_points"]
+            det = decode(out, self.pc_range, self.voxel_size, score_threshold=cfg.score_threshold)[0]
+            seen = points_in_boxes(self.frames.points(fid), f["boxes"]) >= cfg.min_points
             for k, name in enumerate(self.classes):
                 mine = det["classes"] == k
                 of_class = np.array([kind == name for kind in f["kinds"]], bool)
@@ -293,17 +314,18 @@ class Pretraining(Recipe):
                 "loss": float(np.mean([float(t) for t, _ in losses])) if losses else None,
                 "hm_loss": float(np.mean([p["hm"] for _, p in losses])) if losses else None,
                 "loc_loss": float(np.mean([p["loc"] for _, p in losses])) if losses else None,
-                "match_distance": dists[0], "near_distance": dists[1], "min_points": cfg["min_points"],
-                "score_threshold": cfg["score_threshold"], "classes": per_class}
+                "match_distance": dists[0], "near_distance": dists[1], "min_points": cfg.min_points,
+                "score_threshold": cfg.score_threshold, "classes": per_class}
 
 
 def train(data_dir: str, out_dir: str, config: dict) -> dict:
     """Pre-train the detector; OUT/backbone.pth is the final OpenPCDet checkpoint. Returns the metrics."""
-    cfg = settings(CONFIG, config)
+    values = settings(CONFIG, config)
+    cfg = settings_from(PretrainingSettings, values)
     recipe = Pretraining(data_dir, cfg)
-    plan = Plan.of(cfg, eval_first=True, info=recipe.info)
+    plan = Plan.of(values, eval_first=True, info=recipe.info)
     _, metrics = fit(recipe, plan, out_dir)
-    metrics["device"] = str(pick_device(cfg["device"]))
+    metrics["device"] = str(pick_device(cfg.device))
     if distributed.is_main():
         weights = os.path.join(out_dir, CHECKPOINT)
         shutil.copyfile(os.path.join(metrics["final_checkpoint"], CHECKPOINT), weights)

@@ -86,18 +86,18 @@ def batches(examples: list, batch_size: int, pad_id: int) -> list[dict[str, torc
     return [collate(examples[i:i + batch_size], pad_id) for i in range(0, len(examples), batch_size)]
 
 
-def encode_domains(data: dict[str, list[dict]], tokenizer, cfg: dict) -> tuple[dict, dict]:
+def encode_domains(data: dict[str, list[dict]], tokenizer, eval_fraction: float, max_length: int,
+                   prompt_format: str) -> tuple[dict, dict]:
     """({domain: (train, eval) encoded examples}, {domain: counts}); a domain left without a
     train example is refused."""
     splits, sizes = {}, {}
     for d, rows in data.items():
-        tr_rows, ev_rows = split_rows(rows, cfg["eval_fraction"])
-        fmt = cfg.get("prompt_format", "chat")
-        tr = [e for e in (encode(tokenizer, r, cfg["max_length"], fmt) for r in tr_rows) if e is not None]
-        ev = [e for e in (encode(tokenizer, r, cfg["max_length"], fmt) for r in ev_rows) if e is not None]
+        tr_rows, ev_rows = split_rows(rows, eval_fraction)
+        tr = [e for e in (encode(tokenizer, r, max_length, prompt_format) for r in tr_rows) if e is not None]
+        ev = [e for e in (encode(tokenizer, r, max_length, prompt_format) for r in ev_rows) if e is not None]
         if not tr:
             raise DatasetError(f"domain {d!r}: no train example left (kept {len(rows)}, eval "
-                               f"{len(ev_rows)}, or cut away by max_length={cfg['max_length']})")
+                               f"{len(ev_rows)}, or cut away by max_length={max_length})")
         splits[d] = (tr, ev)
         sizes[d] = {"kept": len(rows), "train": len(tr), "eval": len(ev),
                     "cut_by_max_length": len(tr_rows) + len(ev_rows) - len(tr) - len(ev),

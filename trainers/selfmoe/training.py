@@ -36,11 +36,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from core.config import ConfigError, ConfigSpec, Key, names
+from core.config import ConfigError, ConfigSpec, Key, names, settings_from
 from trainers import distributed, lm
 from trainers.data import BatchStream
 from trainers.tables import DatasetError
@@ -70,6 +71,25 @@ CONFIG = ConfigSpec((
     *loop_keys(grad_accum=1, max_grad_norm=0.0, seed=0, device=None, bf16=None, checkpoint_every=0,
                keep_checkpoints=1, resume="auto"),
 ))
+
+
+@dataclass(frozen=True)
+class SelfmoeSettings(lm.LoraSettings):
+    """What the experts' and the router's training read of CONFIG (the loop's keys go to fit.Plan)."""
+
+    domains: str | None
+    router_steps: int
+    router_lr: float
+    batch_size: int
+    max_length: int
+    top_k: int
+    gate_softmax: str
+    prompt_format: str        # resolved against the data and the tokenizer before it is made
+    eval_fraction: float
+    seed: int
+    device: str | None
+
+
 # settings a resumed expert or router must share with its checkpoint
 SAME_ON_RESUME = ("base_model", "lora_r", "lora_alpha", "target_modules", "batch_size", "grad_accum", "max_length",
                   "eval_fraction", "seed", "domains", "top_k", "gate_softmax", "prompt_format")
@@ -91,11 +111,11 @@ def eval_loss(model, batch_list: list[dict], device) -> float:
 class _SFT(Recipe):
     """Shuffled micro-batches of encoded examples held in memory, the token loss, a probe batch."""
 
-    def __init__(self, cfg: dict, examples: list, probe: dict, pad: int, seed: int):
-        self.cfg, self.examples, self.probe, self.pad, self.seed = cfg, examples, probe, pad, seed
+    def __init__(self, cfg: SelfmoeSettings, values: dict, examples: list, probe: dict, pad: int, seed: int):
+        self.cfg, self.values, self.examples, self.probe, self.pad, self.seed = cfg, values, examples, probe, pad, seed
 
     def batches(self, state, metrics):
-        stream = BatchStream(len(self.examples), self.cfg["batch_size"], self.seed, state)
+        stream = BatchStream(len(self.examples), self.cfg.batch_size, self.seed, state)
         for idx in stream:
             yield collate([self.examples[i] for i in idx], self.pad), stream
 
@@ -119,13 +139,13 @@ class Expert(_SFT):
 class Router(_SFT):
     """The MiXSE gates over the frozen experts (`experts`: adapter folders, in expert order)."""
 
-    def __init__(self, cfg: dict, experts: list[str], top_k: int, *args):
-        super().__init__(cfg, *args)
+    def __init__(self, cfg: SelfmoeSettings, values: dict, experts: list[str], top_k: int, *args):
+        super().__init__(cfg, values, *args)
         self.experts, self.top_k = experts, top_k
 
     def build(self, checkpoint, device):
-        self.device, model = device, lm.load_base(self.cfg["base_model"], device)
-        self.gated = build_mixture(model, self.experts, self.top_k, self.cfg["gate_softmax"])
+        self.device, model = device, lm.load_base(self.cfg.base_model, device)
+        self.gated = build_mixture(model, self.experts, self.top_k, self.cfg.gate_softmax)
         self.init = [g.detach().clone() for g in self.params(model)]
         if checkpoint:
             saved = torch.load(os.path.join(checkpoint, "router.pt"), map_location=device, weights_only=True)
@@ -143,37 +163,39 @@ class Router(_SFT):
 def _phase(recipe: _SFT, folder: str, **plan) -> tuple[nn.Module, dict]:
     """One fit run; its train losses and probe losses before and after, for the report."""
     t0 = time.time()
-    model, m = fit(recipe, Plan.of(recipe.cfg, same_on_resume=SAME_ON_RESUME, **plan), folder)
+    model, m = fit(recipe, Plan.of(recipe.values, same_on_resume=SAME_ON_RESUME, **plan), folder)
     probes = [e["probe"] for e in m["eval"]] or [None]
     return model, {"train_loss": m["train"]["loss"], "probe_loss_before": probes[0], "probe_loss_after": probes[-1],
                    "trainable_params": sum(p.numel() for p in recipe.params(model)), "seconds": time.time() - t0}
 
 
 def train(data_dir: str, out_dir: str, config: dict) -> dict:
-    t_start, cfg = time.time(), settings(CONFIG, config)
-    cfg["base_model"] = lm.check_base_model(cfg["base_model"])
-    data = load_examples(data_dir, names(cfg["domains"]) or None)
-    domains, top_k, main = list(data), min(cfg["top_k"], len(data)), distributed.is_main()
-    if top_k == 1 and cfg["gate_softmax"] == "topk" and cfg["router_steps"] > 0 and len(domains) > 1:
+    t_start, values = time.time(), settings(CONFIG, config)
+    values["base_model"] = lm.check_base_model(values["base_model"])
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(values["base_model"])
+    values["prompt_format"] = lm.resolve_prompt_format(values["prompt_format"], data_prompt_format(data_dir),
+                                                       tokenizer)
+    cfg = settings_from(SelfmoeSettings, values)
+    data = load_examples(data_dir, names(cfg.domains) or None)
+    domains, top_k, main = list(data), min(cfg.top_k, len(data)), distributed.is_main()
+    if top_k == 1 and cfg.gate_softmax == "topk" and cfg.router_steps > 0 and len(domains) > 1:
         raise ConfigError("top_k=1 with gate_softmax=topk gives every chosen expert weight 1, so the "
                           "gates get no gradient: use gate_softmax=all or top_k >= 2")
-    from transformers import AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(cfg["base_model"])
-    pad, bs, seed, device = lm.pad_id(tokenizer), cfg["batch_size"], cfg["seed"], pick_device(cfg["device"])
-    cfg["prompt_format"] = lm.resolve_prompt_format(cfg["prompt_format"], data_prompt_format(data_dir), tokenizer)
-    splits, sizes = encode_domains(data, tokenizer, cfg)
-    metrics = {"base_model": cfg["base_model"], "domains": domains, "device": str(device), "config": cfg,
+    pad, bs, seed, device = lm.pad_id(tokenizer), cfg.batch_size, cfg.seed, pick_device(cfg.device)
+    splits, sizes = encode_domains(data, tokenizer, cfg.eval_fraction, cfg.max_length, cfg.prompt_format)
+    metrics = {"base_model": cfg.base_model, "domains": domains, "device": str(device), "config": values,
                "examples": sizes, "eval_loss": {d: {"base": None, "experts": {}, "mixture": None} for d in domains},
                "experts": {}, "router": {}, "router_usage": {}, "router_weight": {}}
     evals = Evals(metrics, {d: batches(ev, bs, pad) for d, (_, ev) in splits.items()}, device)
     if main:
         t0 = time.time()
-        evals.run(lm.load_base(cfg["base_model"], device), "base")
+        evals.run(lm.load_base(cfg.base_model, device), "base")
         metrics["base_eval_seconds"] = time.time() - t0
     experts = [os.path.join(out_dir, "experts", d) for d in domains]
     for i, d in enumerate(domains):
         tr = splits[d][0]
-        recipe = Expert(cfg, tr, collate(tr[:bs], pad), pad, seed * 31 + i)
+        recipe = Expert(cfg, values, tr, collate(tr[:bs], pad), pad, seed * 31 + i)
         model, metrics["experts"][d] = _phase(recipe, experts[i], seed=seed * 7919 + i)
         if main:
             model.save_pretrained(experts[i])
@@ -183,9 +205,9 @@ def train(data_dir: str, out_dir: str, config: dict) -> dict:
     union = [e for d in domains for e in splits[d][0]]
     probe = collate([splits[d][0][j] for j in range(max(1, bs // len(domains))) for d in domains
                      if j < len(splits[d][0])], pad)
-    recipe = Router(cfg, experts, top_k, union, probe, pad, seed * 31 + 1009)
-    model, metrics["router"] = _phase(recipe, os.path.join(out_dir, "router"), max_steps=cfg["router_steps"],
-                                      lr=cfg["router_lr"], seed=seed * 7919 + 104729)
+    recipe = Router(cfg, values, experts, top_k, union, probe, pad, seed * 31 + 1009)
+    model, metrics["router"] = _phase(recipe, os.path.join(out_dir, "router"), max_steps=cfg.router_steps,
+                                      lr=cfg.router_lr, seed=seed * 7919 + 104729)
     if main:
         finish_router(model, recipe, metrics, evals, out_dir, splits)
     metrics["seconds"] = time.time() - t_start
@@ -212,17 +234,17 @@ def finish_router(model, recipe: Router, metrics: dict, evals: Evals, out_dir: s
     domains, cfg = metrics["domains"], recipe.cfg
     torch.save(gate_state_dict(model), os.path.join(out_dir, "router.pt"))
     with open(os.path.join(out_dir, "router.json"), "w") as fh:
-        json.dump({"base_model": cfg["base_model"], "experts": domains, "top_k": recipe.top_k,
-                   "gate_softmax": cfg["gate_softmax"], "gated_modules": recipe.gated}, fh, indent=1)
+        json.dump({"base_model": cfg.base_model, "experts": domains, "top_k": recipe.top_k,
+                   "gate_softmax": cfg.gate_softmax, "gated_modules": recipe.gated}, fh, indent=1)
     evals.run(model, "mixture")
-    bs, pad = cfg["batch_size"], recipe.pad
+    bs, pad = cfg.batch_size, recipe.pad
     for d in domains:
         shares, weights = router_usage(model, evals.eval_batches[d] or batches(splits[d][0][:bs], bs, pad),
                                        evals.device, len(domains))
         metrics["router_usage"][d] = dict(zip(domains, shares))
         metrics["router_weight"][d] = dict(zip(domains, weights))
     metrics["router"].update(path=os.path.join(out_dir, "router.pt"), gated_layers=len(recipe.gated),
-                             top_k=recipe.top_k, gate_softmax=cfg["gate_softmax"],
+                             top_k=recipe.top_k, gate_softmax=cfg.gate_softmax,
                              gate_relative_change=relative_change(recipe.params(model), recipe.init))
 
 

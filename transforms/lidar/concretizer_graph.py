@@ -56,11 +56,11 @@ class ConcretizerGraph(beam.PTransform):
                   # a stored frame is a frames row to be: the table's version is part of its key, so
                   # a row from before a column was added is read again, not sent to the sink short
                   | ledger.stage("frame", lambda job: [load_frame(job, preset, mode)],
-                                 resume=Resume(version=2, reads=[preset, mode, schema.FRAMES.version],
+                                 resume=Resume(version=3, reads=[preset, mode, schema.FRAMES.version],
                                                key=job_identity))
                   # the same scan under two names in two roots (a copy): one frame, whichever root
-                  | ledger.unique("unique_frames", lambda frame: frame["id"],
-                                  order=lambda frame: (frame["source_ref"], repr(frame["labels"]))))
+                  | ledger.unique("unique_frames", lambda frame: frame.id,
+                                  order=lambda frame: (frame.source_ref, repr(frame.labels))))
         voxelized = frames | ledger.stage("voxelize", lambda frame: voxel_rows(frame, preset, mode))
         backbone = (payloads(voxelized, "vox", "Voxels")
                     | ledger.stage("backbone", BackboneFeatures(s.features, preset, s.channels),

@@ -22,6 +22,7 @@ from schemas import concretizer as schema
 from core import array_cells, storage
 from transforms.io.ids import stable_id
 from core.occupancy import occupancy_pyramid
+from transforms.lidar.frames import Frame
 from transforms.lidar.presets import get_preset, grid_size, max_voxels, voxel_grid
 from transforms.lidar.voxelize import mean_vfe, voxelize
 
@@ -70,25 +71,25 @@ def _table(name: str, columns: dict) -> pa.Table:
 
 # -- stage functions
 
-def voxel_rows(frame: dict, preset: str, mode: str):
+def voxel_rows(frame: Frame, preset: str, mode: str):
     """Stage function: a cropped frame -> its `frames` and `voxels` rows, and the voxels for the backbone."""
     p = get_preset(preset)
-    voxels, coords, counts = voxelize(frame["points"], preset, mode)
+    voxels, coords, counts = voxelize(frame.points, preset, mode)
     features = mean_vfe(voxels, counts).astype(np.float32)
-    points = frame["points"]
+    points = frame.points
     yield "frames", _table("frames", {
-        "id": [frame["id"]], "source": [frame["source"]], "source_ref": [frame["source_ref"]], "preset": [preset],
-        "point_features": [frame["point_features"]], "point_processing": [frame["point_processing"]],
+        "id": [frame.id], "source": [frame.source], "source_ref": [frame.source_ref], "preset": [preset],
+        "point_features": [frame.point_features], "point_processing": [frame.point_processing],
         "points": array_cells.encode([points]), "num_points": [len(points)],
-        "num_points_raw": [frame["num_points_raw"]], "labels": [frame["labels"]],
+        "num_points_raw": [frame.num_points_raw], "labels": [frame.labels],
         "grid_size": [list(grid_size(preset))], "point_cloud_range": [[float(v) for v in p.point_cloud_range]],
         "voxel_size": [[float(v) for v in p.voxel_size]]})
     yield "voxels", _table("voxels", {
-        "id": [stable_id("concretizer-voxels", frame["id"])], "frame_id": [frame["id"]],
+        "id": [stable_id("concretizer-voxels", frame.id)], "frame_id": [frame.id],
         "coords": coords_column([coords]), "num_points": int32_list_column([counts]),
         "features": array_cells.encode([features]), "num_voxels": [len(coords)],
         "max_points_per_voxel": [int(p.max_points_per_voxel)], "max_voxels": [max_voxels(preset, mode)]})
-    yield "vox", (frame["id"], coords, features)
+    yield "vox", (frame.id, coords, features)
 
 
 class BackboneFeatures:

@@ -3,7 +3,7 @@
 A job names where a frame comes from: a scan file of a named point layout (with the KITTI
 calibration and labels beside it, in KITTI's folder layout), or the simulator's (seed, index).
 `load_frame` reads it, keeps the points inside the preset's range (and, for presets that use it,
-camera 2's field of view) and returns the frame with its labels; bad scans raise ValueError
+camera 2's field of view) and returns a `Frame` with its labels; bad scans raise ValueError
 with the reason, which the pipeline turns into a dead letter.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from core import storage
+from core import codec, storage
 from transforms.io.ids import stable_id
 from transforms.lidar.presets import get_preset
 from transforms.lidar.readers import (POINT_FEATURES, WaymoPoints, fov_mask, read_kitti_calib, read_kitti_labels,
@@ -77,9 +77,25 @@ def frame_id(job: FrameJob, preset: str, mode: str, content: str = "") -> str:
     return stable_id("concretizer-frame", job.source, job.ref, job.layout, preset, mode, *([content] if content else []))
 
 
-def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
-    """The frame as a dict: id, source, source_ref, preset, point_features, point_processing, points
-    (float32 array, cropped), num_points_raw and labels."""
+@codec.storable("concretizer.Frame")
+@dataclass(frozen=True, eq=False)
+class Frame:
+    """A scan read, cropped and labelled: what the frame stage makes and keeps in the result store,
+    and what the frames row and the voxels are made from (transforms/lidar/extract.py)."""
+
+    id: str                        # frame_id: the job's reference and the points' digest
+    source: str                    # kitti | waymo | ... | sim
+    source_ref: str                # the scan's reference (its last path parts), or the simulator's
+    preset: str
+    point_features: list[str]      # what each point's columns are (x, y, z, intensity, ...)
+    point_processing: list[str]    # what was done to the points, in order (camera_fov, tanh_intensity, ...)
+    points: np.ndarray             # float32 (n, len(point_features)), inside the preset's range
+    num_points_raw: int            # points in the scan before any step
+    labels: list[dict]             # {"type", "box": [x, y, z, dx, dy, dz, heading]} in LiDAR coordinates
+
+
+def load_frame(job: FrameJob, preset: str, mode: str = "train") -> Frame:
+    """The job's frame, cropped to the preset (and its camera's field of view where it says so)."""
     p = get_preset(preset)
     labels: list = []
     if job.source == "sim":
@@ -116,7 +132,6 @@ def load_frame(job: FrameJob, preset: str, mode: str = "train") -> dict:
         lo, hi = p.point_cloud_range[:3], p.point_cloud_range[3:]
         raise ValueError(f"{job.ref}: no point inside the range {list(lo)} .. {list(hi)} m of preset {preset!r}; "
                          "is the layout or the preset right?")
-    return {"id": frame_id(job, preset, mode, content), "source": job.source, "source_ref": job.ref, "preset": preset,
-            "point_features": list(POINT_FEATURES[layout]), "point_processing": steps,
-            "points": np.ascontiguousarray(points, np.float32),
-            "num_points_raw": raw, "labels": labels}
+    return Frame(id=frame_id(job, preset, mode, content), source=job.source, source_ref=job.ref, preset=preset,
+                 point_features=list(POINT_FEATURES[layout]), point_processing=steps,
+                 points=np.ascontiguousarray(points, np.float32), num_points_raw=raw, labels=labels)
