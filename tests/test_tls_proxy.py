@@ -1,0 +1,264 @@
+"""The policy proxy ends TLS with the crawl's own authority (transforms/web/tls_authority.py), so what
+crosses https counts as over http: bodies decoded and counted against the page's budget, every
+request inside a tunnel judged against the tunnel's origin, and a server whose certificate does
+not verify gets no request. Loopback servers started here, with a certificate authority of their
+own (a private PKI, handed to the proxy as extra roots); the rendered page is the bundled site's."""
+from __future__ import annotations
+
+import datetime
+import gzip
+import http.client
+import http.server
+import ipaddress
+import os
+import ssl
+import threading
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.conftest import needs_chromium, send_body
+from transforms.web.fetch_policy import FetchPolicy
+from transforms.web.policy_proxy import PolicyProxy
+from transforms.web.tls_authority import TlsAuthority
+
+HOST = "127.0.0.2"
+BOMB = 8 * 2**20          # decoded size of the gzip body
+BUDGET = 300_000
+
+
+def _cert(subject: str, key, issuer: str, issuer_key, ca: bool, ip: str | None = None):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+         .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)])).public_key(key.public_key())
+         .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+         .not_valid_after(now + datetime.timedelta(days=2))
+         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), True))
+    if ip:
+        b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), False)
+    return b.sign(issuer_key, hashes.SHA256())
+
+
+def _pem(cert) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _key_pem(key) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _write(folder, name: str, *pems: bytes) -> str:
+    path = os.path.join(folder, name)
+    with open(path, "wb") as fh:
+        fh.write(b"".join(pems))
+    return path
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """{"roots": the private CA's PEM text, "roots_file": the same in a file, "site": (cert, key) it signed for HOST, "stranger": (cert, key)
+    of a self-signed certificate for HOST that nobody trusts}."""
+    folder = str(tmp_path_factory.mktemp("pki"))
+    ca_key, site_key, odd_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = _cert("private test CA", ca_key, "private test CA", ca_key, ca=True)
+    site = _cert(HOST, site_key, "private test CA", ca_key, ca=False, ip=HOST)
+    stranger = _cert(HOST, odd_key, HOST, odd_key, ca=False, ip=HOST)
+    return {"roots": _pem(ca).decode(), "roots_file": _write(folder, "roots.pem", _pem(ca)),
+            "site": (_write(folder, "site.pem", _pem(site)), _write(folder, "site.key", _key_pem(site_key))),
+            "stranger": (_write(folder, "odd.pem", _pem(stranger)), _write(folder, "odd.key", _key_pem(odd_key)))}
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    root = None
+    seen: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.seen.append(self.path)
+        if self.path == "/bomb":
+            return send_body(self, 200, "text/plain", gzip.compress(b" " * BOMB, 9, mtime=0),
+                             headers=[("Content-Encoding", "gzip")])
+        if self.path == "/host":
+            return send_body(self, 200, "text/plain", (self.headers.get("Host") or "").encode())
+        path = os.path.join(self.root, self.path.lstrip("/").split("?")[0] or "index.html")
+        if not os.path.isfile(path):
+            return send_body(self, 404, "text/plain", b"not found")
+        kind = {"html": "text/html; charset=utf-8", "css": "text/css", "png": "image/png", "svg": "image/svg+xml",
+                "jpg": "image/jpeg", "js": "text/javascript"}.get(path.rsplit(".", 1)[-1], "application/octet-stream")
+        with open(path, "rb") as fh:
+            send_body(self, 200, kind, fh.read())
+
+
+def _https(cert: tuple[str, str], root: str):
+    """A TLS server on HOST with `cert`, serving `root` (and /bomb, /host): (server, base URL, handler
+    class, whose `seen` lists the paths asked). The handshake runs in the request's thread."""
+    handler = type("Handler", (_Handler,), {"root": root, "seen": []})
+    server = http.server.ThreadingHTTPServer((HOST, 0), handler)
+    server.daemon_threads = True
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*cert)
+    server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"https://{HOST}:{server.server_address[1]}", handler
+
+
+@pytest.fixture(scope="module")
+def site_root():
+    from pipelines.multiui import SAMPLE_SITE
+    return SAMPLE_SITE
+
+
+@pytest.fixture(scope="module")
+def servers(pki, site_root):
+    """{"site": the private CA's server, "stranger": the untrusted one}: (base URL, handler class)."""
+    made = {name: _https(pki[name], site_root) for name in ("site", "stranger")}
+    yield {name: (url, handler) for name, (_, url, handler) in made.items()}
+    for server, _, _ in made.values():
+        server.shutdown()
+        server.server_close()
+
+
+def _through(proxy: PolicyProxy, authority: TlsAuthority, url: str, path: str, headers=None):
+    """GET `path` of `url` through the proxy, as the browser does: CONNECT, then TLS with the
+    certificate the proxy makes (trusted as the browser trusts it); (status, headers, body)."""
+    context = ssl.create_default_context(cadata=authority.ca_pem.decode())
+    host, port = url.split("//")[1].split(":")
+    conn = http.client.HTTPSConnection("127.0.0.1", proxy.port, context=context, timeout=20)
+    conn.set_tunnel(host, int(port))
+    try:
+        conn.request("GET", path, headers=headers or {})
+        response = conn.getresponse()
+        try:
+            body = response.read()
+        except http.client.IncompleteRead as e:
+            body = e.partial
+        return response.status, dict(response.getheaders()), body
+    finally:
+        conn.close()
+
+
+def _policy(max_bytes: int = 64 * 2**20) -> FetchPolicy:
+    return FetchPolicy(allow_addresses=(HOST,), max_bytes=max_bytes)
+
+
+def test_a_compressed_https_body_is_decoded_and_counted(pki, servers):
+    url, _ = servers["site"]
+    authority = TlsAuthority(pki["roots"])
+    try:
+        with PolicyProxy(_policy(), authority=authority) as proxy:      # the control: within budget
+            status, headers, body = _through(proxy, authority, url, "/bomb")
+        assert status == 200 and body == b" " * BOMB and "Content-Encoding" not in headers
+        with PolicyProxy(_policy(BUDGET), authority=authority) as proxy:
+            try:
+                _, _, body = _through(proxy, authority, url, "/bomb")
+            except (OSError, http.client.HTTPException):
+                body = b""
+            assert len(body) <= BUDGET
+            assert any("budget" in why for _, why in proxy.refusals), proxy.refusals
+    finally:
+        authority.close()
+
+
+def test_a_server_whose_certificate_does_not_verify_gets_nothing(pki, servers):
+    url, handler = servers["stranger"]
+    authority = TlsAuthority(pki["roots"])
+    try:
+        with PolicyProxy(_policy(), authority=authority) as proxy:
+            with pytest.raises((OSError, http.client.HTTPException)):
+                _through(proxy, authority, url, "/index.html")
+        assert handler.seen == []
+        assert any("certificate is refused" in why and "self-signed" in why for _, why in proxy.refusals), \
+            proxy.refusals
+    finally:
+        authority.close()
+    # nor does the private CA's own server, for an authority not told of its roots (system roots only)
+    url, handler = servers["site"]
+    seen = len(handler.seen)
+    bare = TlsAuthority()
+    try:
+        with PolicyProxy(_policy(), authority=bare) as proxy:
+            with pytest.raises((OSError, http.client.HTTPException)):
+                _through(proxy, bare, url, "/index.html")
+        assert len(handler.seen) == seen and any("certificate is refused" in why for _, why in proxy.refusals)
+    finally:
+        bare.close()
+
+
+def test_a_request_inside_a_tunnel_is_for_the_tunnels_host_only(pki, servers):
+    url, handler = servers["site"]
+    authority = TlsAuthority(pki["roots"])
+    try:
+        with PolicyProxy(_policy(), authority=authority) as proxy:
+            status, _, body = _through(proxy, authority, url, "/host")
+            assert status == 200 and body.decode() == url.split("//")[1]
+            status, _, body = _through(proxy, authority, url, "/host", headers={"Host": "127.0.0.1"})
+        assert status == 403 and b"inside the tunnel" in body
+        assert handler.seen.count("/host") == 1
+    finally:
+        authority.close()
+
+
+def test_the_authority_is_private_to_its_crawl():
+    a, b = TlsAuthority(), TlsAuthority()
+    try:
+        folder = a._folder
+        assert a.spki != b.spki and a.browser_flag == f"--ignore-certificate-errors-spki-list={a.spki}"
+        assert oct(os.stat(folder).st_mode & 0o777) == "0o700"
+        assert a.server_context("example.org") is a.server_context("example.org")
+        flags = a.trusted_by(("--headless", "--ignore-certificate-errors-spki-list=x1,x2"))
+        assert flags == ("--headless", f"--ignore-certificate-errors-spki-list=x1,x2,{a.spki}")
+    finally:
+        a.close()
+        b.close()
+    assert not os.path.exists(folder)
+    with pytest.raises(ValueError, match="no PEM certificate"):
+        TlsAuthority("/a/path/instead/of/the/text.pem")
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_an_https_page_renders_as_the_same_page_over_http(pki, servers, site_root):
+    """The bundled site's home page over https (through the proxy that ends TLS) and over http
+    (the same files, the same address): the same boxes, text and screenshot."""
+    from transforms.web.render import Renderer, RenderError
+    from tests.conftest import loopback_server
+    url, _ = servers["site"]
+    plain, plain_url = loopback_server(type("Plain", (_Handler,), {"root": site_root, "seen": []}), HOST)
+    policy = FetchPolicy(allow_addresses=(HOST,))
+    try:
+        with Renderer(tls_roots=pki["roots"]) as renderer:
+            rows = [renderer.render_page(base + "/index.html", "desktop", 1, policy=policy, follow_links=0)
+                    for base in (plain_url, url)]
+            with pytest.raises(RenderError, match="certificate"):
+                renderer.render_page(servers["stranger"][0] + "/index.html", "desktop", 1, policy=policy,
+                                     follow_links=0)
+    finally:
+        plain.shutdown()
+        plain.server_close()
+    http_row, https_row = rows
+    assert https_row["final_url"].startswith("https://") and https_row["title"] == http_row["title"]
+    shape = lambda row: [(n["role"], n["name"], n.get("bbox")) for n in row["nodes"]]   # noqa: E731
+    assert shape(https_row) == shape(http_row) and len(shape(http_row)) > 10
+    assert https_row["screenshot"] == http_row["screenshot"]
+
+
+def test_the_tls_roots_key_carries_the_pem_text_to_the_workers(pki, tmp_path):
+    """The key names a file (or store location) on the launcher; the settings hold its text, since
+    workers share no disk. A missing file or one without a CA certificate is a one-line error."""
+    from core.config import ConfigError
+    from pipelines import multiui, registry
+    config = registry.get("multiui").config
+    resolved = config.resolve(None, [f"html_dir={tmp_path}", f"tls_roots={pki['roots_file']}"])
+    assert multiui.settings(resolved).capture.tls_roots == pki["roots"]
+    assert multiui.settings(config.resolve(None, [f"html_dir={tmp_path}"])).capture.tls_roots is None
+    (tmp_path / "not.pem").write_text("hello")
+    for value, message in ((tmp_path / "gone.pem", "tls_roots"), (tmp_path / "not.pem", "no PEM certificate")):
+        with pytest.raises(ConfigError, match=message) as err:
+            multiui.settings(config.resolve(None, [f"html_dir={tmp_path}", f"tls_roots={value}"]))
+        assert "\n" not in str(err.value)
