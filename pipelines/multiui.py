@@ -18,6 +18,7 @@ from transforms.web.capture import CaptureSettings
 from transforms.web.curation import Rules
 from transforms.web.multiui_graph import MultiuiGraph, MultiuiSettings
 from transforms.web.tasks import TaskRules
+from transforms.web.tls_authority import check_roots
 
 SAMPLE_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sites", "multiui")
 
@@ -84,6 +85,9 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("allow_loopback", bool, False, "let live URLs reach loopback addresses (tests and local servers only)"),
     Key("subresources", str, "archive", "where a replayed (WARC) page gets the CSS, fonts and images its archive "
         "lacks: archive (nowhere: refused) or live (fetched under the fetch policy)", choices=("archive", "live")),
+    Key("tls_roots", str, None, "a PEM file (or store location) of CA certificates the fetch proxy trusts besides "
+        "the system's when it verifies https servers (a private PKI); verification cannot be turned off",
+        optional=True),
     Key("chromium", str, CHROMIUM, "the Chromium binary Playwright drives (a full /usr/bin/chromium works too, at about twice the CPU a page)"),
     Key("min_text_chars", int, 200, "curation: pages with less visible text are dropped", low=0),
     Key("llm_judge", bool, False, "curation: also ask the LLM whether to keep each page"),
@@ -145,7 +149,7 @@ def settings(resolved: Resolved):
     return settings_from(
         MultiuiSettings, c, sources=tuple(srcs), platforms=tuple(names(c["platforms"])),
         capture=settings_from(CaptureSettings, c, timeout_ms=int(c["timeout_s"] * 1000),
-                              max_page_bytes=int(c["max_page_mb"] * 2**20)),
+                              max_page_bytes=int(c["max_page_mb"] * 2**20), tls_roots=tls_roots(c)),
         tasks=tuple(names(c["tasks"])), rules=settings_from(TaskRules, c),
         sampling={"webpage_caption": sampling(c["caption_tokens"]), "webpage_qa": sampling(c["qa_tokens"]),
                   "action_grounding": sampling(c["instruction_tokens"]), "embedded_image": sampling(300)},
@@ -153,6 +157,18 @@ def settings(resolved: Resolved):
         judge=Sampling(temperature=0.0, max_tokens=4) if c["llm_judge"] else None,
         backend=make_backend(c) if c["llm_tasks"] or c["llm_judge"] else None, vision_backend=vision,
         cache_location=responses(c), html_folder=html[0] if html else None)
+
+
+def tls_roots(c: dict) -> str | None:
+    """The tls_roots key's PEM text, read here so that it travels to the workers; a one-line error
+    for a file that is missing or holds no CA certificate."""
+    if not c["tls_roots"]:
+        return None
+    raw = stored(c["tls_roots"], "tls_roots", storage.read_bytes)
+    try:
+        return check_roots(raw.decode("ascii"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ConfigError(f"key 'tls_roots': {c['tls_roots']}: {e}") from None
 
 
 def build(pipeline, resolved: Resolved, ledger):

@@ -9,8 +9,8 @@ The harness is tests/test_fetch_attacks.py's: its site (127.0.0.2:P), its canari
   serves a gzip bomb at /bomb;
 - two more browsers (`_renderer`): "wide", without a proxy and with Chromium's resolver rules
   letting 0.0.0.0, [::], [::1] and [::ffff:0:0] through (controls for addresses the policy cannot
-  allow); "trusted", the renderer's own flags and proxy, trusting B's certificate as a real
-  site's would be trusted (both trust B);
+  allow), which trusts B's certificate; "trusted", the renderer as it is, whose proxy trusts B's
+  certificate as it would a real site's (tls_roots);
 - site routes under /bx/: `/bx/enc` (a body under Content-Encoding header lines chosen by the
   query) and `/bx/ws` (a WebSocket that sends one large message, optionally permessage-deflate).
 
@@ -26,7 +26,8 @@ their own pages.
 
 Measured blind (2026-12-02), before any fix: of 59 vectors (52 SSRF, 7 budget) 2 got through,
 both budget ones: `budget_websocket_deflate` (fixed since: the proxy offers no WebSocket
-compression) and `budget_tls_bomb` (open, marked so).
+compression) and `budget_tls_bomb` (fixed since: the proxy ends TLS with the crawl's own
+authority, so an https body is decoded and counted as an http one).
 
 Budget vectors (`BUDGET_VECTORS`) report, from the page, how many decoded bytes they received
 (`ran('total N')`), each on a page of its own (the budget is the whole page's). Under a 300 kB
@@ -266,10 +267,12 @@ VECTORS_BLIND = [
                 ".catch(e => ran('audio: ' + e)) } catch (e) { ran('no audioWorklet: ' + e) }</script>", wait_ms=400),
     # -- TLS ---------------------------------------------------------------------------------------
     # an allowed https site whose certificate names its issuer at an AIA URL on 127.0.0.1:R: the
-    # certificate verifier fetches it (does that fetch go through the proxy?)
+    # certificate verifier fetches it (does that fetch go through the proxy?). Since the proxy ends
+    # TLS, the browser verifies only the crawl's own certificates and the proxy's verifier fetches
+    # nothing; the control, a browser without the proxy, shows that Chromium's verifier would
     BlindVector("tls_aia_fetch", body="<script>fetch('https://127.0.0.2:{{T}}/aia', {mode: 'no-cors'})"
                 ".catch(e => ran('tls: ' + e))</script><img src=\"https://127.0.0.2:{{T}}/aia.png\">",
-                wait_ms=1000, hit=("tcp", LOCAL, "R"), control_allow=(LOCAL,)),
+                wait_ms=1000, hit=("tcp", LOCAL, "R"), unrestricted_control=True),
 ]
 
 # -- the byte budget: what the page reports it decoded --------------------------------------------
@@ -289,13 +292,10 @@ BUDGET_VECTORS = [
     BudgetVector("budget_x_gzip", body=_fetch_total("/bx/enc?ce=x-gzip&layers=1&size=%d" % BOMB)),
     # the coding name in capitals
     BudgetVector("budget_gzip_uppercase", body=_fetch_total("/bx/enc?ce=GZIP&layers=1&size=%d" % BOMB)),
-    # a gzip bomb from an https site on an allowed address: the proxy only sees a CONNECT tunnel
-    # (the browsers trust the site's certificate, as they would a real site's)
+    # a gzip bomb from an https site on an allowed address: inside a CONNECT tunnel (the proxy
+    # trusts the site's certificate, as it would a real site's, and ends the browser's TLS itself)
     BudgetVector("budget_tls_bomb", trusted_tls=True,
-                body=_fetch_total("https://127.0.0.2:{{B}}/bomb?size=%d" % BOMB),
-                xfail_blocked="open: the proxy sees https only as a tunnel, so a compressed body inside it "
-                              "counts at its wire size; counting decoded bytes needs the browser's own count "
-                              "(CDP Network.dataReceived on every target)"),
+                 body=_fetch_total("https://127.0.0.2:{{B}}/bomb?size=%d" % BOMB)),
 ]
 
 ALL_BLIND = VECTORS_BLIND + BUDGET_VECTORS
@@ -435,6 +435,7 @@ class _TlsSite(http.server.ThreadingHTTPServer):
         super().__init__((SITE, 0), _TlsHandler)
         self.aia_url = aia_url
         self.folder = tempfile.mkdtemp(prefix="blind-tls-")
+        self.cert_path = f"{self.folder}/cert.pem"     # the leaf (self-signed without aia_url: its own root)
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.fresh_cert()
         self.socket = self.context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
@@ -463,7 +464,7 @@ class _TlsSite(http.server.ThreadingHTTPServer):
             builder = builder.add_extension(x509.AuthorityInformationAccess([x509.AccessDescription(
                 AuthorityInformationAccessOID.CA_ISSUERS, x509.UniformResourceIdentifier(self.aia_url))]), False)
         cert = builder.sign(ca_key, hashes.SHA256())
-        cert_path, key_path = f"{self.folder}/cert.pem", f"{self.folder}/key.pem"
+        cert_path, key_path = self.cert_path, f"{self.folder}/key.pem"
         with open(cert_path, "wb") as fh:
             fh.write(cert.public_bytes(serialization.Encoding.PEM))
         with open(key_path, "wb") as fh:
@@ -511,8 +512,8 @@ def _renderer(env, kind: str) -> Renderer:
     """Browsers of this module, started once:
     - "wide": no proxy, and Chromium's resolver rules also let 0.0.0.0, [::] and [::1] through
       (the suite's unrestricted browser excludes only 127.0.0.1-3); trusts the bomb site;
-    - "trusted": the renderer as it is (its flags, the policy proxy), trusting the bomb site's
-      certificate, as if it were a real site's."""
+    - "trusted": the renderer as it is (its flags, the policy proxy ending TLS), whose proxy
+      trusts the bomb site's certificate, as if it were a real site's."""
     if kind not in env.blind_renderers:
         mp = pytest.MonkeyPatch()
         try:
@@ -524,7 +525,8 @@ def _renderer(env, kind: str) -> Renderer:
                     "::ffff:0:0")])
                 r = Renderer(args=(*R.DEFAULT_ARGS, f"--host-resolver-rules={rules}", trust))
             else:
-                r = Renderer(args=(*R.DEFAULT_ARGS, trust))
+                with open(env.tls_bomb.cert_path) as fh:
+                    r = Renderer(tls_roots=fh.read())
             r.start()
         finally:
             mp.undo()

@@ -149,8 +149,7 @@ def _policy(max_bytes: int = 64 * 2**20) -> FetchPolicy:
 
 def test_a_compressed_https_body_is_decoded_and_counted(pki, servers):
     url, _ = servers["site"]
-    authority = TlsAuthority(pki["roots"])
-    try:
+    with TlsAuthority(pki["roots"]) as authority:
         with PolicyProxy(_policy(), authority=authority) as proxy:      # the control: within budget
             status, headers, body = _through(proxy, authority, url, "/bomb")
         assert status == 200 and body == b" " * BOMB and "Content-Encoding" not in headers
@@ -159,49 +158,39 @@ def test_a_compressed_https_body_is_decoded_and_counted(pki, servers):
                 _, _, body = _through(proxy, authority, url, "/bomb")
             except (OSError, http.client.HTTPException):
                 body = b""
-            assert len(body) <= BUDGET
-            assert any("budget" in why for _, why in proxy.refusals), proxy.refusals
-    finally:
-        authority.close()
+        assert len(body) <= BUDGET
+        assert any("budget" in why for _, why in proxy.refusals), proxy.refusals
+
+
+def _refused(authority: TlsAuthority, server) -> list[str]:
+    """Why the proxy refused a GET of `server`'s page, which must fail and reach the server not at all."""
+    url, handler = server
+    seen = len(handler.seen)
+    with PolicyProxy(_policy(), authority=authority) as proxy:
+        with pytest.raises((OSError, http.client.HTTPException)):
+            _through(proxy, authority, url, "/index.html")
+    assert len(handler.seen) == seen
+    return [why for _, why in proxy.refusals]
 
 
 def test_a_server_whose_certificate_does_not_verify_gets_nothing(pki, servers):
-    url, handler = servers["stranger"]
-    authority = TlsAuthority(pki["roots"])
-    try:
-        with PolicyProxy(_policy(), authority=authority) as proxy:
-            with pytest.raises((OSError, http.client.HTTPException)):
-                _through(proxy, authority, url, "/index.html")
-        assert handler.seen == []
-        assert any("certificate is refused" in why and "self-signed" in why for _, why in proxy.refusals), \
-            proxy.refusals
-    finally:
-        authority.close()
+    with TlsAuthority(pki["roots"]) as authority:
+        refused = _refused(authority, servers["stranger"])
+    assert any("certificate is refused" in why and "self-signed" in why for why in refused), refused
     # nor does the private CA's own server, for an authority not told of its roots (system roots only)
-    url, handler = servers["site"]
-    seen = len(handler.seen)
-    bare = TlsAuthority()
-    try:
-        with PolicyProxy(_policy(), authority=bare) as proxy:
-            with pytest.raises((OSError, http.client.HTTPException)):
-                _through(proxy, bare, url, "/index.html")
-        assert len(handler.seen) == seen and any("certificate is refused" in why for _, why in proxy.refusals)
-    finally:
-        bare.close()
+    with TlsAuthority() as bare:
+        refused = _refused(bare, servers["site"])
+    assert any("certificate is refused" in why for why in refused), refused
 
 
 def test_a_request_inside_a_tunnel_is_for_the_tunnels_host_only(pki, servers):
     url, handler = servers["site"]
-    authority = TlsAuthority(pki["roots"])
-    try:
-        with PolicyProxy(_policy(), authority=authority) as proxy:
-            status, _, body = _through(proxy, authority, url, "/host")
-            assert status == 200 and body.decode() == url.split("//")[1]
-            status, _, body = _through(proxy, authority, url, "/host", headers={"Host": "127.0.0.1"})
-        assert status == 403 and b"inside the tunnel" in body
-        assert handler.seen.count("/host") == 1
-    finally:
-        authority.close()
+    with TlsAuthority(pki["roots"]) as authority, PolicyProxy(_policy(), authority=authority) as proxy:
+        status, _, body = _through(proxy, authority, url, "/host")
+        assert status == 200 and body.decode() == url.split("//")[1]
+        status, _, body = _through(proxy, authority, url, "/host", headers={"Host": "127.0.0.1"})
+    assert status == 403 and b"inside the tunnel" in body
+    assert handler.seen.count("/host") == 1
 
 
 def test_the_authority_is_private_to_its_crawl():

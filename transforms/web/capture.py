@@ -41,6 +41,7 @@ class CaptureSettings:
     subresources: str = "archive"   # replayed pages: "archive" only, or "live" for what it lacks
     restart_after_pages: int = 200
     chromium: str = CHROMIUM
+    tls_roots: str | None = None    # PEM text of extra CA roots for the proxy's TLS verification
 
 
 def page_id(target: PageTarget, platform: str, settings: CaptureSettings) -> str:
@@ -95,7 +96,8 @@ class CapturePage:
 
     def setup(self):
         if self._renderer is None:
-            self._renderer = Renderer(self.settings.chromium, restart_after_pages=self.settings.restart_after_pages)
+            self._renderer = Renderer(self.settings.chromium, restart_after_pages=self.settings.restart_after_pages,
+                                      tls_roots=self.settings.tls_roots)
         if self.html_folder and self._site is None:
             self._site = LocalSite(self.html_folder).__enter__()
 

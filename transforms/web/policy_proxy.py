@@ -20,15 +20,21 @@ proxied too), and the proxy:
   never decoded whole, never buffered. The request offers the server only those codings, and a
   response in another (zstd, compress) or in stacked codings is refused: its size could not be
   counted;
-- offers no compression to a plain WebSocket (it drops `Sec-WebSocket-Extensions` from a ws://
-  handshake in a tunnel), so a message counts at its size, not at its deflated size; a server
-  that answers with an extension anyway, or sends a frame with an RSV bit set, has its tunnel cut;
+- offers no compression to a WebSocket (it drops `Sec-WebSocket-Extensions` from the handshake),
+  so a message counts at its size, not at its deflated size; a server that answers with an
+  extension anyway, or sends a frame with an RSV bit set, has its tunnel cut;
+- ends TLS itself when given the crawl's authority (tls_authority.py): the browser's https and wss
+  tunnels are answered with a certificate the authority signs for the tunnel's host, the proxy
+  opens its own verified TLS connection to the judged address, and what crosses is then HTTP and
+  WebSocket traffic like any other: decoded and counted, its WebSocket handshake and frames
+  checked. A server whose certificate does not verify (tls_authority.py says which errors) gets
+  no request; the failure is recorded with its reason;
 - skips informational responses (103 Early Hints, 102 Processing) and forwards the final one;
 - records why it refused a request or a connection failed, for the render error's reason.
 
-What it does not see: the content of https and wss tunnels (their bytes count as they cross the
-wire, so a compressed body inside https counts at its compressed size),
-and traffic that does not go to a proxy at all. For the latter Chromium is started with WebRTC
+What it does not see: the content of a TLS tunnel when no authority is given (its bytes count as
+they cross the wire, so a compressed body inside it counts at its compressed size), and traffic
+that does not go to a proxy at all. For the latter Chromium is started with WebRTC
 limited to proxied connections and its own host resolver disabled (render.py).
 
 One proxy per page: its policy, DNS answers, budget and records are that page's. A browser context
@@ -41,6 +47,7 @@ from __future__ import annotations
 import http.client
 import select
 import socket
+import ssl
 import threading
 import zlib
 from collections.abc import Iterator
@@ -54,6 +61,7 @@ except ImportError as e:  # pragma: no cover - the web extra installs it
 
 from transforms.web import urls
 from transforms.web.fetch_policy import FetchPolicy
+from transforms.web.tls_authority import TlsAuthority
 
 MAX_HEAD = 64 * 1024          # request or response head
 MAX_REQUEST_BODY = 16 * 2**20
@@ -95,10 +103,12 @@ class ProxyLog:
 class PolicyProxy:
     """`with PolicyProxy(policy) as proxy:` a loopback proxy at `proxy.url` enforcing `policy`."""
 
-    def __init__(self, policy: FetchPolicy, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, policy: FetchPolicy, host: str = "127.0.0.1", port: int = 0,
+                 authority: TlsAuthority | None = None):
         """port: 0 picks a free one; the port of a closed proxy gives the next page of a kept browser
-        context (whose proxy setting names that port) a proxy of its own (OSError if it is taken)."""
-        self.policy = policy
+        context (whose proxy setting names that port) a proxy of its own (OSError if it is taken).
+        authority: end the browser's TLS here (the browser must trust it: its browser_flag)."""
+        self.policy, self.authority = policy, authority
         self.log = ProxyLog()
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
@@ -201,10 +211,14 @@ class PolicyProxy:
                 url = _tunnel_url(target)
                 upstream = self._connect(url)
                 client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                rest, plain_ws = _plain_websocket_head(client, rest)
-                if rest:
-                    upstream.sendall(rest)
-                self._relay(client, upstream, url, WebSocketAnswer() if plain_ws else None)
+                if self.authority is not None and _starts_tls(client, rest):
+                    client, upstream = self._terminate(client, upstream, url)
+                    self._inside(client, upstream, url)
+                else:
+                    rest, websocket = _websocket_head(client, rest)
+                    if rest:
+                        upstream.sendall(rest)
+                    self._relay(client, upstream, url, WebSocketAnswer() if websocket else None)
             else:
                 url = target
                 upstream = self._connect(url)
@@ -276,16 +290,59 @@ class PolicyProxy:
         if chunked:
             client.sendall(b"0\r\n\r\n")
 
+    def _terminate(self, client: socket.socket, upstream: socket.socket, url: str) -> tuple[ssl.SSLSocket, ssl.SSLSocket]:
+        """(browser side, server side) of a TLS tunnel ended here: the server verified first (a
+        server that fails gets nothing of the browser's), then the browser answered with the
+        authority's certificate for the tunnel's host."""
+        host = urls.parse(url).host.strip("[]")
+        try:
+            secure = self.authority.client_context().wrap_socket(upstream, server_hostname=host)
+        except ssl.SSLCertVerificationError as e:
+            raise Refused(f"TLS: {host}'s certificate is refused: {e.verify_message or e.reason}") from None
+        except ssl.SSLError as e:
+            raise Refused(f"TLS: no secure connection to {host}: {e.reason or e}") from None
+        with self._lock:
+            self._open.discard(upstream)
+            self._open.add(secure)
+        browser = self.authority.server_context(host).wrap_socket(client, server_side=True)
+        with self._lock:
+            self._open.discard(client)
+            self._open.add(browser)
+        return browser, secure
+
+    def _inside(self, client: ssl.SSLSocket, upstream: ssl.SSLSocket, url: str) -> None:
+        """The request inside a TLS tunnel ended here, handled as in a plain one: a WebSocket
+        handshake without its extensions, then the answer checked; any other request forwarded as
+        plain HTTP is, decoded and counted."""
+        head, rest = _read_head(client)
+        method, target, headers = _parse_request(head)
+        inner = _inner_url(url, target, headers)
+        if any(k.lower() == "upgrade" and v.strip().lower() == "websocket" for k, v in headers):
+            start, _ = _websocket_head(client, head + b"\r\n\r\n" + rest)
+            upstream.sendall(start)
+            self._relay(client, upstream, inner, WebSocketAnswer())
+        else:
+            self._forward(client, upstream, method, inner, headers, rest)
+
     def _relay(self, client, upstream, url: str, answer: WebSocketAnswer | None = None) -> None:
         """Bytes both ways until either side closes; what comes from upstream is charged, and for
-        a plain WebSocket checked (`answer`) before it goes on."""
+        a WebSocket checked (`answer`) before it goes on. A TLS side is read without blocking: a
+        record that holds no data (a session ticket) must not hold up the other direction."""
         pair = {client: upstream, upstream: client}
         while True:
-            ready, _, _ = select.select(list(pair), [], [], IDLE_TIMEOUT_S)
+            ready = [s for s in pair if isinstance(s, ssl.SSLSocket) and s.pending()]
+            if not ready:
+                ready, _, _ = select.select(list(pair), [], [], IDLE_TIMEOUT_S)
             if not ready:
                 return
             for s in ready:
-                data = s.recv(CHUNK)
+                s.settimeout(0)
+                try:
+                    data = s.recv(CHUNK)
+                except (ssl.SSLWantReadError, BlockingIOError):
+                    continue
+                finally:
+                    s.settimeout(IDLE_TIMEOUT_S)
                 if not data:
                     return
                 if s is upstream:
@@ -295,12 +352,33 @@ class PolicyProxy:
                 pair[s].sendall(data)
 
 
-def _plain_websocket_head(client: socket.socket, start: bytes) -> tuple[bytes, bool]:
-    """The first bytes of a tunnel, with compression taken out of a plain (ws://) WebSocket
-    handshake: without `Sec-WebSocket-Extensions` no permessage-deflate is negotiated, so the
-    frames that cross the tunnel are the message bytes and the budget counts what the page gets;
-    and whether it was one (its answer is then checked: `WebSocketAnswer`). A TLS tunnel (https,
-    wss) starts with a handshake record and is passed on untouched."""
+def _starts_tls(client: socket.socket, start: bytes) -> bool:
+    """Whether the browser opens the tunnel with a TLS handshake record (https, wss)."""
+    if start:
+        return start[:1] == b"\x16"
+    if not select.select([client], [], [], IDLE_TIMEOUT_S)[0]:
+        return False
+    return client.recv(1, socket.MSG_PEEK) == b"\x16"
+
+
+def _inner_url(tunnel: str, target: str, headers: list[tuple[str, str]]) -> str:
+    """The URL of a request read inside a TLS tunnel: the tunnel's origin, which the policy judged
+    (a Host header naming another is refused: the connection is to the judged address only)."""
+    origin = tunnel.rstrip("/")
+    host = next((v for k, v in headers if k.lower() == "host"), None)
+    if host is not None and urls.parse(f"https://{host}/").host != urls.parse(tunnel).host:
+        raise Refused(f"a request for Host {host[:200]!r} inside the tunnel to {origin}")
+    if not target.startswith("/"):
+        raise Refused(f"a request target {target[:200]!r} inside a tunnel (origin form expected)")
+    return origin + target
+
+
+def _websocket_head(client: socket.socket, start: bytes) -> tuple[bytes, bool]:
+    """The first bytes of a tunnel, with compression taken out of a WebSocket handshake: without
+    `Sec-WebSocket-Extensions` no permessage-deflate is negotiated, so the frames that cross the
+    tunnel are the message bytes and the budget counts what the page gets; and whether it was one
+    (its answer is then checked: `WebSocketAnswer`). A TLS tunnel not ended here starts with a
+    handshake record and is passed on untouched."""
     data = start
     while len(data) < 4:
         if not select.select([client], [], [], IDLE_TIMEOUT_S)[0]:

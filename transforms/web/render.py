@@ -60,6 +60,7 @@ from transforms.web.page_errors import (HTML_TYPES, BrowserCrashed, RenderError,
 from transforms.web.policy_proxy import PolicyProxy
 from transforms.web.site_contexts import KeptContext, SiteContexts, origin_of, site_key
 from transforms.web.subresources import Subresources
+from transforms.web.tls_authority import TlsAuthority
 
 PLATFORMS = ("desktop", "mobile")
 DESKTOP_WIDTH = 1280
@@ -95,8 +96,12 @@ class Renderer:
 
     def __init__(self, executable_path: str = CHROMIUM, args: tuple[str, ...] | list[str] = DEFAULT_ARGS,
                  restart_after_pages: int = 200, launch_timeout_s: float = 30.0,
-                 max_html_chars: int = 5_000_000, max_dom_nodes: int = 60_000, watchdog_slack_s: float = 10.0):
+                 max_html_chars: int = 5_000_000, max_dom_nodes: int = 60_000, watchdog_slack_s: float = 10.0,
+                 tls_roots: str | None = None):
+        """tls_roots: PEM text of CA certificates the policy proxy trusts besides the system's, for
+        sites of a private PKI (tls_authority.py)."""
         self.executable_path = executable_path
+        self.tls_roots = tls_roots
         self.args = tuple(args)
         self.restart_after_pages = restart_after_pages
         self.launch_timeout_s = launch_timeout_s
@@ -130,7 +135,7 @@ class Renderer:
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items()
                 if k in ("executable_path", "args", "restart_after_pages", "launch_timeout_s",
-                         "max_html_chars", "max_dom_nodes", "watchdog_slack_s")}
+                         "max_html_chars", "max_dom_nodes", "watchdog_slack_s", "tls_roots")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -279,6 +284,7 @@ class _Worker:
         self.started = False
         self._atexit = None
         self.ua_version = "120.0.0.0"
+        self.authority: TlsAuthority | None = None   # the crawl's, made with the first browser
 
     def run(self) -> None:
         from playwright.sync_api import sync_playwright
@@ -301,6 +307,8 @@ class _Worker:
                             self.stop_browser()
             finally:
                 self.stop_browser()
+                if self.authority is not None:
+                    self.authority.close()
 
     # ------------------------------------------------------------ browser
 
@@ -315,9 +323,11 @@ class _Worker:
             self.owner.restarts += 1
         self.started = True
         self.stop_browser()
+        if self.authority is None:
+            self.authority = TlsAuthority(self.owner.tls_roots)
         try:
-            self.proc, self.profile_dir, ws = chromium.launch(self.owner.executable_path, self.owner.args,
-                                                              self.owner.launch_timeout_s)
+            self.proc, self.profile_dir, ws = chromium.launch(
+                self.owner.executable_path, self.authority.trusted_by(self.owner.args), self.owner.launch_timeout_s)
         except chromium.LaunchError as e:
             raise RenderError(str(e)) from None
         # a worker that exits without teardown must not leave a browser behind
@@ -367,10 +377,10 @@ class _Worker:
             return None, None
         if kept is not None:
             try:
-                return PolicyProxy(policy, port=kept.port), kept
+                return PolicyProxy(policy, port=kept.port, authority=self.authority), kept
             except OSError:
                 _quietly(kept.ctx.close)
-        return PolicyProxy(policy), None
+        return PolicyProxy(policy, authority=self.authority), None
 
     def keep_context(self, kept: KeptContext, key: tuple, url: str, final_url: str, proxy: PolicyProxy) -> bool:
         """Keep the context of a page that rendered well for the site's next page: the next page's

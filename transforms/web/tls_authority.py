@@ -115,6 +115,12 @@ class TlsAuthority:
     def close(self) -> None:
         shutil.rmtree(self._folder, ignore_errors=True)
 
+    def __enter__(self) -> TlsAuthority:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def _make_context(self, host: str) -> ssl.SSLContext:
         try:
             alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host.strip("[]")))
