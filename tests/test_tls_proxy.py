@@ -11,6 +11,7 @@ import http.client
 import http.server
 import ipaddress
 import os
+import socket
 import ssl
 import threading
 
@@ -20,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.conftest import needs_chromium, send_body
+from tests.conftest import needs_chromium, send_body, websocket_accept, websocket_frame
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.policy_proxy import PolicyProxy
 from transforms.web.tls_authority import TlsAuthority
@@ -81,6 +82,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.seen.append(self.path)
+        if self.path.startswith("/ws"):
+            return self._websocket()
         if self.path == "/bomb":
             return send_body(self, 200, "text/plain", gzip.compress(b" " * BOMB, 9, mtime=0),
                              headers=[("Content-Encoding", "gzip")])
@@ -95,10 +98,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             send_body(self, 200, kind, fh.read())
 
 
+    def _websocket(self):
+        """/ws?ext=1&deflate=1&size=N: a 101 naming permessage-deflate (ext) whatever was offered,
+        then one message of N spaces, compressed with RSV1 set (deflate) or not."""
+        q = dict(p.split("=") for p in self.path.partition("?")[2].split("&") if "=" in p)
+        self.offers.append(self.headers.get("Sec-WebSocket-Extensions"))
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", websocket_accept(self.headers.get("Sec-WebSocket-Key", "")))
+        if q.get("ext") == "1":
+            self.send_header("Sec-WebSocket-Extensions", "permessage-deflate")
+        self.end_headers()
+        try:
+            self.wfile.write(websocket_frame(b" " * int(q.get("size", "5")), q.get("deflate") == "1"))
+            self.wfile.flush()
+        except OSError:
+            pass
+        self.close_connection = True
+
+
 def _https(cert: tuple[str, str], root: str):
     """A TLS server on HOST with `cert`, serving `root` (and /bomb, /host): (server, base URL, handler
     class, whose `seen` lists the paths asked). The handshake runs in the request's thread."""
-    handler = type("Handler", (_Handler,), {"root": root, "seen": []})
+    handler = type("Handler", (_Handler,), {"root": root, "seen": [], "offers": []})
     server = http.server.ThreadingHTTPServer((HOST, 0), handler)
     server.daemon_threads = True
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -191,6 +214,55 @@ def test_a_request_inside_a_tunnel_is_for_the_tunnels_host_only(pki, servers):
         status, _, body = _through(proxy, authority, url, "/host", headers={"Host": "127.0.0.1"})
     assert status == 403 and b"inside the tunnel" in body
     assert handler.seen.count("/host") == 1
+
+
+def _wss_through(proxy: PolicyProxy, authority: TlsAuthority, url: str, path: str) -> bytes:
+    """A WebSocket handshake for `path`, offering permessage-deflate as a browser does, through the
+    proxy's TLS; what came back before the tunnel closed (at most 5 s)."""
+    hostport = url.split("//")[1]
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    sock.sendall(f"CONNECT {hostport} HTTP/1.1\r\nHost: {hostport}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1024)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    tls = ssl.create_default_context(cadata=authority.ca_pem.decode()).wrap_socket(sock, server_hostname=HOST)
+    tls.sendall((f"GET {path} HTTP/1.1\r\nHost: {hostport}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                 "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n").encode())
+    got = b""
+    try:
+        while chunk := tls.recv(65536):
+            got += chunk
+    except (OSError, ssl.SSLError):
+        pass
+    tls.close()
+    return got
+
+
+@pytest.mark.parametrize("path, reason", [("/ws?ext=1&deflate=1&size=4096", "nobody offered"),
+                                          ("/ws?deflate=1&size=4096", "RSV bits"),
+                                          (f"/ws?size={32 * 2**20}", "budget"),
+                                          ("/ws?size=5", None)],
+                         ids=["unsolicited-deflate", "rsv-bits-alone", "32-MiB-message", "control"])
+def test_wss_is_held_to_the_websocket_rules(pki, servers, path, reason):
+    """Over wss as over ws: the browser's offer of compression is taken out, so a server that
+    compresses anyway, or sets RSV bits with no extension, has its tunnel cut; a message counts at
+    its size against the budget; a plain small message goes through."""
+    url, handler = servers["site"]
+    offers = len(handler.offers)
+    with TlsAuthority(pki["roots"]) as authority, \
+            PolicyProxy(_policy(BUDGET), authority=authority) as proxy:
+        got = _wss_through(proxy, authority, url, path)
+    assert handler.offers[offers:] == [None]          # the proxy took the browser's offer out
+    refusals = [why for _, why in proxy.refusals]
+    if reason is None:
+        assert got.startswith(b"HTTP/1.0 101") and got.endswith(websocket_frame(b" " * 5)) and not refusals
+        return
+    assert any(reason in why for why in refusals), refusals
+    assert len(got) <= BUDGET
+    if "deflate=1" in path:     # the answer is checked before it goes on: no compressed frame reached the client
+        assert websocket_frame(b" " * 4096, True)[:2] not in got.partition(b"\r\n\r\n")[2]
 
 
 def test_the_authority_is_private_to_its_crawl():
