@@ -85,6 +85,8 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("allow_loopback", bool, False, "let live URLs reach loopback addresses (tests and local servers only)"),
     Key("subresources", str, "archive", "where a replayed (WARC) page gets the CSS, fonts and images its archive "
         "lacks: archive (nowhere: refused) or live (fetched under the fetch policy)", choices=("archive", "live")),
+    Key("max_image_mpx", float, 40.0, "an image whose header says it has more megapixels than this is refused "
+        "before the browser decodes it (a 12 KB PNG can say 10000 x 10000: 400 MB decoded)", low=0.01),
     Key("tls_roots", str, None, "a PEM file (or store location) of CA certificates the fetch proxy trusts besides "
         "the system's when it verifies https servers (a private PKI); verification cannot be turned off",
         optional=True),

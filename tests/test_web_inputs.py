@@ -446,6 +446,30 @@ def test_page_size_budget_cuts_the_stream(browser, servers):
     assert 50_000 < proxy.log.bytes_served < 50_000 + 70_000
 
 
+def test_an_image_larger_than_the_pixel_budget_is_refused_before_it_is_decoded(browser, servers):
+    """A 3000 x 3000 PNG (9 Mpx, a few KB on the wire) under a 1 Mpx budget: the proxy reads its
+    size from the header and cuts it before the browser gets a byte, whatever its Content-Type
+    says; the control, the default budget, lets the browser decode it."""
+    from PIL import Image
+    out = io.BytesIO()
+    Image.new("L", (3000, 3000)).save(out, "PNG", optimize=True)
+    site = servers()
+    site.routes["/big.png"] = (200, {"Content-Type": "image/png"}, out.getvalue())
+    site.routes["/big.txt"] = (200, {"Content-Type": "text/plain"}, out.getvalue())    # sniffed as an image
+    site.html("/", '<title>pixels</title><img id=a src="/big.png"><img id=b src="/big.txt">')
+    widths = "[document.getElementById('a').naturalWidth, document.getElementById('b').naturalWidth]"
+    for budget, want in ((1_000_000, [0, 0]), (FetchPolicy().max_image_pixels, [3000, 3000])):
+        with PolicyProxy(FetchPolicy(allow_loopback=True, max_image_pixels=budget)) as proxy:
+            context, page = _open(browser, proxy=proxy)
+            page.goto(site.base + "/")
+            page.wait_for_load_state("load")
+            assert page.evaluate(widths) == want
+            context.close()
+        refused = sorted(url for url, why in proxy.refusals if "3000 x 3000 pixels" in why)
+        assert refused == ([site.base + "/big.png", site.base + "/big.txt"] if want == [0, 0] else []), proxy.refusals
+    assert len(out.getvalue()) < 50_000
+
+
 def _write_warc(path, records):
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter

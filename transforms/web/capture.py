@@ -42,6 +42,7 @@ class CaptureSettings:
     restart_after_pages: int = 200
     chromium: str = CHROMIUM
     tls_roots: str | None = None    # PEM text of extra CA roots for the proxy's TLS verification
+    max_image_mpx: float = 40.0     # an image whose header says more megapixels is refused
 
 
 def page_id(target: PageTarget, platform: str, settings: CaptureSettings) -> str:
@@ -124,7 +125,8 @@ class CapturePage:
         self.setup()
         s = self.settings
         url, canonical, handler, clock = target.url, None, None, None
-        live = FetchPolicy(allow_private=s.allow_private, allow_loopback=s.allow_loopback, max_bytes=s.max_page_bytes)
+        live = FetchPolicy(allow_private=s.allow_private, allow_loopback=s.allow_loopback, max_bytes=s.max_page_bytes,
+                           max_image_pixels=int(s.max_image_mpx * 1_000_000))
         if target.source == "warc":
             # replay: the archive serves the page; what it lacks is refused, or with subresources=live
             # fetched under the live policy; the page's clock starts at the record's WARC-Date

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from transforms.web import urls
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024  # per page: every response served to it, summed, decoded
+# per image, by its header: an 8K photo (33 Mpx) passes; 10000 x 10000 (400 MB decoded) does not
+DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
 # in a refusal's reason: the name server did not answer (EAI_AGAIN), a fault that may pass
 DNS_UNAVAILABLE = "name server temporarily unavailable"
 
@@ -108,16 +110,20 @@ class FetchPolicy:
                  allowed_schemes: Collection[str] = ("http", "https"),
                  allowed_ports: Collection[int] | None = None,
                  allow_addresses: Collection[str] = (),
-                 resolver: Resolver | None = None, allow_public: bool = True):
+                 resolver: Resolver | None = None, allow_public: bool = True,
+                 max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS):
         """allowed_ports: None allows any port; a set restricts fetches to those ports.
         allow_addresses: loopback or private addresses allowed one by one (the rest of their
         range stays refused): a test's one allowed server beside its canary.
         resolver: a getaddrinfo-compatible function (default socket.getaddrinfo).
-        allow_public: False refuses public addresses too (see `only`)."""
+        allow_public: False refuses public addresses too (see `only`).
+        max_image_pixels: an image whose header says it has more is refused before the browser
+        decodes it (image_size.py); None: no limit."""
         self.allow_loopback = allow_loopback
         self.allow_private = allow_private
         self.allow_public = allow_public
         self.max_bytes = int(max_bytes)
+        self.max_image_pixels = None if max_image_pixels is None else int(max_image_pixels)
         self.allowed_schemes = tuple(s.lower() for s in allowed_schemes)
         self.allowed_ports = None if allowed_ports is None else frozenset(int(p) for p in allowed_ports)
         self.allow_addresses = frozenset(str(ipaddress.ip_address(a)) for a in allow_addresses)
@@ -146,13 +152,14 @@ class FetchPolicy:
         """The same settings with an empty DNS cache: use one per page."""
         return FetchPolicy(self.allow_loopback, self.allow_private, self.max_bytes,
                            self.allowed_schemes, self.allowed_ports, self.allow_addresses, self._resolver,
-                           allow_public=self.allow_public)
+                           allow_public=self.allow_public, max_image_pixels=self.max_image_pixels)
 
     def __repr__(self) -> str:
         return (f"FetchPolicy(allow_loopback={self.allow_loopback}, allow_private={self.allow_private}, "
                 f"max_bytes={self.max_bytes}, allowed_schemes={self.allowed_schemes}, "
                 f"allowed_ports={sorted(self.allowed_ports) if self.allowed_ports is not None else None}, "
-                f"allow_addresses={sorted(self.allow_addresses)}, allow_public={self.allow_public})")
+                f"allow_addresses={sorted(self.allow_addresses)}, allow_public={self.allow_public}, "
+                f"max_image_pixels={self.max_image_pixels})")
 
     def check_url(self, url: str) -> str | None:
         """None when `url` may be fetched, else a sentence saying why not."""

@@ -61,6 +61,7 @@ except ImportError as e:  # pragma: no cover - the web extra installs it
 
 from transforms.web import urls
 from transforms.web.fetch_policy import FetchPolicy
+from transforms.web.image_size import HEAD_LIMIT, MORE, dimensions
 from transforms.web.tls_authority import TlsAuthority
 
 MAX_HEAD = 64 * 1024          # request or response head
@@ -84,6 +85,10 @@ class Cut(Refused):
 
 class OverBudget(Cut):
     """The page's byte budget ran out."""
+
+
+class ImageTooLarge(Cut):
+    """An image whose header says it has more pixels than the page's budget (policy.max_image_pixels)."""
 
 
 class UnsolicitedExtension(Cut):
@@ -274,6 +279,12 @@ class PolicyProxy:
         if bodyless:
             return
         decoder = _Decoder(coding) if coding else None
+        probe = _ImageProbe(self.policy.max_image_pixels)
+
+        def send(pieces: list[bytes]) -> None:
+            for piece in pieces:
+                client.sendall(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+
         wire = decoded = charged = 0
         while True:
             chunk = response.read1(CHUNK)
@@ -284,9 +295,10 @@ class PolicyProxy:
                 decoded += len(piece)
                 self._charge(max(wire, decoded) - charged, url)  # before the piece goes out
                 charged = max(wire, decoded)
-                client.sendall(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                send(probe.feed(piece))
             self._charge(max(wire, decoded) - charged, url)
             charged = max(wire, decoded)
+        send(probe.rest())
         if chunked:
             client.sendall(b"0\r\n\r\n")
 
@@ -452,6 +464,34 @@ class WebSocketAnswer:
             if need is not None and len(self.frame) == need:
                 self.skip = _frame_payload_size(self.frame)
                 self.frame = b""
+
+
+class _ImageProbe:
+    """Holds a body's first bytes back until they say whether it is an image with more pixels than
+    `budget` (whatever its Content-Type: browsers sniff images), which is then cut before the
+    browser gets a byte of it."""
+
+    def __init__(self, budget: int | None):
+        self.budget, self.head, self.deciding = budget, b"", budget is not None
+
+    def feed(self, piece: bytes) -> list[bytes]:
+        """What may go on to the browser now."""
+        if not self.deciding:
+            return [piece]
+        self.head += piece
+        size = dimensions(self.head)
+        if size == MORE and len(self.head) < HEAD_LIMIT:
+            return []
+        self.deciding = False
+        if isinstance(size, tuple) and size[0] * size[1] > self.budget:
+            raise ImageTooLarge(f"an image of {size[0]} x {size[1]} pixels, over the page's budget of "
+                                f"{self.budget} pixels (it is not decoded)")
+        return self.rest()
+
+    def rest(self) -> list[bytes]:
+        """What is held back (the end of a body shorter than its header needs)."""
+        held, self.head = self.head, b""
+        return [held] if held else []
 
 
 def _frame_header_size(header: bytes) -> int | None:
