@@ -6,6 +6,7 @@ own (a private PKI, handed to the proxy as extra roots); the rendered page is th
 from __future__ import annotations
 
 import datetime
+import functools
 import gzip
 import http.client
 import http.server
@@ -14,6 +15,7 @@ import os
 import socket
 import ssl
 import threading
+import zlib
 
 import pytest
 from cryptography import x509
@@ -73,6 +75,16 @@ def pki(tmp_path_factory):
             "stranger": (_write(folder, "odd.pem", _pem(stranger)), _write(folder, "odd.key", _key_pem(odd_key)))}
 
 
+@functools.cache
+def _compressed(coding: str) -> bytes:
+    """BOMB spaces under `coding` (a few KB on the wire)."""
+    raw = b" " * BOMB
+    if coding == "br":
+        import brotli
+        return brotli.compress(raw, quality=9)
+    return gzip.compress(raw, 9, mtime=0) if coding == "gzip" else zlib.compress(raw, 9)
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     root = None
     seen: list = []
@@ -84,9 +96,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.seen.append(self.path)
         if self.path.startswith("/ws"):
             return self._websocket()
-        if self.path == "/bomb":
-            return send_body(self, 200, "text/plain", gzip.compress(b" " * BOMB, 9, mtime=0),
-                             headers=[("Content-Encoding", "gzip")])
+        if self.path.startswith("/bomb"):
+            coding = self.path.partition("?")[2] or "gzip"
+            return send_body(self, 200, "text/plain", _compressed(coding), headers=[("Content-Encoding", coding)])
         if self.path == "/host":
             return send_body(self, 200, "text/plain", (self.headers.get("Host") or "").encode())
         path = os.path.join(self.root, self.path.lstrip("/").split("?")[0] or "index.html")
@@ -170,15 +182,17 @@ def _policy(max_bytes: int = 64 * 2**20) -> FetchPolicy:
     return FetchPolicy(allow_addresses=(HOST,), max_bytes=max_bytes)
 
 
-def test_a_compressed_https_body_is_decoded_and_counted(pki, servers):
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br"])
+def test_a_compressed_https_body_is_decoded_and_counted(pki, servers, coding):
     url, _ = servers["site"]
+    assert len(_compressed(coding)) < 40_000
     with TlsAuthority(pki["roots"]) as authority:
         with PolicyProxy(_policy(), authority=authority) as proxy:      # the control: within budget
-            status, headers, body = _through(proxy, authority, url, "/bomb")
+            status, headers, body = _through(proxy, authority, url, f"/bomb?{coding}")
         assert status == 200 and body == b" " * BOMB and "Content-Encoding" not in headers
         with PolicyProxy(_policy(BUDGET), authority=authority) as proxy:
             try:
-                _, _, body = _through(proxy, authority, url, "/bomb")
+                _, _, body = _through(proxy, authority, url, f"/bomb?{coding}")
             except (OSError, http.client.HTTPException):
                 body = b""
         assert len(body) <= BUDGET
