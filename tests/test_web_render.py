@@ -86,10 +86,14 @@ SETTLE = ("<!doctype html><html><head><title>Settle</title><link rel=stylesheet 
           "for (const src of ['/slow/late.png', '/gone/late.png', '/hang/late.png']) new Image().src = src;"
           "}, 500 + 200 * Math.random()))</script></body></html>")
 
+HOG = ("<!doctype html><title>hog</title><p>allocating</p><script>const keep = [];"   # 75 x 8 MB: 600 MB
+       "for (let i = 0; i < 75; i++) keep.push(new Array(1 << 20).fill(1.5));"
+       "document.title = 'survived ' + keep.length;</script>")
 PAGES = {
     "/": ("text/html", HOME.replace("{meta}", "")),
     "/m": ("text/html", HOME.replace("{meta}", '<meta name=viewport content="width=device-width">')),
     "/b.html": ("text/html", "<title>Page B</title><p>b"),
+    "/hog": ("text/html", HOG),
     # a monospace textarea above a button: the headless shell lays the page out again when it
     # captures beyond the viewport, and the textarea's lines come out a pixel shorter each
     "/form": ("text/html", "<title>Form</title><body style='margin:8px'><textarea rows=12 style='font-size:15px'>"
@@ -535,3 +539,14 @@ def test_subresources_are_counted_once_by_final_outcome_up_to_the_settle_point()
     started = time.monotonic()
     assert seen.wait(started + 10) and time.monotonic() - started < 5
     assert seen.counts()["images_loaded"] == 2 and seen.counts()["images_missing"] == 1
+
+
+def test_a_page_past_its_javascript_heap_fails_alone(site):
+    """A script that keeps 600 MB of arrays: under a 128 MB heap its renderer dies, the page fails
+    and the next page renders; the control, V8's own limit, lets it finish."""
+    with Renderer(js_heap_mb=128) as r:
+        with pytest.raises(RenderError, match="crash"):
+            r.render_page(site + "/hog", "desktop", 1, timeout_ms=15_000)
+        assert r.render_page(site + "/b.html", "desktop", 1)["title"] == "Page B"
+    with Renderer(js_heap_mb=None) as r:
+        assert r.render_page(site + "/hog", "desktop", 1, timeout_ms=15_000)["title"] == "survived 75"
