@@ -15,7 +15,7 @@ from transforms.llm.models import resolve_model
 from transforms.llm.openai_backend import OpenAIBackend
 from transforms.llm.requests import Sampling
 from transforms.web.capture import CaptureSettings
-from transforms.web.render import JS_HEAP_MB
+from transforms.web.render import JS_HEAP_MB, PROCESS_MB
 from transforms.web.curation import Rules
 from transforms.web.multiui_graph import MultiuiGraph, MultiuiSettings
 from transforms.web.tasks import TaskRules
@@ -90,6 +90,8 @@ CONFIG = ConfigSpec(check=_check, keys=(
         "before the browser decodes it (a 12 KB PNG can say 10000 x 10000: 400 MB decoded)", low=0.01),
     Key("js_heap_mb", int, JS_HEAP_MB, "a page's JavaScript heap in MB; a page that needs more fails (its "
         "renderer dies) and the next renders", low=16),
+    Key("browser_process_mb", int, PROCESS_MB, "private memory each browser process may hold (its renderers "
+        "included): a page's drawing past it fails in the page, not in the machine", low=256),
     Key("tls_roots", str, None, "a PEM file (or store location) of CA certificates the fetch proxy trusts besides "
         "the system's when it verifies https servers (a private PKI); verification cannot be turned off",
         optional=True),

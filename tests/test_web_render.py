@@ -86,14 +86,27 @@ SETTLE = ("<!doctype html><html><head><title>Settle</title><link rel=stylesheet 
           "for (const src of ['/slow/late.png', '/gone/late.png', '/hang/late.png']) new Image().src = src;"
           "}, 500 + 200 * Math.random()))</script></body></html>")
 
+# a CSS selector bomb: 3,000 rules of twelve :not() ancestors (which no ancestor filter can skip)
+# over 2,000 nested divs of three spans each: 3.0 s of style with 1,000 rules here, so about 9 s
+CSS_BOMB = ("<!doctype html><title>css bomb</title><style>"
+            + "\n".join(f"{':not(.q%d) ' % i * 12}span {{ color: rgb({i % 255}, 0, 0) }}" for i in range(3000))
+            + "</style><body><script>let n = document.body; for (let i = 0; i < 2000; i++) {"
+            " const d = document.createElement('div'); n.appendChild(d);"
+            " for (let j = 0; j < 3; j++) d.appendChild(document.createElement('span')); n = d; }</script></body>")
 HOG = ("<!doctype html><title>hog</title><p>allocating</p><script>const keep = [];"   # 75 x 8 MB: 600 MB
        "for (let i = 0; i < 75; i++) keep.push(new Array(1 << 20).fill(1.5));"
        "document.title = 'survived ' + keep.length;</script>")
+CANVASES = ("<!doctype html><title>canvas</title><script>const keep = []; try {"   # 4 x 2 x 144 MB
+            "for (let i = 0; i < 4; i++) { const c = document.createElement('canvas'); c.width = c.height = 6000;"
+            " const g = c.getContext('2d'); g.fillRect(0, 0, 6000, 6000); keep.push(c, g.getImageData(0, 0, 6000, 6000)); }"
+            "document.title = 'drew ' + keep.length / 2; } catch (e) { document.title = 'failed: ' + e.name }</script>")
 PAGES = {
     "/": ("text/html", HOME.replace("{meta}", "")),
     "/m": ("text/html", HOME.replace("{meta}", '<meta name=viewport content="width=device-width">')),
     "/b.html": ("text/html", "<title>Page B</title><p>b"),
     "/hog": ("text/html", HOG),
+    "/css-bomb": ("text/html", CSS_BOMB),
+    "/canvas": ("text/html", CANVASES),
     # a monospace textarea above a button: the headless shell lays the page out again when it
     # captures beyond the viewport, and the textarea's lines come out a pixel shorter each
     "/form": ("text/html", "<title>Form</title><body style='margin:8px'><textarea rows=12 style='font-size:15px'>"
@@ -318,10 +331,11 @@ def test_bad_page_raises_then_recovers(renderer, site, path, reason):
     assert ok["title"] == "Page B"
 
 
-@pytest.mark.parametrize("path", ["/jsloop", "/jsloop-late", "/busy-chunks"])
+@pytest.mark.parametrize("path", ["/jsloop", "/jsloop-late", "/busy-chunks", "/css-bomb"])
 def test_a_busy_page_fails_within_its_time(renderer, site, path):
-    """A page that keeps its main thread busy (a loop, or chunks that answer every step late) fails
-    within timeout_ms plus a second, whatever step it is at, and the same renderer goes on."""
+    """A page that keeps its main thread busy (a loop, chunks that answer every step late, or style
+    work no script does: a CSS selector bomb) fails within timeout_ms plus a second, whatever step
+    it is at, and the same renderer goes on."""
     t0 = time.monotonic()
     with pytest.raises(RenderError, match="timeout"):
         renderer.render_page(site + path, "desktop", 1, timeout_ms=BUSY_TIMEOUT_MS, follow_links=0)
@@ -550,3 +564,18 @@ def test_a_page_past_its_javascript_heap_fails_alone(site):
         assert r.render_page(site + "/b.html", "desktop", 1)["title"] == "Page B"
     with Renderer(js_heap_mb=None) as r:
         assert r.render_page(site + "/hog", "desktop", 1, timeout_ms=15_000)["title"] == "survived 75"
+
+
+def test_a_page_past_its_process_memory_fails_to_draw_and_the_next_renders(site):
+    """Four 6000 x 6000 canvases and their pixels (about 1.2 GB): under 512 MB a browser process,
+    the drawing fails in the page (or its renderer dies), and the next page renders; the control,
+    no limit, draws all four."""
+    with Renderer(process_mb=512) as r:
+        try:
+            title = r.render_page(site + "/canvas", "desktop", 1, timeout_ms=15_000)["title"]
+        except RenderError as e:
+            title = str(e)
+        assert title.startswith("failed") or "crash" in title, title
+        assert r.render_page(site + "/b.html", "desktop", 1)["title"] == "Page B"
+    with Renderer(process_mb=None) as r:
+        assert r.render_page(site + "/canvas", "desktop", 1, timeout_ms=15_000)["title"] == "drew 4"

@@ -21,7 +21,7 @@ from transforms.web.glyphs import installed_fonts
 from transforms.web.replay import ReplayHandler
 from transforms.web.targets import LOCAL_BASE, PageTarget
 from transforms.web.local_site import LocalSite
-from transforms.web.render import JS_HEAP_MB, Renderer
+from transforms.web.render import JS_HEAP_MB, PROCESS_MB, Renderer
 from transforms.web.warc_archive import WarcArchive
 
 MAX_OPEN_ARCHIVES = 8
@@ -44,6 +44,7 @@ class CaptureSettings:
     tls_roots: str | None = None    # PEM text of extra CA roots for the proxy's TLS verification
     max_image_mpx: float = 40.0     # an image whose header says more megapixels is refused
     js_heap_mb: int = JS_HEAP_MB     # a page's JavaScript heap; past it the page fails
+    browser_process_mb: int = PROCESS_MB   # each browser process's private memory
 
 
 def page_id(target: PageTarget, platform: str, settings: CaptureSettings) -> str:
@@ -99,7 +100,8 @@ class CapturePage:
     def setup(self):
         if self._renderer is None:
             self._renderer = Renderer(self.settings.chromium, restart_after_pages=self.settings.restart_after_pages,
-                                      tls_roots=self.settings.tls_roots, js_heap_mb=self.settings.js_heap_mb)
+                                      tls_roots=self.settings.tls_roots, js_heap_mb=self.settings.js_heap_mb,
+                                      process_mb=self.settings.browser_process_mb)
         if self.html_folder and self._site is None:
             self._site = LocalSite(self.html_folder).__enter__()
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -49,10 +50,19 @@ BASE_ARGS = ("--headless", "--hide-scrollbars", "--mute-audio", "--force-color-p
 # 127.0.0.1 stays reachable: the proxy and DevTools listen there.
 
 
-def launch(executable: str, args, timeout_s: float) -> tuple[subprocess.Popen, str, str]:
-    """Start Chromium with `args` and the base flags; (process, profile folder, DevTools WebSocket URL)."""
+# run before Chromium: each of its processes (browser, renderers, GPU) may hold at most this much
+# private writable memory (RLIMIT_DATA, inherited); past it an allocation fails in that process only
+_LIMITED = ("import os, resource, sys; n = int(sys.argv[1]); resource.setrlimit(resource.RLIMIT_DATA, (n, n)); "
+            "os.execv(sys.argv[2], sys.argv[2:])")
+
+
+def launch(executable: str, args, timeout_s: float, process_mb: int | None = None) -> tuple[subprocess.Popen, str, str]:
+    """Start Chromium with `args` and the base flags; (process, profile folder, DevTools WebSocket URL).
+    process_mb: the private memory each of its processes may hold (None: no limit)."""
     profile_dir = tempfile.mkdtemp(prefix="shardsmith-chromium-")
     cmd = [executable, *args, *BASE_ARGS, f"--user-data-dir={profile_dir}", "about:blank"]
+    if process_mb:
+        cmd = [sys.executable, "-c", _LIMITED, str(int(process_mb) * 2**20), *cmd]
     proc = None
     try:
         # its own group (to kill it whole), tied to this thread (a SIGKILLed worker runs no

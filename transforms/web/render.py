@@ -90,6 +90,9 @@ _PAGE_STATE_JS = """(() => {
 # a page's JavaScript heap: a script that allocates 1 MB arrays in a loop took the browser to 4.4 GB
 # of RSS before its renderer died (after 2.5 s); with 256 it died at 0.3 s and 0.7 GB (2026-12-06)
 JS_HEAP_MB = 512
+# each browser process's private memory: a page drawing forty 8000 x 8000 canvases took the browser
+# to 4.5 GB and ran out its time; under 2 GB a process its drawing failed at 1.8 GB (2026-12-06)
+PROCESS_MB = 3072
 
 class Renderer:
     """One headless Chromium per worker, driven from a private thread.
@@ -101,14 +104,18 @@ class Renderer:
     def __init__(self, executable_path: str = CHROMIUM, args: tuple[str, ...] | list[str] = DEFAULT_ARGS,
                  restart_after_pages: int = 200, launch_timeout_s: float = 30.0,
                  max_html_chars: int = 5_000_000, max_dom_nodes: int = 60_000, watchdog_slack_s: float = 10.0,
-                 tls_roots: str | None = None, js_heap_mb: int | None = JS_HEAP_MB):
+                 tls_roots: str | None = None, js_heap_mb: int | None = JS_HEAP_MB,
+                 process_mb: int | None = PROCESS_MB):
         """tls_roots: PEM text of CA certificates the policy proxy trusts besides the system's, for
         sites of a private PKI (tls_authority.py). js_heap_mb: each page's JavaScript heap, past
         which its renderer process dies and the page fails ("Page crashed"), the next page rendering
-        as usual (None: V8's own limit, several GB on a large machine)."""
+        as usual (None: V8's own limit, several GB on a large machine). process_mb: the private
+        memory each browser process may hold (RLIMIT_DATA): a page's canvases, images and layout
+        past it fail to allocate in its renderer, not in the machine (None: no limit)."""
         self.executable_path = executable_path
         self.tls_roots = tls_roots
         self.js_heap_mb = js_heap_mb
+        self.process_mb = process_mb
         self.args = tuple(args)
         self.restart_after_pages = restart_after_pages
         self.launch_timeout_s = launch_timeout_s
@@ -142,7 +149,7 @@ class Renderer:
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items()
                 if k in ("executable_path", "args", "restart_after_pages", "launch_timeout_s",
-                         "max_html_chars", "max_dom_nodes", "watchdog_slack_s", "tls_roots", "js_heap_mb")}
+                         "max_html_chars", "max_dom_nodes", "watchdog_slack_s", "tls_roots", "js_heap_mb", "process_mb")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -337,7 +344,7 @@ class _Worker:
             if self.owner.js_heap_mb and not any(a.startswith("--js-flags=") for a in args):
                 args += (f"--js-flags=--max-old-space-size={int(self.owner.js_heap_mb)}",)
             self.proc, self.profile_dir, ws = chromium.launch(self.owner.executable_path, args,
-                                                              self.owner.launch_timeout_s)
+                                                              self.owner.launch_timeout_s, self.owner.process_mb)
         except chromium.LaunchError as e:
             raise RenderError(str(e)) from None
         # a worker that exits without teardown must not leave a browser behind
