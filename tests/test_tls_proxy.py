@@ -286,6 +286,7 @@ def test_the_authority_is_private_to_its_crawl():
         assert a.spki != b.spki and a.browser_flag == f"--ignore-certificate-errors-spki-list={a.spki}"
         assert oct(os.stat(folder).st_mode & 0o777) == "0o700"
         assert a.server_context("example.org") is a.server_context("example.org")
+        assert a.client_context() is a.client_context()      # the system's roots loaded once, not per tunnel
         flags = a.trusted_by(("--headless", "--ignore-certificate-errors-spki-list=x1,x2"))
         assert flags == ("--headless", f"--ignore-certificate-errors-spki-list=x1,x2,{a.spki}")
     finally:

@@ -87,7 +87,7 @@ _PAGE_STATE_JS = """(() => {
 })()"""
 
 
-# a page's JavaScript heap: a script that allocates 1 MB arrays in a loop took the browser to 4.4 GB
+# a page's JavaScript heap: a script that allocates 8 MB arrays in a loop took the browser to 4.4 GB
 # of RSS before its renderer died (after 2.5 s); with 256 it died at 0.3 s and 0.7 GB (2026-12-06)
 JS_HEAP_MB = 512
 # each browser process's private memory: a page drawing forty 8000 x 8000 canvases took the browser
