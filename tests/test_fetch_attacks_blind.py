@@ -61,6 +61,7 @@ from transforms.web import chromium
 from transforms.web import render as R
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.render import Renderer
+from transforms.web.tls_authority import SPKI_FLAG
 
 pytestmark = A.pytestmark
 
@@ -505,9 +506,6 @@ def blind(env):
         mp.undo()
 
 
-TRUST = "--ignore-certificate-errors-spki-list="
-
-
 def _renderer(env, kind: str) -> Renderer:
     """Browsers of this module, started once:
     - "wide": no proxy, and Chromium's resolver rules also let 0.0.0.0, [::] and [::1] through
@@ -517,13 +515,12 @@ def _renderer(env, kind: str) -> Renderer:
     if kind not in env.blind_renderers:
         mp = pytest.MonkeyPatch()
         try:
-            trust = TRUST + env.tls_bomb.spki
             if kind == "wide":
                 mp.setattr(chromium, "BASE_ARGS", tuple(a for a in chromium.BASE_ARGS if not a.startswith("--host-resolver-rules")))
                 rules = " , ".join(["MAP * ~NOTFOUND"] + [f"EXCLUDE {a}" for a in (
                     "127.0.0.1", "127.0.0.2", "127.0.0.3", "0.0.0.0", "[::]", "[::1]", "[::ffff:0:0]", "::", "::1",
                     "::ffff:0:0")])
-                r = Renderer(args=(*R.DEFAULT_ARGS, f"--host-resolver-rules={rules}", trust))
+                r = Renderer(args=(*R.DEFAULT_ARGS, f"--host-resolver-rules={rules}", f"{SPKI_FLAG}={env.tls_bomb.spki}"))
             else:
                 with open(env.tls_bomb.cert_path) as fh:
                     r = Renderer(tls_roots=fh.read())
