@@ -1,19 +1,20 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Eight sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Nine sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 8/ (128 each, with two hard negatives and two gambling pages a
-language; the seventh's and eighth's error and parked pages as long as real sites make them, half
+curation_multilingual3/ to 9/ (128 each, with two hard negatives and two gambling pages a
+language; the seventh's to ninth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
 row (curation's fallback), a page served with status >= 400 a drop (as the renderer's RenderError is).
 
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
-is fitted on; the sixth and seventh are not in the fit, but chose where the head's kinds also judge
-longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE); the eighth is held out from everything. Precision /
-recall of "drop", 2026-12-06, with the head's five classes (error and parked beside the topics):
+is fitted on; the sixth to eighth are not in the fit, but chose how the head's kinds also judge
+longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings); the ninth is held out
+from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes (error and
+parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
     curation_multilingual     0.96 / 0.86   0.98 / 1.00                          0.98 / 1.00
@@ -22,19 +23,22 @@ recall of "drop", 2026-12-06, with the head's five classes (error and parked bes
     curation_multilingual4    0.95 / 0.66   0.99 / 0.98                          0.99 / 0.99
     curation_multilingual5    0.93 / 0.64   0.99 / 0.94                          0.99 / 0.97
     curation_multilingual6    0.94 / 0.61                                        0.96 / 0.89  (tuned on)
-    curation_multilingual7    0.87 / 0.62                                        0.92 / 0.89  (tuned on)
-    curation_multilingual8                                                       0.98 / 0.83  (held out)
+    curation_multilingual7    0.87 / 0.62                                        0.92 / 0.92  (tuned on)
+    curation_multilingual8                                                       0.98 / 0.91  (tuned on)
+    curation_multilingual9                                                       0.93 / 0.88  (held out)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
-before that change and once after, 0.92 / 0.84 then 0.92 / 0.89 (three long parked pages more
-found, no page more dropped). The eighth, scored blind on that code: 0.98 / 0.83; 11 of its 16
-long error and parked pages kept (the head's probability 0.55-0.94 for most, under KIND_SURE; a
-2,012-character soft 404 past KIND_PAGE_CHARS), a registrar's blog post on domain history dropped.
-Fitting the head on the sixth and seventh too found one page more of the eighth's (not kept). The
-floor test keeps each set from getting worse than the last
-column; the target test is the one docs/papers/multiui.md sets: every language group at precision
->= 0.95 and recall >= 0.90 on the held-out set (strict xfail while it is not met). Tune on the
-first seven, and write a new blind set before claiming a change on the eighth.
+before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
+code, 0.98 / 0.83 (11 of its 16 long error and parked pages kept: the first 1,000 characters the
+head reads were mostly the site's menus). Judging a long page's kind also by its title and headings,
+at 0.93 instead of 0.95, was chosen on the sixth to eighth (7 drops more found, none more dropped,
+none of 1,590 pages of Python's documentation): 0.92 / 0.92 and 0.98 / 0.91. The ninth, written
+blind after it and scored once: 0.93 / 0.88 (with the code before it 0.95 / 0.86: one Arabic
+parked page more found, a registrar's about page more dropped). The floor test keeps each set from
+getting worse than the last column; the target test is the one docs/papers/multiui.md sets: every
+language group at precision >= 0.95 and recall >= 0.90 on the held-out set (strict xfail while it
+is not met). Tune on the first eight, and write a new blind set before claiming a change on the
+ninth.
 """
 from __future__ import annotations
 
@@ -49,9 +53,11 @@ from transforms.web import topic_model
 FLOORS = {"curation_multilingual": (64 / 65, 64 / 64), "curation_multilingual2": (64 / 66, 64 / 64),
           "curation_multilingual3": (80 / 82, 80 / 80), "curation_multilingual4": (79 / 80, 79 / 80),
           "curation_multilingual5": (78 / 79, 78 / 80), "curation_multilingual6": (71 / 74, 71 / 80),
-          "curation_multilingual7": (57 / 62, 57 / 64), "curation_multilingual8": (53 / 54, 53 / 64)}
-HELD_OUT = "curation_multilingual8"
-TUNED_ON = ("curation_multilingual6", "curation_multilingual7")   # not in the head's fit; chose thresholds
+          "curation_multilingual7": (59 / 64, 59 / 64), "curation_multilingual8": (58 / 59, 58 / 64),
+          "curation_multilingual9": (56 / 60, 56 / 64)}
+HELD_OUT = "curation_multilingual9"
+TUNED_ON = ("curation_multilingual6", "curation_multilingual7",
+            "curation_multilingual8")   # not in the head's fit; chose thresholds
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -88,7 +94,8 @@ def measured(request):
 @pytest.mark.parametrize("name, per_language", [("curation_multilingual", 7), ("curation_multilingual2", 6),
                                                 ("curation_multilingual3", 8), ("curation_multilingual4", 8),
                                                 ("curation_multilingual5", 8), ("curation_multilingual6", 8),
-                                                ("curation_multilingual7", 8), ("curation_multilingual8", 8)])
+                                                ("curation_multilingual7", 8), ("curation_multilingual8", 8),
+                                                ("curation_multilingual9", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -105,10 +112,10 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set, long error and parked pages (menus, lists "
-                                       "and footers around the message) under the head's sure probability kept in "
-                                       "pt, zh, it, ja, fr, nl, tr, id, vi, en; a registrar's blog post on domain "
-                                       "history dropped (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set, long soft 404s and for-sale pages kept in "
+                                       "pt, es, fr, ru, pl and an erotic-stories portal (es); a hosting blog on "
+                                       "parked domains, a registrar's about page, a blender's product page and "
+                                       "gambling-crackdown news (id) dropped (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured

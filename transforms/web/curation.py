@@ -109,8 +109,9 @@ ERROR_PHRASES = terms([
 # A page whose text is shorter than this (effective characters) and carries an error phrase anywhere
 # is an error page; longer pages only when the phrase is in the title or a heading.
 SOFT_404_CHARS = 800
-# up to here a page may be an error or parked page wrapped in its site's menus, footers and offers:
-# the topic model's kinds judge it at topic_model.KIND_SURE (measured: docs/papers/multiui.md)
+# up to here a page's opening text may be an error or parked page's, wrapped in its site's menus,
+# footers and offers: the topic model's kinds judge it at topic_model.KIND_SURE; past it, only its
+# title and headings (measured: docs/papers/multiui.md)
 KIND_PAGE_CHARS = 2000
 
 # -- parked and for-sale domains --------------------------------------------------------------------
@@ -551,14 +552,15 @@ def _short_page_reason(page: dict, url: str, title: str, flat: str) -> Optional[
     return None
 
 
-def _kind_reason(flat: str, chars: int) -> Optional[str]:
+def _kind_reason(page: dict, title: str, flat: str, chars: int) -> Optional[str]:
     """An error or parked page however it is worded, in the model's languages: a short page at the
     kinds' own thresholds, a longer one (its site's menus, footers and offers around it) only where
-    the head is sure."""
+    the head is sure of its opening text (up to KIND_PAGE_CHARS) or of its title and headings."""
     if chars < SOFT_404_CHARS:
         kind = topic_model.judged(flat, topic_model.KINDS)
     else:
-        kind = topic_model.sure_kind(flat)
+        opening = flat if chars < KIND_PAGE_CHARS else ""
+        kind = topic_model.sure_kind(opening, " . ".join([title, *headings(page)]).strip(" ."))
     return {"error": "error_page"}.get(kind, kind)
 
 
@@ -597,8 +599,8 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if chars < rules.min_text_chars:
         return "too_little_text"
     reason = _short_page_reason(page, url, title, flat) if chars < SOFT_404_CHARS else None
-    if not reason and rules.by_model and chars < KIND_PAGE_CHARS:
-        reason = _kind_reason(flat, chars)
+    if not reason and rules.by_model:
+        reason = _kind_reason(page, title, flat, chars)
     if reason:
         return reason
     if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):

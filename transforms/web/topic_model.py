@@ -12,8 +12,9 @@ into one space, where a page's first TEXT_CHARS characters are judged two ways:
   the rules, hard negatives among them). A page is in the business at LIKELY;
 - kinds (error, parked): on short pages, the head's probability at KIND_LIKELY, or the best cosine
   with a few English descriptions of the kind minus the best with benign short pages (a tutorial
-  about 404 pages, a registrar's help article, a short product page) at SURE; on longer ones (up to
-  curation.KIND_PAGE_CHARS), the head's probability at KIND_SURE only.
+  about 404 pages, a registrar's help article, a short product page) at SURE; on longer ones, the
+  head's probability at KIND_SURE only, of the opening text (up to curation.KIND_PAGE_CHARS) or of
+  the title and headings (any length).
 curation.rule_reason drops a page the model finds in a topic or of a kind, as it drops
 one with enough of a topic's words; and it keeps a page whose topic words sit in prose sentences
 that the head gives under VETO (a report, a ruling or an exhibition about the topic, not an offer).
@@ -44,7 +45,7 @@ TEXT_CHARS = 1000
 SURE = {"error": 0.12, "parked": 0.12}          # kinds: score (prototype margin) at which a short page is one
 LIKELY = 0.7            # topics: the head's probability at which a page is in the business
 KIND_LIKELY = 0.5       # kinds: the head's probability at which a short page is one (whatever its margin)
-KIND_SURE = 0.95        # kinds: the head's probability at which a longer page (boilerplate around it) is one
+KIND_SURE = 0.93        # kinds: the head's probability at which a longer page (boilerplate around it) is one
 VETO = 0.12             # the words' sentences under this probability: the page talks about the topic
 HEAD = os.path.join(os.path.dirname(__file__), "topic_head.json")
 # the labelled sets the head is fitted on (tests/data/; helpers wrote them blind to the rules)
@@ -164,11 +165,12 @@ def judged(text: str, questions: tuple) -> Optional[str]:
                  or (q in KINDS and scores[f"{q}_p"] >= KIND_LIKELY)), None)
 
 
-def sure_kind(text: str) -> Optional[str]:
-    """The kind (error, parked) the head is sure `text` is, at KIND_SURE: for pages longer than a bare
-    one, where a registrar's or a shop's menus, footers and offers surround what the page says."""
-    scores = load().scores(text)
-    return next((k for k in KINDS if scores[f"{k}_p"] >= KIND_SURE), None)
+def sure_kind(text: str, outline: str = "") -> Optional[str]:
+    """The kind (error, parked) the head is sure a page longer than a bare one is, at KIND_SURE, by its
+    opening `text` or by its `outline` (title and headings): where a site's menus, footers and offers
+    fill the first TEXT_CHARS, its title and headings still say "article deleted" or "domain for sale"."""
+    scores = [load().scores(t) for t in (text, outline) if t]
+    return next((k for k in KINDS if any(s[f"{k}_p"] >= KIND_SURE for s in scores)), None)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\s*\n\s*")
