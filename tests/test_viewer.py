@@ -76,8 +76,9 @@ def test_the_overview_shows_the_runs_funnel_and_tables_as_the_manifest_says(brow
     url, manifest, _ = pruned
     page = browser.new_page()
     response = page.goto(url + "/")
-    assert "script-src" not in response.headers["content-security-policy"]      # default-src 'none' covers it
-    assert "default-src 'none'" in response.headers["content-security-policy"]
+    policy = response.headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "script-src 'self';" in policy    # the app's own files only
+    assert "unsafe" not in policy and page.locator("script").count() == 0   # the overview runs no script
     _the_funnel_is_the_manifests(page, manifest)
     swept = page.locator("#config tr.swept td:first-child").all_inner_texts()
     assert swept == manifest["swept"] == ["m"]
@@ -148,6 +149,149 @@ def test_a_split_link_filters_the_rows(browser, pruned):
     assert sources and set(sources) == {"synthetic"}
     page.close()
 
+
+
+def _shown_numbers(page) -> list[int]:
+    """The row numbers a listing shows, once the page that a click or Enter opened has loaded."""
+    page.wait_for_load_state()
+    return [int(n) for n in page.locator("#rows a.row-link").all_inner_texts()]
+
+
+def _submit(page, selector: str, text: str) -> None:
+    """Type `text` into a form's field and press Enter, as a person does."""
+    page.fill(selector, text)
+    with page.expect_navigation():
+        page.press(selector, "Enter")
+
+
+def test_a_term_typed_in_the_search_box_lists_the_rows_that_hold_it(browser, pruned):
+    """Any text column, case ignored; each match links to its row; the matches are paged, and the
+    page-jump form reaches the last page; a hostile term is shown as text."""
+    url, _, path = pruned
+    rows = read_rows(path, "rows")
+
+    def holding(term: str) -> list[int]:
+        return [n for n, r in enumerate(rows) if any(term.lower() in r[c].lower() for c in ("id", "experiment", "source"))]
+    target = len(rows) // 2
+    term = rows[target]["id"][4:12].upper()             # the ids are written in small letters
+    page = browser.new_page()
+    page.goto(url + "/t/rows")
+    _submit(page, "#q", term)
+    assert _shown_numbers(page) == holding(term) and target in holding(term)
+    assert page.locator("#rows td.hit").count() == len(holding(term))         # the cell it was found in
+    page.click(f"#rows a.row-link:text-is('{target}')")
+    assert page.locator("dd[data-field='id'] pre").inner_text() == rows[target]["id"]
+    page.go_back()
+    _submit(page, "#q", "Synth")
+    synthetic = holding("synth")
+    assert page.inner_text("#total") == str(len(synthetic)) and _shown_numbers(page) == synthetic[:25]
+    pages = int(page.inner_text("#pages"))
+    assert pages > 2
+    _submit(page, "#jump input[name=page]", str(pages))
+    assert page.inner_text("#page") == str(pages) and _shown_numbers(page) == synthetic[25 * (pages - 1):]
+    _submit(page, "#q", '<img src=x onerror="window.pwned = 1">')
+    assert page.inner_text("#total") == "0" and page.input_value("#q") == '<img src=x onerror="window.pwned = 1">'
+    assert page.evaluate("window.pwned") is None
+    page.close()
+
+
+def test_a_column_header_sorts_the_rows_one_way_then_the_other(browser, pruned):
+    """Equal values keep table order; a filter stays when a header is clicked; a list column has no
+    link, and asking for its order anyway is a 400 that says why."""
+    url, _, path = pruned
+    rows = read_rows(path, "rows")
+    ascending = sorted(range(len(rows)), key=lambda n: rows[n]["index"])
+    descending = sorted(range(len(rows)), key=lambda n: rows[n]["index"], reverse=True)
+    page = browser.new_page()
+    page.goto(url + "/t/rows")
+    assert page.locator("#rows th[data-column='x'] a").count() == 0
+    page.click("#rows th[data-column='index'] a.sort")
+    assert _shown_numbers(page) == ascending[:25]
+    assert page.get_attribute("#rows th[data-column='index']", "aria-sort") == "ascending"
+    assert [int(v) for v in page.locator("#rows tr td:nth-child(5)").all_inner_texts()] == \
+        sorted(r["index"] for r in rows)[:25]
+    page.click("#rows th[data-column='index'] a.sort")
+    assert _shown_numbers(page) == descending[:25]
+    page.click("#last")
+    assert _shown_numbers(page) == descending[25 * (int(page.inner_text("#pages")) - 1):]
+    page.goto(url + "/")
+    page.click("#table-rows a.split:text-is('synthetic')")
+    page.click("#rows th[data-column='index'] a.sort")
+    synthetic = [n for n in ascending if rows[n]["source"] == "synthetic"]
+    assert page.inner_text("#total") == str(len(synthetic)) and _shown_numbers(page) == synthetic[:25]
+    assert page.goto(url + "/t/rows?sort=x").status == 400 and "no order" in page.inner_text("#error")
+    page.close()
+
+
+def test_the_statistics_page_counts_each_column_of_the_run(browser, pruned):
+    """Opened from the table page: top values and distinct counts, nulls, min and max, a histogram
+    whose bars count every row; a top value links to its rows."""
+    url, manifest, path = pruned
+    rows = read_rows(path, "rows")
+    page = browser.new_page()
+    page.goto(url + "/t/rows")
+    page.click("#stats-link")
+    source = page.locator("#stats tr[data-column='source']")
+    shown = dict(zip(source.locator("td.value").all_inner_texts(), map(int, source.locator("td.count").all_inner_texts())))
+    assert shown == dict(collections.Counter(r["source"] for r in rows)) == manifest["tables"]["rows"]["splits"]
+    assert source.locator(".distinct").inner_text() == "3"
+    nulls = sum(r["kept"] is None for r in rows)
+    assert page.locator("#stats tr[data-column='kept'] .nulls").inner_text() == str(nulls) and nulls > 0
+    index, values = page.locator("#stats tr[data-column='index']"), [r["index"] for r in rows]
+    assert [index.locator(k).inner_text() for k in (".min", ".max")] == [str(min(values)), str(max(values))]
+    counts = [int(c) for c in index.locator("rect.bar").evaluate_all("bs => bs.map(b => b.dataset.count)")]
+    assert sum(counts) == len(rows) and len(counts) == 20
+    assert max(b["height"] for b in index.locator("rect.bar").evaluate_all(
+        "bs => bs.map(b => b.getBoundingClientRect())")) > 40                     # drawn, the tallest full height
+    y = page.locator("#stats tr[data-column='y_true'] rect.bar")
+    assert dict(zip(y.evaluate_all("bs => bs.map(b => b.dataset.bin)"), map(int, y.evaluate_all(
+        "bs => bs.map(b => b.dataset.count)")))) == {"-1": sum(r["y_true"] == -1 for r in rows), "0": 0,
+                                                     "1": sum(r["y_true"] == 1 for r in rows)}
+    page.click("#stats tr[data-column='source'] td.value a:text-is('synthetic')")
+    assert page.inner_text("#total") == str(shown["synthetic"])
+    page.close()
+
+
+# every word a listing shows, and how many lines each spans (a word broken mid-way spans two)
+WORD_LINES = """cells => cells.flatMap(td => {
+  const out = [], walk = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+  for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+    const up = node.parentElement;
+    if (up.closest("details:not([open])") && !up.closest("summary")) continue;      // not shown
+    for (const m of node.textContent.matchAll(/\\S+/g)) {
+      const r = document.createRange();
+      r.setStart(node, m.index);
+      r.setEnd(node, m.index + m[0].length);
+      const tops = new Set([...r.getClientRects()].map(x => Math.round(x.top)));
+      if (tops.size) out.push([m[0], tops.size]);
+    }
+  }
+  return out;
+})"""
+
+
+def test_long_cells_wrap_between_words_and_open_in_full(browser, pruned):
+    """On a narrow window no word of a listing is broken across lines (ids, numbers), and a long
+    value shows its start, opening in full on a click (no script: <details>)."""
+    from pipelines.viewer.app import CELL_MORE
+    url, _, path = pruned
+    rows = read_rows(path, "rows")
+    page = browser.new_page(viewport={"width": 700, "height": 900})
+    page.goto(url + "/t/rows")
+    words = page.locator("#rows td").evaluate_all(WORD_LINES)
+    assert len(words) > 200 and [w for w, lines in words if lines > 1] == []
+    assert {w for w, _ in words} >= {r["id"] for r in rows[:25]}
+    cell = page.locator("#rows tr:nth-child(2) td:nth-child(6)")          # #, id, experiment, source, index, x
+    whole = json.dumps(rows[0]["x"])
+    assert cell.locator("details.cell").get_attribute("open") is None
+    assert whole.startswith(cell.locator("summary").inner_text()) and len(cell.inner_text()) < len(whole)
+    cell.locator("summary").click()
+    assert cell.locator("details.cell").get_attribute("open") == ""
+    opened = "".join(cell.inner_text().split())
+    assert len(whole) > CELL_MORE and opened == "".join(whole[:CELL_MORE].split()) + "…thewholevalue"   # p=100: cut
+    cell.locator("a.whole").click()                   # the rest is on the row's page
+    assert page.locator("dd[data-field='x'] pre").inner_text() == whole
+    page.close()
 
 
 def test_what_is_not_there_is_a_404_that_says_so(browser, pruned):

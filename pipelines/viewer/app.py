@@ -1,12 +1,13 @@
 """The viewer's web app (Flask): the run's overview, a table's rows page by page, one row in full,
 and what the dataset's look (pipelines/viewer/look.py, one module per dataset) adds: selfmoe's
 domains with every drop and its reason, pruned-synth's accuracy against epsilon and its kept/flipped
-mix, a concretizer frame from above, a multiui page on desktop and mobile with curation's verdict,
-an rmaxts search tree. Nothing here names a dataset.
+mix, a concretizer frame from above and in 3D, a multiui page on desktop and mobile with curation's
+verdict, an rmaxts search tree. Nothing here names a dataset.
 
 Untrusted text (page titles, accessibility trees, model output, Lean code) is only ever a Jinja
-value, which Jinja escapes; no template marks anything safe, no page carries a script, and every
-response sends a Content-Security-Policy that forbids scripts, frames and foreign sources, so a
+value, which Jinja escapes; no template marks anything safe or holds an inline script, and every
+response sends a Content-Security-Policy that allows only the app's own script files (the 3D frame
+view's, which reads data as JSON and sets text only as text) and no frames or foreign sources, so a
 value that escaped the escaping would still not run. Images are served only when their bytes are
 PNG, JPEG or WebP, with `nosniff`. Pictures (gallery.py) are made by the app from the rows when first
 asked for and kept, one drawing at a time; a trainer's own figures are served only from the names it
@@ -21,20 +22,22 @@ import os
 import threading
 import time
 
-from flask import Flask, Response, abort, render_template, request
+from flask import Flask, Response, abort, render_template, request, url_for
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 
 from core.dataset_folder import read_manifest, resolves_inside
-from pipelines.viewer import gallery, hosts, pictures
+from pipelines.viewer import gallery, hosts, order, pictures, search, stats
 from pipelines.viewer.look import PAGE_ROWS, look_of, train_dir
+from pipelines.viewer.memo import Memo
 from pipelines.viewer.tables import Table, as_text, opener
 from schemas import DEAD_LETTER, SchemaError
 from schemas import get as schema_of
 
-CELL_CHARS = 120
-CSP = ("default-src 'none'; img-src 'self'; style-src 'self'; form-action 'self'; base-uri 'none'; "
-       "frame-ancestors 'none'")
+CELL_CHARS = 120            # a cell's text shown at once; the rest opens under it (<details>)
+CELL_MORE = 2000            # a cell's text a table page holds at most; the row's page has it all
+CSP = ("default-src 'none'; script-src 'self'; connect-src 'self'; img-src 'self'; style-src 'self'; "
+       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg", b"RIFF": "image/webp"}
 DEAD_TABLE = DEAD_LETTER.table
 
@@ -49,6 +52,7 @@ def make_app(dataset_dir: str) -> Flask:
                       REPLACED=None)
     _guard(app)
     _table_pages(app, run)
+    _search_pages(app, run)
     _picture_routes(app, run)
     _error_pages(app, run)
     run.look.routes(app, run.table, dataset_dir, run.manifest)
@@ -70,6 +74,20 @@ class _Run:
         self._draw_lock = threading.Lock()
         self.dead_letters = functools.lru_cache(maxsize=1)(self._dead_letters)   # a published run does not change
         self.picture = functools.lru_cache(maxsize=128)(self._picture)
+        # costly answers, each computed once however many ask at once, keyed by the generation shown
+        self.generation = self.manifest.get("generation")
+        self._found = Memo(32)              # search matches: at most search.MAX_MATCHES row numbers each
+        self._orders = Memo(4)              # sort orders: 8 bytes a row each
+        self._stats = Memo(16)              # per-column statistics of a table
+
+    def matches(self, t: Table, term: str) -> search.Found:
+        return self._found.get((self.generation, t.name, term), lambda: search.find(t, term))
+
+    def ordered(self, t: Table, column: str, direction: str):
+        return self._orders.get((self.generation, t.name, column, direction), lambda: order.order(t, column, direction))
+
+    def statistics(self, t: Table) -> list[stats.ColumnStats]:
+        return self._stats.get((self.generation, t.name), lambda: stats.table_stats(t))
 
     def table(self, name: str) -> Table:
         try:
@@ -126,23 +144,24 @@ def _table_pages(app: Flask, run: _Run) -> None:
     @app.route("/t/<name>")
     def rows(name: str):
         t = table(name)
-        column = request.args.get("column") or ""
-        value = request.args.get("value")
-        if column and column not in t.filter_columns:
-            abort(400, f"{column!r} is not a filter column of {name} (filter by one of {t.filter_columns})")
+        column, value, sort, direction, args = _listing_args(t, name)
         numbers = list(t.matching(column, value)) if column and value is not None else None
+        if sort:
+            ordered = run.ordered(t, sort, direction)
+            numbers = ordered if numbers is None else order.among(ordered, tuple(numbers), t.rows)
         total = len(numbers) if numbers is not None else t.rows
         pages = max(1, -(-total // PAGE_ROWS))
         page = _page_number(request.args.get("page"), pages)
         lo, hi = (page - 1) * PAGE_ROWS, min(page * PAGE_ROWS, total)
-        shown = numbers[lo:hi] if numbers is not None else list(range(lo, hi))
+        shown = [int(n) for n in numbers[lo:hi]] if numbers is not None else list(range(lo, hi))
         data = t.rows_at(shown) if numbers is not None else t.slice(lo, hi)
-        cells = [[_cell(r.get(c)) for c in t.schema.names] for r in data]
+        cells = [[_cell_parts(r.get(c)) for c in t.schema.names] for r in data]
         splits = manifest["tables"].get(name, {}).get("splits")
         menus = {c: [as_text(v) for v in t.values(c, splits)] for c in t.filter_columns}
-        return render_template("table.html", name=name, columns=t.schema.names, rows=list(zip(shown, cells)),
+        return render_template("table.html", name=name, columns=_headers(t, args), rows=list(zip(shown, cells)),
                                page=page, pages=pages, total=total, column=column, value=value, menus=menus,
-                               m=manifest, args={"column": column, "value": value} if column else {})
+                               m=manifest, args=args, sort=sort, direction=direction,
+                               searchable=bool(search.text_columns(t)))
 
     @app.route("/t/<name>/<int:number>")
     def row(name: str, number: int):
@@ -156,6 +175,40 @@ def _table_pages(app: Flask, run: _Run) -> None:
                   for k, v in r.items()]
         return render_template("row.html", name=name, number=number, fields=fields, rows=t.rows, m=manifest,
                                missing=run.missing, **run.look.row(table, run.dataset_dir, name, r, number))
+
+
+def _search_pages(app: Flask, run: _Run) -> None:
+    """A table's text searched (search.py), and its columns' statistics (stats.py)."""
+    manifest, table = run.manifest, run.table
+
+    @app.route("/t/<name>/search")
+    def search_rows(name: str):
+        t = table(name)
+        term, searched = request.args.get("q") or "", search.text_columns(t)
+        if not searched:
+            abort(400, f"{name} has no text columns to search (its columns: {', '.join(t.schema.names)})")
+        if len(term) > search.MAX_TERM:
+            abort(400, f"a search term is at most {search.MAX_TERM} characters; this one has {len(term)}")
+        found = run.matches(t, term) if term else search.Found((), (), False)
+        pages = max(1, -(-len(found.numbers) // PAGE_ROWS))
+        page = _page_number(request.args.get("page"), pages)
+        lo, hi = (page - 1) * PAGE_ROWS, min(page * PAGE_ROWS, len(found.numbers))
+        shown = list(found.numbers[lo:hi])
+        cells = [[dict(_cell_parts(r.get(c)), hit=c in hits) for c in t.schema.names]
+                 for r, hits in zip(t.rows_at(shown), found.columns[lo:hi])]
+        return render_template("search.html", name=name, term=term, searched=searched, columns=t.schema.names,
+                               rows=list(zip(shown, cells)), total=len(found.numbers), more=found.more,
+                               limit=search.MAX_MATCHES, page=page, pages=pages, m=manifest,
+                               args={"q": term} if term else {})
+
+    @app.route("/t/<name>/stats")
+    def statistics(name: str):
+        t = table(name)
+        columns = [{"s": s, "low": stats.number(s.low), "high": stats.number(s.high), "mean": stats.number(s.mean),
+                    "bars": stats.bars(s), "top": [(_cell(v, 80), n, len(v) <= 80) for v, n in s.top]}
+                   for s in run.statistics(t)]
+        return render_template("stats.html", name=name, rows=t.rows, columns=columns, m=manifest,
+                               filters=set(t.filter_columns))
 
 
 def _picture_routes(app: Flask, run: _Run) -> None:
@@ -349,6 +402,47 @@ def _page_number(arg: str | None, pages: int) -> int:
     if not (arg.isascii() and arg.isdigit() and len(arg) <= 12) or not 1 <= int(arg) <= pages:
         abort(400, f"page {arg[:40]!r} does not exist: pages run from 1 to {pages}")
     return int(arg)
+
+
+def _listing_args(t: Table, name: str) -> tuple[str, str | None, str, str, dict]:
+    """A table page's ?column=&value= (a filter) and ?sort=&order= (an order), checked: a column that
+    is no filter column, or an order that cannot be, is the user's mistake (a 400). Also the
+    arguments the page's links carry on."""
+    column, value = request.args.get("column") or "", request.args.get("value")
+    if column and column not in t.filter_columns:
+        abort(400, f"{column!r} is not a filter column of {name} (filter by one of {t.filter_columns})")
+    sort, direction = request.args.get("sort") or "", request.args.get("order") or "asc"
+    why = order.refusal(t, sort, direction) if sort else None
+    if why:
+        abort(400, why)
+    args = {"column": column, "value": value} if column else {}
+    if sort:
+        args.update(sort=sort, order=direction)
+    return column, value, sort, direction, args
+
+
+def _headers(t: Table, args: dict) -> list[dict]:
+    """Each column's header: a link that sorts by it (ascending; descending when it is sorted
+    ascending already), keeping the filter; none for a column whose values have no order."""
+    kept = {k: v for k, v in args.items() if k in ("column", "value")}
+    out = []
+    for f in t.schema:
+        now = args.get("order") if args.get("sort") == f.name else None
+        href = (url_for("rows", name=t.name, sort=f.name, order="desc" if now == "asc" else "asc", **kept)
+                if order.sortable(f.type) else None)
+        out.append({"name": f.name, "href": href, "sorted": now})
+    return out
+
+
+def _cell_parts(value) -> dict:
+    """A cell as a table page shows it: its first CELL_CHARS characters (cut at a space where one is
+    near), the rest up to CELL_MORE to open under them, and whether even that is not all of it."""
+    text = _full(value)
+    if len(text) <= CELL_CHARS:
+        return {"head": text, "rest": "", "cut": False}
+    end = text.rfind(" ", CELL_CHARS // 2, CELL_CHARS)
+    end = end + 1 if end > 0 else CELL_CHARS
+    return {"head": text[:end], "rest": text[end:CELL_MORE], "cut": len(text) > CELL_MORE}
 
 
 def _cell(value, width: int = CELL_CHARS) -> str:

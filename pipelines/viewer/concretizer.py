@@ -1,10 +1,16 @@
 """concretizer in the viewer: a frame from above (its points, voxels and occupancy at each stride,
-its labels as boxes) and the inversion trainer's picture of it, where one was drawn."""
+its labels as boxes), the same frame in 3D on its row page, and the inversion trainer's picture of
+it, where one was drawn.
+
+The 3D view (templates/frame-3d.html, static/frame3d.js) draws what `frame_view` sends as JSON:
+never inlined into the page, only for a frame and view the run has, and at most MAX_POINTS rows,
+a seeded subsample above that (the page says so)."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
+from flask import Flask, abort, jsonify
 
 from core import array_cells
 from core.birdseye import Box, Panel
@@ -13,6 +19,8 @@ from pipelines.viewer.look import Look, TableOf, train_dir, trained_metrics
 from schemas.concretizer import LAYERS
 
 STRIDE_VIEWS = ("s1", "s2", "s4", "s8")
+MAX_POINTS = 200_000        # rows of one view sent to the 3D page at most: 4 MB of JSON, made in 0.35 s
+DECIMALS = 3                # millimetres: finer than a scanner measures, and a third of float32's digits
 
 
 def _occupancy_rows(table: TableOf, frame: dict) -> dict[str, int]:
@@ -28,27 +36,81 @@ def frame_views(table: TableOf, frame: dict) -> list[str]:
     return views + [s for s in STRIDE_VIEWS if s in strides]
 
 
-def frame_panel(table: TableOf, frame: dict, view: str) -> Panel | None:
-    """One view of a frame in metres: the points, the voxel centres, or the occupied cells' centres."""
+def frame_cells(table: TableOf, frame: dict, view: str) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """The voxels ("voxels") or occupied cells (s1..s8) of a frame: (name, (n, 3) centres in metres,
+    the cell's x, y, z edges), or None where the run has no such view."""
     r = np.asarray(frame["point_cloud_range"], np.float64)
     lo, hi = r[:3], r[3:]
-    if view == "points":
-        points = array_cells.decode(frame["points"], "<f4", len(frame["point_features"]))
-        return Panel("points", points[:, :3])
     if view == "voxels":
         found = table("voxels").matching("frame_id", frame["id"])
         if not found:
             return None
         coords = np.asarray(table("voxels").row(found[0])["coords"], np.float64).reshape(-1, 3)
         size = np.asarray(frame["voxel_size"], np.float64)
-        return Panel("voxels", (coords[:, ::-1] + 0.5) * size + lo, cell=float(size[0]), unit="voxels")
+        return "voxels", (coords[:, ::-1] + 0.5) * size + lo, size
     number = _occupancy_rows(table, frame).get(view)
     if number is None:
         return None
     row = table("occupancy").row(number)
     cell = (hi - lo) / np.asarray(row["spatial_shape"][::-1], np.float64)          # x, y, z edges
     coords = np.asarray(row["coords"], np.float64).reshape(-1, 3)[:, ::-1]
-    return Panel(f"occupancy at stride {row['stride']}", (coords + 0.5) * cell + lo, cell=float(cell[0]), unit="cells")
+    return f"occupancy at stride {row['stride']}", (coords + 0.5) * cell + lo, cell
+
+
+def frame_points(frame: dict) -> np.ndarray:
+    """The frame's (n, len(point_features)) points, as stored."""
+    return array_cells.decode(frame["points"], "<f4", len(frame["point_features"]))
+
+
+def frame_panel(table: TableOf, frame: dict, view: str) -> Panel | None:
+    """One view of a frame in metres: the points, the voxel centres, or the occupied cells' centres."""
+    if view == "points":
+        return Panel("points", frame_points(frame)[:, :3])
+    cells = frame_cells(table, frame, view)
+    if cells is None:
+        return None
+    name, centres, edges = cells
+    return Panel(name, centres, cell=float(edges[0]), unit="voxels" if view == "voxels" else "cells")
+
+
+def subsample(n: int, most: int = MAX_POINTS, seed: int = 0) -> np.ndarray | None:
+    """Indices (ascending) of a seeded sample of `most` out of `n` rows, or None when all `n` fit:
+    the same rows every time, spread over the whole scan (a stride would follow its laser rings)."""
+    if n <= most:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(n, most, replace=False))
+
+
+def _flat(values: np.ndarray) -> list[float]:
+    return np.round(np.asarray(values, np.float64), DECIMALS).reshape(-1).tolist()
+
+
+def view_json(table: TableOf, frame: dict, view: str) -> dict | None:
+    """What the 3D page draws of one view: `xyz` as a flat list (x, y, z per row), `total` rows and
+    the `shown` ones; points add their intensity (where the scan has one) and the frame's labelled
+    boxes, cells their x, y, z edges in metres. None where the run has no such view."""
+    intensity = edges = None
+    if view == "points":
+        points = frame_points(frame)
+        name, xyz = "points", points[:, :3]
+        features = list(frame["point_features"])
+        if "intensity" in features:
+            intensity = points[:, features.index("intensity")]
+    else:
+        cells = frame_cells(table, frame, view)
+        if cells is None:
+            return None
+        name, xyz, edges = cells
+    total, keep = len(xyz), subsample(len(xyz))
+    if keep is not None:
+        xyz, intensity = xyz[keep], None if intensity is None else intensity[keep]
+    out = {"frame": frame["id"], "view": view, "name": name, "total": total, "shown": len(xyz), "xyz": _flat(xyz)}
+    if view == "points":
+        out.update(intensity=None if intensity is None else _flat(intensity),
+                   boxes=[{"type": lab["type"], "box": _flat(lab["box"])} for lab in frame.get("labels") or []])
+    else:
+        out["cell"] = _flat(edges)
+    return out
 
 
 def frame_boxes(frame: dict) -> list[Box]:
@@ -87,7 +149,22 @@ class ConcretizerLook(Look):
         if name != "frames":
             return {}
         return {"frame": {"views": frame_views(table, row), "labels": [lab["type"] for lab in row.get("labels") or []],
-                          "trained": trained_frames(dataset_dir).get(row["id"], [])}}
+                          "trained": trained_frames(dataset_dir).get(row["id"], []), "max_points": MAX_POINTS,
+                          "intensity": "intensity" in (row.get("point_features") or ())}}
+
+    def routes(self, app: Flask, table: TableOf, dataset_dir: str, manifest: dict) -> None:
+        @app.route("/concretizer/frame/<int:number>/<view>.json", endpoint="frame_view")
+        def frame_view(number: int, view: str):
+            """One view of a frame for its 3D page (view_json); a frame or a view the run does not
+            have is a 404 that decodes nothing."""
+            frames = table("frames")
+            if not 0 <= number < frames.rows:
+                abort(404, f"frames has {frames.rows} rows; there is no row {number}")
+            frame = frames.row(number)
+            views = frame_views(table, frame)
+            if view not in views:
+                abort(404, f"frame {number} has no {view!r} view (it has {', '.join(views)})")
+            return jsonify(view_json(table, frame, view))
 
     def picture(self, table, dataset_dir, name, number, view):
         frame = table("frames").row(number)

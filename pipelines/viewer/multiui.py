@@ -1,9 +1,15 @@
-"""multiui in the viewer: a sample over its page's screenshot with its box, and a page beside its
-renders on the other platforms with curation's verdict."""
+"""multiui in the viewer: a sample over its page's screenshot with its box, a page beside its
+renders on the other platforms with curation's verdict, and the pages at a glance: a thumbnail of
+each screenshot (thumbnails.py) with its platform, verdict and title, a row link each."""
 from __future__ import annotations
 
-from pipelines.viewer import pictures
-from pipelines.viewer.look import Look, TableOf
+from flask import Flask, render_template, request
+
+from pipelines.viewer import pictures, thumbnails
+from pipelines.viewer.look import PAGE_ROWS, Look, TableOf
+
+# the narrow columns the glance reads (never the HTML, tree or screenshot beside them)
+GLANCE = ("url", "title", "platform", "viewport_width", "viewport_height", "screenshot_width", "kept", "reject_reason")
 
 
 def page_renders(table: TableOf, number: int) -> list[tuple[int, dict]]:
@@ -44,9 +50,37 @@ def renders(table, number: int) -> list[dict]:
             for n, p in page_renders(table, number)]
 
 
+def glance(table: TableOf, page: int) -> tuple[list[dict], int, int, int]:
+    """One page of the pages table as the glance lists it: (rows, total, page, pages), the page
+    number held to those there are; a row says whether it has a screenshot to show small."""
+    cols = table("pages").columns(GLANCE)
+    total = cols.num_rows
+    pages = max(1, -(-total // PAGE_ROWS))
+    page = min(max(1, page), pages)
+    lo = (page - 1) * PAGE_ROWS
+    rows = [{"number": lo + k, "platform": p["platform"], "viewport": f"{p['viewport_width']}x{p['viewport_height']}",
+             "kept": p["kept"], "verdict": verdict(p), "title": p["title"], "url": p["url"],
+             "screenshot": bool(p["screenshot_width"])}
+            for k, p in enumerate(cols.slice(lo, PAGE_ROWS).to_pylist())]
+    return rows, total, page, pages
+
+
 class MultiUILook(Look):
     pictures = ("pair",)
     row_pictures = {"pair": "pages"}
+
+    def overview(self, table, dataset_dir, manifest):
+        return {"pages": manifest["tables"]["pages"]["rows"]} if "pages" in manifest["tables"] else None
+
+    def routes(self, app: Flask, table: TableOf, dataset_dir: str, manifest: dict) -> None:
+        thumbnails.add_route(app, table)
+
+        @app.route("/multiui/pages", endpoint="glance")
+        def glance_page():
+            """The pages, 25 at a time: each screenshot as a thumbnail that opens its row."""
+            rows, total, page, pages = glance(table, request.args.get("page", 1, type=int))
+            return render_template("multiui-pages.html", m=manifest, rows=rows, total=total, page=page, pages=pages,
+                                   unavailable=thumbnails.unavailable())
 
     def row(self, table, dataset_dir, name, row, number):
         if name == "samples":

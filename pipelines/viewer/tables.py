@@ -86,7 +86,9 @@ class Table:
         wanted = ((self.split_field,) if self.split_field else ()) + FILTER_COLUMNS
         return [c for c in dict.fromkeys(wanted) if c in self.schema.names]
 
-    def _group_rows(self, group: Group, columns=None) -> pa.Table:
+    def read_group(self, group: Group, columns=None) -> pa.Table:
+        """These columns of one row group (all without `columns`): the unit a scan reads, the file's
+        lock held for the read alone, so other requests' pages come between a scan's groups."""
         with self._reading(group.location) as f:
             return f.read_row_group(group.index, columns=columns)
 
@@ -129,7 +131,7 @@ class Table:
         """Row numbers where `column`, shown as text, equals `value`; one column read per group."""
         found: list[int] = []
         for g in self.groups:
-            col = self._group_rows(g, [column]).column(column)
+            col = self.read_group(g, [column]).column(column)
             texts = [as_text(v) for v in col.to_pylist()]
             found += [g.start + i for i, t in enumerate(texts) if t == value]
         return tuple(found)
@@ -138,7 +140,7 @@ class Table:
     def columns(self, names: tuple[str, ...]) -> pa.Table:
         """Only these columns, every row in table order (the counts behind a chart, without the
         wide columns beside them); one read per row group, cached."""
-        parts = [self._group_rows(g, list(names)) for g in self.groups]
+        parts = [self.read_group(g, list(names)) for g in self.groups]
         return pa.concat_tables(parts) if parts else pa.table({n: [] for n in names})
 
     def rows_at(self, numbers: list[int]) -> list[dict]:
