@@ -27,8 +27,8 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 
 from core.dataset_folder import read_manifest, resolves_inside
-from pipelines.viewer import gallery, hosts, order, pictures, search, stats
-from pipelines.viewer.look import PAGE_ROWS, look_of, train_dir
+from pipelines.viewer import gallery, hosts, order, pictures, search, stats, thumbnails
+from pipelines.viewer.look import PAGE_ROWS, look_of, page_number, train_dir
 from pipelines.viewer.memo import Memo
 from pipelines.viewer.tables import Table, as_text, opener
 from schemas import DEAD_LETTER, SchemaError
@@ -54,6 +54,7 @@ def make_app(dataset_dir: str) -> Flask:
     _table_pages(app, run)
     _search_pages(app, run)
     _picture_routes(app, run)
+    thumbnails.add_route(app, run.table)
     _error_pages(app, run)
     run.look.routes(app, run.table, dataset_dir, run.manifest)
     app.jinja_env.finalize = visible                # every value shown: controls and bidi overrides made marks
@@ -151,11 +152,11 @@ def _table_pages(app: Flask, run: _Run) -> None:
             numbers = ordered if numbers is None else order.among(ordered, tuple(numbers), t.rows)
         total = len(numbers) if numbers is not None else t.rows
         pages = max(1, -(-total // PAGE_ROWS))
-        page = _page_number(request.args.get("page"), pages)
+        page = page_number(request.args.get("page"), pages)
         lo, hi = (page - 1) * PAGE_ROWS, min(page * PAGE_ROWS, total)
         shown = [int(n) for n in numbers[lo:hi]] if numbers is not None else list(range(lo, hi))
         data = t.rows_at(shown) if numbers is not None else t.slice(lo, hi)
-        cells = [[_cell_parts(r.get(c)) for c in t.schema.names] for r in data]
+        cells = [[_cell_parts(r.get(c), c) for c in t.schema.names] for r in data]
         splits = manifest["tables"].get(name, {}).get("splits")
         menus = {c: [as_text(v) for v in t.values(c, splits)] for c in t.filter_columns}
         return render_template("table.html", name=name, columns=_headers(t, args), rows=list(zip(shown, cells)),
@@ -191,7 +192,7 @@ def _search_pages(app: Flask, run: _Run) -> None:
             abort(400, f"a search term is at most {search.MAX_TERM} characters; this one has {len(term)}")
         found = run.matches(t, term) if term else search.Found((), (), False)
         pages = max(1, -(-len(found.numbers) // PAGE_ROWS))
-        page = _page_number(request.args.get("page"), pages)
+        page = page_number(request.args.get("page"), pages)
         lo, hi = (page - 1) * PAGE_ROWS, min(page * PAGE_ROWS, len(found.numbers))
         shown = list(found.numbers[lo:hi])
         cells = [[dict(_cell_parts(r.get(c)), hit=c in hits) for c in t.schema.names]
@@ -395,15 +396,6 @@ def visible(value):
     return value.translate(_INVISIBLE) if isinstance(value, str) else value
 
 
-def _page_number(arg: str | None, pages: int) -> int:
-    """?page=N: a whole number from 1 to the last page; anything else is the user's mistake, a 400."""
-    if arg is None:
-        return 1
-    if not (arg.isascii() and arg.isdigit() and len(arg) <= 12) or not 1 <= int(arg) <= pages:
-        abort(400, f"page {arg[:40]!r} does not exist: pages run from 1 to {pages}")
-    return int(arg)
-
-
 def _listing_args(t: Table, name: str) -> tuple[str, str | None, str, str, dict]:
     """A table page's ?column=&value= (a filter) and ?sort=&order= (an order), checked: a column that
     is no filter column, or an order that cannot be, is the user's mistake (a 400). Also the
@@ -434,10 +426,13 @@ def _headers(t: Table, args: dict) -> list[dict]:
     return out
 
 
-def _cell_parts(value) -> dict:
+def _cell_parts(value, column: str = "") -> dict:
     """A cell as a table page shows it: its first CELL_CHARS characters (cut at a space where one is
-    near), the rest up to CELL_MORE to open under them, and whether even that is not all of it."""
+    near), the rest up to CELL_MORE to open under them, and whether even that is not all of it; an
+    image as its thumbnail (`thumb`: the column it is in)."""
     text = _full(value)
+    if column and _image_type(value):
+        return {"head": text, "rest": "", "cut": False, "thumb": column}
     if len(text) <= CELL_CHARS:
         return {"head": text, "rest": "", "cut": False}
     end = text.rfind(" ", CELL_CHARS // 2, CELL_CHARS)

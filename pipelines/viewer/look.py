@@ -17,7 +17,7 @@ import json
 import os
 from typing import Callable, Mapping
 
-from flask import Flask
+from flask import Flask, abort
 
 from core import storage
 from pipelines.viewer.tables import Table
@@ -91,3 +91,12 @@ def trained_metrics(dataset_dir: str) -> dict | None:
             return json.load(fh)
     except (OSError, ValueError):
         return None
+
+
+def page_number(arg: str | None, pages: int) -> int:
+    """?page=N: a whole number from 1 to the last page; anything else is the user's mistake, a 400."""
+    if arg is None:
+        return 1
+    if not (arg.isascii() and arg.isdigit() and len(arg) <= 12) or not 1 <= int(arg) <= pages:
+        abort(400, f"page {arg[:40]!r} does not exist: pages run from 1 to {pages}")
+    return int(arg)

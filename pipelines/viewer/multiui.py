@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import Flask, render_template, request
 
 from pipelines.viewer import pictures, thumbnails
-from pipelines.viewer.look import PAGE_ROWS, Look, TableOf
+from pipelines.viewer.look import PAGE_ROWS, Look, TableOf, page_number
 
 # the narrow columns the glance reads (never the HTML, tree or screenshot beside them)
 GLANCE = ("url", "title", "platform", "viewport_width", "viewport_height", "screenshot_width", "kept", "reject_reason")
@@ -50,13 +50,13 @@ def renders(table, number: int) -> list[dict]:
             for n, p in page_renders(table, number)]
 
 
-def glance(table: TableOf, page: int) -> tuple[list[dict], int, int, int]:
-    """One page of the pages table as the glance lists it: (rows, total, page, pages), the page
-    number held to those there are; a row says whether it has a screenshot to show small."""
+def glance(table: TableOf, page_arg: str | None) -> tuple[list[dict], int, int, int]:
+    """One page of the pages table as the glance lists it: (rows, total, page, pages), `page_arg`
+    (?page=) checked as every listing's is; a row says whether it has a screenshot to show small."""
     cols = table("pages").columns(GLANCE)
     total = cols.num_rows
     pages = max(1, -(-total // PAGE_ROWS))
-    page = min(max(1, page), pages)
+    page = page_number(page_arg, pages)
     lo = (page - 1) * PAGE_ROWS
     rows = [{"number": lo + k, "platform": p["platform"], "viewport": f"{p['viewport_width']}x{p['viewport_height']}",
              "kept": p["kept"], "verdict": verdict(p), "title": p["title"], "url": p["url"],
@@ -73,12 +73,10 @@ class MultiUILook(Look):
         return {"pages": manifest["tables"]["pages"]["rows"]} if "pages" in manifest["tables"] else None
 
     def routes(self, app: Flask, table: TableOf, dataset_dir: str, manifest: dict) -> None:
-        thumbnails.add_route(app, table)
-
         @app.route("/multiui/pages", endpoint="glance")
         def glance_page():
             """The pages, 25 at a time: each screenshot as a thumbnail that opens its row."""
-            rows, total, page, pages = glance(table, request.args.get("page", 1, type=int))
+            rows, total, page, pages = glance(table, request.args.get("page"))
             return render_template("multiui-pages.html", m=manifest, rows=rows, total=total, page=page, pages=pages,
                                    unavailable=thumbnails.unavailable())
 
