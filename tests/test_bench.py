@@ -66,6 +66,8 @@ SMOKE = {
     "long_render.py": ("long_render.json", _needs("playwright", paths=(
         (CHROMIUM, f"Chromium ({INSTALL_HINT})"),))),
     "long_rmaxts.py": ("long_rmaxts.json", _needs()),
+    "page_cost.py": ("page_cost.json", _needs("apache_beam", "playwright", "psutil", "warcio", paths=(
+        (CHROMIUM, f"Chromium ({INSTALL_HINT})"),))),
     "scale.py": ("scale.json", _needs("apache_beam", "pyarrow", "psutil")),
     "llm_vllm.py": ("llm_vllm.json", _needs("transformers", paths=(
         (VLLM_PYTHON, "vLLM's CPU build in .venv-vllm (make vllm)"),))),

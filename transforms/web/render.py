@@ -58,7 +58,7 @@ from transforms.web.page_errors import (HTML_TYPES, BrowserCrashed, RenderError,
                                         check_scheme, cut_reason, error_reason, navigation_error,
                                         navigation_records, same_site)
 from transforms.web.policy_proxy import PolicyProxy
-from transforms.web.site_contexts import KeptContext, SiteContexts, origin_of, site_key
+from transforms.web.site_contexts import KeptContext, RouteSwitch, SiteContexts, origin_of, site_key
 from transforms.web.subresources import Subresources
 from transforms.web.tls_authority import TlsAuthority
 
@@ -378,14 +378,17 @@ class _Worker:
         self.browser = self.conn = self.proc = None
         self.profile_dir = None
 
-    def new_context(self, options: dict, route_handler, proxy):
+    def new_context(self, options: dict, route_handler, proxy) -> tuple[Any, RouteSwitch | None]:
+        """A fresh context behind `proxy`; a replayed page's routes every request to a RouteSwitch."""
         ctx = self.browser.new_context(**options, accept_downloads=False, service_workers="block",
                                        proxy=_through(proxy))
+        switch = None
         if route_handler is not None:
             # only replay intercepts requests: live pages are fetched by the browser through the
             # proxy, which keeps the HTTP cache on and costs no round trip through Python
-            ctx.route("**/*", route_handler)
-        return ctx
+            switch = RouteSwitch(route_handler)
+            ctx.route("**/*", switch)
+        return ctx, switch
 
     def page_proxy(self, policy, kept: KeptContext | None) -> tuple[PolicyProxy | None, KeptContext | None]:
         """The page's own proxy: on the kept context's port, or (no kept one, or its port taken
@@ -399,13 +402,15 @@ class _Worker:
                 _quietly(kept.ctx.close)
         return PolicyProxy(policy, authority=self.authority), None
 
-    def keep_context(self, kept: KeptContext, key: tuple, url: str, final_url: str, proxy: PolicyProxy) -> bool:
+    def keep_context(self, kept: KeptContext, key: tuple, url: str, final_url: str, proxy: PolicyProxy,
+                     route_handler=None) -> bool:
         """Keep the context of a page that rendered well for the site's next page: the next page's
         tab is opened now and the page's own closed (while its proxy still takes what its unload
         sends), so the site's renderer process stays for the next page instead of starting again.
         False: the context is not kept; close it."""
         own = {origin_of(url), origin_of(final_url)}
-        if any(origin_of(u) not in own for u, _, _ in proxy.log.connections):
+        reached = [u for u, _, _ in proxy.log.connections] + list(getattr(route_handler, "served", ()))
+        if any(origin_of(u) not in own for u in reached):
             return False   # another origin's frames may keep storage, partitioned, that no clearing names
         kept.origins |= own
         try:
@@ -480,7 +485,7 @@ class _Worker:
                clock=None) -> dict:
         t0 = time.perf_counter()
         doc: dict = {}
-        key = site_key(url, platform, policy) if route_handler is None and clock is None else None
+        key = site_key(url, platform, policy, replay=route_handler is not None)
         options, kept, proxy = self.context_for(platform, seed, route_handler, policy, key, doc)
         ctx = kept.ctx
         resize = None if kept.viewport == options["viewport"] else options["viewport"]
@@ -504,7 +509,8 @@ class _Worker:
             row["url"] = url
             row.update(doc.pop("counts"))
             row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
-                                          policy if route_handler is None else None, resize)
+                                          policy if route_handler is None else None, resize,
+                                          getattr(route_handler, "holds", None))
                               if follow_links else [])
             reusable = key is not None
         except Exception as e:  # noqa: BLE001 - said as a RenderError, or BrowserCrashed if the browser died
@@ -512,7 +518,7 @@ class _Worker:
         finally:
             if session is not None and self.conn is not None:
                 self.conn.listen(session, None)
-            if not (reusable and self.keep_context(kept, key, url, row["final_url"], proxy)):
+            if not (reusable and self.keep_context(kept, key, url, row["final_url"], proxy, route_handler)):
                 _quietly(ctx.close)
             if proxy is not None:
                 proxy.close()
@@ -539,13 +545,15 @@ class _Worker:
             proxy, kept = self.page_proxy(policy, kept)
             if kept is None:
                 try:
-                    ctx = self.new_context(options, route_handler, proxy)
+                    ctx, switch = self.new_context(options, route_handler, proxy)
                 except Exception:  # noqa: BLE001 - the browser died since the last page: once more, fresh
                     self.stop_browser()
                     self.ensure_browser()
-                    ctx = self.new_context(options, route_handler, proxy)
-                kept = KeptContext(ctx, proxy.port if proxy else 0, options["viewport"])
+                    ctx, switch = self.new_context(options, route_handler, proxy)
+                kept = KeptContext(ctx, proxy.port if proxy else 0, options["viewport"], route=switch)
             else:
+                if kept.route is not None:
+                    kept.route.handler = route_handler
                 self.owner.contexts_reused += 1
             doc["logs"] = [log for log in (route_handler, proxy) if hasattr(log, "refusals")]
             return options, kept, proxy
@@ -676,10 +684,12 @@ class _Worker:
                 "glyphs_missing": glyphs}
 
     def follow(self, ctx, row: dict, seed: int, platform: str, k: int, timeout_ms: int, policy,
-               viewport: dict | None = None) -> list[dict]:
+               viewport: dict | None = None, holds: Callable[[str], bool] | None = None) -> list[dict]:
         """Open up to k visible same-site links (seeded choice) in the same context, each in a new
         tab that goes through the same routes; record the titles. At most 2k tries, so dead
-        links cannot eat the page's time budget."""
+        links cannot eat the page's time budget. A replayed page's link its archive does not hold
+        (`holds`) is a try that fails without a tab: its navigation could only be refused (most of
+        a crawl's links, and half of a replayed page's CPU when each was opened)."""
         here = urldefrag(row["final_url"])[0]
         seen, cands = set(), []
         for n in row["nodes"]:
@@ -698,6 +708,8 @@ class _Worker:
         for node_id, href in rng.sample(cands, len(cands))[:2 * k]:
             if len(actions) >= k:
                 break
+            if holds is not None and not holds(href):
+                continue
             doc: dict = {}
             deadline = time.monotonic() + timeout_ms / 1000     # each followed link its own time
             page = self.open_page(ctx, doc, timeout_ms, viewport)
