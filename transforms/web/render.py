@@ -58,7 +58,7 @@ from transforms.web.page_errors import (HTML_TYPES, BrowserCrashed, RenderError,
                                         check_scheme, cut_reason, error_reason, navigation_error,
                                         navigation_records, same_site)
 from transforms.web.policy_proxy import PolicyProxy
-from transforms.web.site_contexts import KeptContext, RouteSwitch, SiteContexts, origin_of, site_key
+from transforms.web.site_contexts import KeptContext, SiteContexts, origin_of, site_key
 from transforms.web.subresources import Subresources
 from transforms.web.tls_authority import TlsAuthority
 
@@ -378,17 +378,14 @@ class _Worker:
         self.browser = self.conn = self.proc = None
         self.profile_dir = None
 
-    def new_context(self, options: dict, route_handler, proxy) -> tuple[Any, RouteSwitch | None]:
-        """A fresh context behind `proxy`; a replayed page's routes every request to a RouteSwitch."""
+    def new_context(self, options: dict, route_handler, proxy):
         ctx = self.browser.new_context(**options, accept_downloads=False, service_workers="block",
                                        proxy=_through(proxy))
-        switch = None
         if route_handler is not None:
             # only replay intercepts requests: live pages are fetched by the browser through the
             # proxy, which keeps the HTTP cache on and costs no round trip through Python
-            switch = RouteSwitch(route_handler)
-            ctx.route("**/*", switch)
-        return ctx, switch
+            ctx.route("**/*", route_handler)
+        return ctx
 
     def page_proxy(self, policy, kept: KeptContext | None) -> tuple[PolicyProxy | None, KeptContext | None]:
         """The page's own proxy: on the kept context's port, or (no kept one, or its port taken
@@ -402,15 +399,13 @@ class _Worker:
                 _quietly(kept.ctx.close)
         return PolicyProxy(policy, authority=self.authority), None
 
-    def keep_context(self, kept: KeptContext, key: tuple, url: str, final_url: str, proxy: PolicyProxy,
-                     route_handler=None) -> bool:
+    def keep_context(self, kept: KeptContext, key: tuple, url: str, final_url: str, proxy: PolicyProxy) -> bool:
         """Keep the context of a page that rendered well for the site's next page: the next page's
         tab is opened now and the page's own closed (while its proxy still takes what its unload
         sends), so the site's renderer process stays for the next page instead of starting again.
         False: the context is not kept; close it."""
         own = {origin_of(url), origin_of(final_url)}
-        reached = [u for u, _, _ in proxy.log.connections] + list(getattr(route_handler, "served", ()))
-        if any(origin_of(u) not in own for u in reached):
+        if any(origin_of(u) not in own for u, _, _ in proxy.log.connections):
             return False   # another origin's frames may keep storage, partitioned, that no clearing names
         kept.origins |= own
         try:
@@ -485,7 +480,7 @@ class _Worker:
                clock=None) -> dict:
         t0 = time.perf_counter()
         doc: dict = {}
-        key = site_key(url, platform, policy, replay=route_handler is not None)
+        key = site_key(url, platform, policy) if route_handler is None and clock is None else None
         options, kept, proxy = self.context_for(platform, seed, route_handler, policy, key, doc)
         ctx = kept.ctx
         resize = None if kept.viewport == options["viewport"] else options["viewport"]
@@ -518,7 +513,7 @@ class _Worker:
         finally:
             if session is not None and self.conn is not None:
                 self.conn.listen(session, None)
-            if not (reusable and self.keep_context(kept, key, url, row["final_url"], proxy, route_handler)):
+            if not (reusable and self.keep_context(kept, key, url, row["final_url"], proxy)):
                 _quietly(ctx.close)
             if proxy is not None:
                 proxy.close()
@@ -545,15 +540,13 @@ class _Worker:
             proxy, kept = self.page_proxy(policy, kept)
             if kept is None:
                 try:
-                    ctx, switch = self.new_context(options, route_handler, proxy)
+                    ctx = self.new_context(options, route_handler, proxy)
                 except Exception:  # noqa: BLE001 - the browser died since the last page: once more, fresh
                     self.stop_browser()
                     self.ensure_browser()
-                    ctx, switch = self.new_context(options, route_handler, proxy)
-                kept = KeptContext(ctx, proxy.port if proxy else 0, options["viewport"], route=switch)
+                    ctx = self.new_context(options, route_handler, proxy)
+                kept = KeptContext(ctx, proxy.port if proxy else 0, options["viewport"])
             else:
-                if kept.route is not None:
-                    kept.route.handler = route_handler
                 self.owner.contexts_reused += 1
             doc["logs"] = [log for log in (route_handler, proxy) if hasattr(log, "refusals")]
             return options, kept, proxy

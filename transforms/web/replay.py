@@ -34,7 +34,6 @@ class ReplayHandler:
     failures: (url, error) for requests that failed inside the handler.
     redirects: (from_url, to_url) for every archived redirect hop followed.
     bytes_served: body bytes fulfilled to the page so far.
-    served: URLs fulfilled from the archive (what the page reached: a kept context's origins).
     """
 
     def __init__(self, archive: WarcArchive, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -51,7 +50,6 @@ class ReplayHandler:
         self.failures: list[tuple[str, str]] = []
         self.redirects: list[tuple[str, str]] = []
         self.bytes_served = 0
-        self.served: list[str] = []
         self._over_budget = False
 
     def holds(self, url: str) -> bool:
@@ -92,7 +90,6 @@ class ReplayHandler:
             return self._refuse(route, url, f"page size budget of {self.max_bytes} bytes exceeded "
                                             f"({self.bytes_served} bytes already served)")
         self.bytes_served += len(record.body)
-        self.served.append(url)
         headers = record.headers
         content_type = headers.get("content-type", "")
         if request.resource_type == "document" or content_type.startswith(("text/html", "application/xhtml")):

@@ -18,12 +18,8 @@ bundled site, rows unchanged. What keeps pages apart:
   new tab has its own session storage;
 - each page still gets a proxy of its own (its policy, DNS answers, budget and records), on the
   port that the context's proxy setting names;
-- a replayed page (WARC) shares its site's context with the site's other replayed pages of the same
-  archive setting: the context's one route passes each request to the handler of the page now
-  rendering in it (RouteSwitch; the context renders one page at a time), and the page's clock is
-  set to its record's date before it navigates; what the archive served counts as reached, like
-  the proxy's connections;
-- a page that failed closes its context; a page with no fetch policy gets a context of its own.
+- a page that failed closes its context; a replayed page, whose archive routes and clock belong to
+  its context, and a page with no fetch policy get a context of their own, as before.
 """
 from __future__ import annotations
 
@@ -42,24 +38,10 @@ class KeptContext:
     viewport: dict          # what a new page in it starts with (set per page when they differ)
     origins: set = field(default_factory=set)   # what its earlier pages reached: cleared before the next
     spare: Any = None       # the next page's tab, blank, opened before the last page's tab closed
-    route: Any = None       # RouteSwitch of a replaying context: the page now rendering's handler
 
 
-class RouteSwitch:
-    """A replaying context's one route (Playwright's `ctx.route` handler): each request goes to the
-    archive handler of the page now rendering, so the page's refusals, redirects and byte budget
-    are its own while its context is the site's."""
-
-    def __init__(self, handler):
-        self.handler = handler
-
-    def __call__(self, route, request):
-        return self.handler(route, request)
-
-
-def site_key(url: str, platform: str, policy, replay: bool = False) -> tuple | None:
-    """Which pages may share a context: same site, platform, policy and whether replayed (a replaying
-    context has a route, a live one none); None: a context of its own."""
+def site_key(url: str, platform: str, policy) -> tuple | None:
+    """Which pages may share a context: same site, platform and policy; None: a context of its own."""
     if policy is None:
         return None
     try:
@@ -71,7 +53,7 @@ def site_key(url: str, platform: str, policy, replay: bool = False) -> tuple | N
     if parts.scheme not in ("http", "https") or not host:
         return None
     # the policy's rules, and its resolver (a test's name resolution is part of what it admits)
-    return platform, parts.scheme, host, port, repr(policy), id(policy._resolver), replay
+    return platform, parts.scheme, host, port, repr(policy), id(policy._resolver)
 
 
 def origin_of(url: str) -> str | None:
