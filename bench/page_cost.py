@@ -3,7 +3,8 @@ driver, pages per second per core, and the peak memory of a worker with its brow
 replayed from WARC and on bench/scale.py's generated site; against an earlier commit in the same run.
 
     python bench/page_cost.py [--against REV] [--inputs warc,site] [--repeat 2] [--workers 2]
-                              [--site-pages 12] [--warc PATHS] [--scratch DIR] [--json PATH] [--tiny]
+                              [--site-pages 12] [--warc PATHS] [--set KEY=VALUE ...] [--scratch DIR]
+                              [--json PATH] [--tiny]
 
 | input | what |
 |---|---|
@@ -60,9 +61,10 @@ def worktree(rev: str, scratch: str) -> str:
 
 
 def inputs_for(kind: str, args, scratch: str) -> list[str]:
+    """The run's --set values: its input, then what --set adds."""
     if kind == "warc":
-        return [f"warc={','.join(args.warc)}"]
-    return [f"html_dir={make_site(os.path.join(scratch, 'site'), args.site_pages)}"]
+        return [f"warc={','.join(args.warc)}"] + args.set
+    return [f"html_dir={make_site(os.path.join(scratch, 'site'), args.site_pages)}"] + args.set
 
 
 def one_run(tree: str, sets: list[str], workers: int, scratch: str) -> dict:
@@ -177,6 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--site-pages", type=int, default=12)
     ap.add_argument("--warc", type=lambda s: s.split(","), default=list(WARCS))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a multiui config value for every run (e.g. follow_links=0: what following costs)")
     ap.add_argument("--scratch", default=None)
     args = tiny.parse(ap, argv, "page_cost", RESULTS, repeat=1, warc=[WARCS[1]], site_pages=1)
     scratch = tempfile.mkdtemp(prefix="page-cost-", dir=args.scratch)

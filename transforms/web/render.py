@@ -678,58 +678,61 @@ class _Worker:
 
     def follow(self, ctx, row: dict, seed: int, platform: str, k: int, timeout_ms: int, policy,
                viewport: dict | None = None, holds: Callable[[str], bool] | None = None) -> list[dict]:
-        """Open up to k visible same-site links (seeded choice) in the same context, each in a new
-        tab that goes through the same routes; record the titles. At most 2k tries, so dead
-        links cannot eat the page's time budget. A replayed page's link its archive does not hold
-        (`holds`) is a try that fails without a tab: its navigation could only be refused (most of
-        a crawl's links, and half of a replayed page's CPU when each was opened)."""
-        here = urldefrag(row["final_url"])[0]
-        seen, cands = set(), []
-        for n in row["nodes"]:
-            href = n["href"]
-            if n["role"] != "link" or not href or urlsplit(href).scheme not in ("http", "https"):
-                continue
-            target = urldefrag(href)[0]
-            if target == here or target in seen or not same_site(target, row["final_url"]):
-                continue
-            if policy is not None and policy.check_url(href):
-                continue
-            seen.add(target)
-            cands.append((n["node_id"], href))
+        """Open up to k visible same-site links (seeded choice) in the same context, one after another
+        in one tab (a new one after a failed try) that goes through the same routes; record the
+        titles. At most 2k tries, so dead links cannot eat the page's time budget. A replayed page's
+        link its archive does not hold (`holds`) is a try that fails without a tab: its navigation
+        could only be refused (most of a crawl's links, and half of a replayed page's CPU when each
+        was opened)."""
+        cands = _link_candidates(row, policy)
         rng = random.Random(f"links:{platform}:{seed}")
         actions = []
-        for node_id, href in rng.sample(cands, len(cands))[:2 * k]:
-            if len(actions) >= k:
-                break
-            if holds is not None and not holds(href):
-                continue
-            doc: dict = {}
-            deadline = time.monotonic() + timeout_ms / 1000     # each followed link its own time
-            page = self.open_page(ctx, doc, timeout_ms, viewport)
-            try:
-                self.navigate(page, href, doc, deadline)
-                title = self.title(ctx, page, deadline)
-            except RenderError:
-                continue  # a dead link is not an action; try the next candidate
-            finally:
-                _quietly(page.close)
-            if title.strip():
-                actions.append({"node_id": node_id, "target_url": href, "target_title": title})
+        tab = None      # (page, doc, session): one tab the tries navigate in turn, new after a failed one
+        try:
+            for node_id, href in rng.sample(cands, len(cands))[:2 * k]:
+                if len(actions) >= k:
+                    break
+                if holds is not None and not holds(href):
+                    continue
+                deadline = time.monotonic() + timeout_ms / 1000     # each followed link its own time
+                try:
+                    tab = tab or self.follow_tab(ctx, timeout_ms, viewport, deadline)
+                    page, doc, session = tab
+                    for key in _NAVIGATION_STATE:
+                        doc.pop(key, None)
+                    self.navigate(page, href, doc, deadline)
+                    title = self.title(session, deadline)
+                except RenderError:
+                    tab = _close_tab(self.conn, tab)
+                    continue  # a dead link is not an action; try the next candidate
+                if title.strip():
+                    actions.append({"node_id": node_id, "target_url": href, "target_title": title})
+        finally:
+            _close_tab(self.conn, tab)
         return actions
 
-    def title(self, ctx, page, deadline: float) -> str:
+    def follow_tab(self, ctx, timeout_ms: int, viewport: dict | None, deadline: float) -> tuple:
+        """A tab for followed links and our DevTools session on it. One tab serves a page's tries in
+        turn (a tab and a session each cost about 0.1 CPU-s of the browser and its driver): a
+        followed page's title is all that is kept of it."""
+        doc: dict = {}
+        page = self.open_page(ctx, doc, timeout_ms, viewport)
+        try:
+            return page, doc, self.attach(ctx, page, deadline)
+        except Exception as e:  # noqa: BLE001 - Playwright's or DevTools' errors: this try fails
+            _quietly(page.close)
+            raise RenderError(f"could not open a tab for a followed link: {_first_line(e)}") from None
+
+    def title(self, session: str, deadline: float) -> str:
         """The page's title, asked over the DevTools connection with a deadline: a followed page whose
         main thread is busy after its load answers late or never (Playwright's page.title() would
         wait for it); RenderError then, its script stopped."""
-        session = self.attach(ctx, page, deadline)
         try:
             got = self.conn.send("Runtime.evaluate", {"expression": "document.title", "returnByValue": True},
                                  session).result(_left(deadline))
         except FutureTimeout:
             _quietly(lambda: self.conn.send("Runtime.terminateExecution", {}, session))
             raise RenderError("timeout: the followed page did not answer in time (a busy main thread?)") from None
-        finally:
-            _quietly(lambda: self.conn.send("Target.detachFromTarget", {"sessionId": session}))
         return str(got.get("result", {}).get("value") or "")
 
     def attach(self, ctx, page, deadline: float) -> str:
@@ -751,6 +754,39 @@ class _Worker:
                                    timeout=timeout_ms)
         finally:
             _quietly(ctx.close)
+
+
+def _link_candidates(row: dict, policy) -> list[tuple[int, str]]:
+    """(node id, href) of the page's links a follow may try: http(s), same site, not the page
+    itself, each target once, and (live pages) what the fetch policy would not refuse."""
+    here = urldefrag(row["final_url"])[0]
+    seen, cands = set(), []
+    for n in row["nodes"]:
+        href = n["href"]
+        if n["role"] != "link" or not href or urlsplit(href).scheme not in ("http", "https"):
+            continue
+        target = urldefrag(href)[0]
+        if target == here or target in seen or not same_site(target, row["final_url"]):
+            continue
+        if policy is not None and policy.check_url(href):
+            continue
+        seen.add(target)
+        cands.append((n["node_id"], href))
+    return cands
+
+
+# what open_page's handlers and navigate leave in a tab's doc about its last navigation
+_NAVIGATION_STATE = ("status", "content_type", "cut", "crashed", "download", "url", "since")
+
+
+def _close_tab(conn, tab) -> None:
+    """Detach our session from a follow tab and close it (None: nothing to close); None."""
+    if tab is not None:
+        page, _, session = tab
+        if conn is not None:
+            _quietly(lambda: conn.send("Target.detachFromTarget", {"sessionId": session}))
+        _quietly(page.close)
+    return None
 
 
 def _left(deadline: float) -> float:
