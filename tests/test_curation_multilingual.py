@@ -1,18 +1,18 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Nine sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Ten sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 9/ (128 each, with two hard negatives and two gambling pages a
-language; the seventh's to ninth's error and parked pages as long as real sites make them, half
+curation_multilingual3/ to 10/ (128 each, with two hard negatives and two gambling pages a
+language; the seventh's to tenth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
 row (curation's fallback), a page served with status >= 400 a drop (as the renderer's RenderError is).
 
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
-is fitted on; the sixth to eighth are not in the fit, but chose how the head's kinds also judge
-longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings); the ninth is held out
+is fitted on; the sixth to ninth are not in the fit, but chose how the head's kinds also judge
+longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings); the tenth is held out
 from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes (error and
 parked beside the topics):
 
@@ -21,11 +21,12 @@ parked beside the topics):
     curation_multilingual2    0.95 / 0.81   0.97 / 1.00                          0.97 / 1.00
     curation_multilingual3    0.95 / 0.76   0.98 / 1.00                          0.98 / 1.00
     curation_multilingual4    0.95 / 0.66   0.99 / 0.98                          0.99 / 0.99
-    curation_multilingual5    0.93 / 0.64   0.99 / 0.94                          0.99 / 0.97
-    curation_multilingual6    0.94 / 0.61                                        0.96 / 0.89  (tuned on)
+    curation_multilingual5    0.93 / 0.64   0.99 / 0.94                          0.99 / 0.99
+    curation_multilingual6    0.94 / 0.61                                        0.96 / 0.90  (tuned on)
     curation_multilingual7    0.87 / 0.62                                        0.92 / 0.92  (tuned on)
-    curation_multilingual8                                                       0.98 / 0.91  (tuned on)
-    curation_multilingual9                                                       0.93 / 0.88  (held out)
+    curation_multilingual8                                                       0.98 / 0.92  (tuned on)
+    curation_multilingual9                                                       0.93 / 0.89  (tuned on)
+    curation_multilingual10                                                      0.97 / 0.91  (held out)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
@@ -34,11 +35,14 @@ head reads were mostly the site's menus). Judging a long page's kind also by its
 at 0.93 instead of 0.95, was chosen on the sixth to eighth (7 drops more found, none more dropped,
 none of 1,590 pages of Python's documentation): 0.92 / 0.92 and 0.98 / 0.91. The ninth, written
 blind after it and scored once: 0.93 / 0.88 (with the code before it 0.95 / 0.86: one Arabic
-parked page more found, a registrar's about page more dropped). The floor test keeps each set from
-getting worse than the last column; the target test is the one docs/papers/multiui.md sets: every
-language group at precision >= 0.95 and recall >= 0.90 on the held-out set (strict xfail while it
-is not met). Tune on the first eight, and write a new blind set before claiming a change on the
-ninth.
+parked page more found, a registrar's about page more dropped). The title alone and the first
+heading alone, judged at the same 0.93, were then chosen on the first nine (4 drops more, none
+more dropped). The tenth, written blind after both and scored once: 0.97 / 0.91 (0.97 / 0.88 with
+the code of the morning, before either: 2 drops more found, none more dropped). The floor test
+keeps each set from getting worse than the last column; the target test is the one
+docs/papers/multiui.md sets: every language group at precision >= 0.95 and recall >= 0.90 on the
+held-out set (strict xfail while it is not met). Tune on the first nine, and write a new blind set
+before claiming a change on the tenth.
 """
 from __future__ import annotations
 
@@ -52,12 +56,12 @@ from transforms.web import topic_model
 # each set's floor, as last measured (the docstring's table): (precision, drops found of drops)
 FLOORS = {"curation_multilingual": (64 / 65, 64 / 64), "curation_multilingual2": (64 / 66, 64 / 64),
           "curation_multilingual3": (80 / 82, 80 / 80), "curation_multilingual4": (79 / 80, 79 / 80),
-          "curation_multilingual5": (78 / 79, 78 / 80), "curation_multilingual6": (71 / 74, 71 / 80),
-          "curation_multilingual7": (59 / 64, 59 / 64), "curation_multilingual8": (58 / 59, 58 / 64),
-          "curation_multilingual9": (56 / 60, 56 / 64)}
-HELD_OUT = "curation_multilingual9"
-TUNED_ON = ("curation_multilingual6", "curation_multilingual7",
-            "curation_multilingual8")   # not in the head's fit; chose thresholds
+          "curation_multilingual5": (79 / 80, 79 / 80), "curation_multilingual6": (72 / 75, 72 / 80),
+          "curation_multilingual7": (59 / 64, 59 / 64), "curation_multilingual8": (59 / 60, 59 / 64),
+          "curation_multilingual9": (57 / 61, 57 / 64), "curation_multilingual10": (58 / 60, 58 / 64)}
+HELD_OUT = "curation_multilingual10"
+TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
+            "curation_multilingual9")   # not in the head's fit; chose thresholds
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -95,7 +99,7 @@ def measured(request):
                                                 ("curation_multilingual3", 8), ("curation_multilingual4", 8),
                                                 ("curation_multilingual5", 8), ("curation_multilingual6", 8),
                                                 ("curation_multilingual7", 8), ("curation_multilingual8", 8),
-                                                ("curation_multilingual9", 8)])
+                                                ("curation_multilingual9", 8), ("curation_multilingual10", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -112,10 +116,9 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set, long soft 404s and for-sale pages kept in "
-                                       "pt, es, fr, ru, pl and an erotic-stories portal (es); a hosting blog on "
-                                       "parked domains, a registrar's about page, a blender's product page and "
-                                       "gambling-crackdown news (id) dropped (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set, long soft 404s (pt, ru, nl, vi) and "
+                                       "link-farm or for-sale pages (tr, pl) kept; two articles on HTTP error pages "
+                                       "(ru, en) dropped (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured

@@ -111,7 +111,7 @@ ERROR_PHRASES = terms([
 SOFT_404_CHARS = 800
 # up to here a page's opening text may be an error or parked page's, wrapped in its site's menus,
 # footers and offers: the topic model's kinds judge it at topic_model.KIND_SURE; past it, only its
-# title and headings (measured: docs/papers/multiui.md)
+# title and headings, together and alone (measured: docs/papers/multiui.md)
 KIND_PAGE_CHARS = 2000
 
 # -- parked and for-sale domains --------------------------------------------------------------------
@@ -555,12 +555,14 @@ def _short_page_reason(page: dict, url: str, title: str, flat: str) -> Optional[
 def _kind_reason(page: dict, title: str, flat: str, chars: int) -> Optional[str]:
     """An error or parked page however it is worded, in the model's languages: a short page at the
     kinds' own thresholds, a longer one (its site's menus, footers and offers around it) only where
-    the head is sure of its opening text (up to KIND_PAGE_CHARS) or of its title and headings."""
+    the head is sure of its opening text (up to KIND_PAGE_CHARS), its title and headings, its
+    title or its first heading."""
     if chars < SOFT_404_CHARS:
         kind = topic_model.judged(flat, topic_model.KINDS)
     else:
+        heads = headings(page)
         opening = flat if chars < KIND_PAGE_CHARS else ""
-        kind = topic_model.sure_kind(opening, " . ".join([title, *headings(page)]).strip(" ."))
+        kind = topic_model.sure_kind(opening, " . ".join([title, *heads]).strip(" ."), title, heads[0] if heads else "")
     return {"error": "error_page"}.get(kind, kind)
 
 

@@ -13,8 +13,8 @@ into one space, where a page's first TEXT_CHARS characters are judged two ways:
 - kinds (error, parked): on short pages, the head's probability at KIND_LIKELY, or the best cosine
   with a few English descriptions of the kind minus the best with benign short pages (a tutorial
   about 404 pages, a registrar's help article, a short product page) at SURE; on longer ones, the
-  head's probability at KIND_SURE only, of the opening text (up to curation.KIND_PAGE_CHARS) or of
-  the title and headings (any length).
+  head's probability at KIND_SURE only, of the opening text (up to curation.KIND_PAGE_CHARS), of
+  the title and headings together, of the title or of the first heading (any length).
 curation.rule_reason drops a page the model finds in a topic or of a kind, as it drops
 one with enough of a topic's words; and it keeps a page whose topic words sit in prose sentences
 that the head gives under VETO (a report, a ruling or an exhibition about the topic, not an offer).
@@ -165,11 +165,12 @@ def judged(text: str, questions: tuple) -> Optional[str]:
                  or (q in KINDS and scores[f"{q}_p"] >= KIND_LIKELY)), None)
 
 
-def sure_kind(text: str, outline: str = "") -> Optional[str]:
-    """The kind (error, parked) the head is sure a page longer than a bare one is, at KIND_SURE, by its
-    opening `text` or by its `outline` (title and headings): where a site's menus, footers and offers
-    fill the first TEXT_CHARS, its title and headings still say "article deleted" or "domain for sale"."""
-    scores = [load().scores(t) for t in (text, outline) if t]
+def sure_kind(*texts: str) -> Optional[str]:
+    """The kind (error, parked) the head is sure, at KIND_SURE, that one of `texts` says a page longer
+    than a bare one is: its opening text, its outline (title and headings), its title, its first
+    heading. Where a site's menus, footers and offers fill the first TEXT_CHARS, its title or its
+    main heading alone still says "article deleted" or "domain for sale"."""
+    scores = [load().scores(t) for t in texts if t]
     return next((k for k in KINDS if any(s[f"{k}_p"] >= KIND_SURE for s in scores)), None)
 
 
