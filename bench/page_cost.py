@@ -18,8 +18,8 @@ TreeMeter splits the CPU: the Beam workers (`worker`), what they start (`chromiu
 renderers, GPU and utility processes) and the rest (`driver`: the `shardsmith` process). A page is
 a source page (desktop and mobile are one page; followed links are its own cost).
 
-With --against REV, the same runs are made from a git worktree of REV (same Python, same inputs),
-alternating with the working tree's, --repeat times each; the figures are the medians and the
+With --against REV, the same runs are made from a git worktree of REV (same Python, same inputs,
+both trees' bytecode compiled first), alternating with the working tree's, --repeat times each; the figures are the medians and the
 ratio is this tree's CPU per page over REV's. The pages table of every run is compared column by
 column (each column's digest, row order fixed by id): runs of one tree must agree with each other
 (repeatable rows), and with REV's except in the columns --differs names. Prints a table and a
@@ -74,14 +74,15 @@ def one_run(tree: str, sets: list[str], workers: int, scratch: str) -> dict:
            "--no-resume", "--quiet", "--set", "llm_tasks=false"]
     for s in sets:
         cmd += ["--set", s]
-    env = dict(os.environ, PYTHONPATH=tree)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = tree
     meter, t0 = TreeMeter().start(), time.perf_counter()
     proc = subprocess.run(cmd + ["--", f"--direct_num_workers={workers}"], cwd=tree, env=env,
                           capture_output=True, text=True)
     wall, tree_use = time.perf_counter() - t0, meter.stop()
     if proc.returncode:
         raise SystemExit(f"page_cost: the run from {tree} failed:\n{proc.stderr[-3000:]}")
-    pages = _pages_table(out)
+    pages, dead = _pages_table(out), _dead_letters(out)
     shutil.rmtree(out, ignore_errors=True)
     units = len(set(pages["source_ref"]))
     cpu = {"worker": tree_use["workers_cpu_s"], "chromium": tree_use["helpers_cpu_s"],
@@ -92,7 +93,7 @@ def one_run(tree: str, sets: list[str], workers: int, scratch: str) -> dict:
             "cpu_per_page": {k: round(v / units, 3) for k, v in cpu.items()},
             "total_cpu_per_page": round(sum(cpu.values()) / units, 3),
             "pages_per_core_s": round(units / sum(cpu.values()), 4),
-            "peak_worker_with_browser_mb": round(peak, 1), "digests": _digests(pages)}
+            "peak_worker_with_browser_mb": round(peak, 1), "dead_letters": dead, "digests": _digests(pages)}
 
 
 def _pages_table(out: str) -> dict:
@@ -104,6 +105,17 @@ def _pages_table(out: str) -> dict:
     table = ds.dataset(files, format="parquet").to_table()
     table = table.sort_by([("id", "ascending"), ("platform", "ascending")])
     return table.to_pydict()
+
+
+def _dead_letters(out: str) -> list[str]:
+    """'stage: message' of each input the run dead-lettered (a page that failed in one run only)."""
+    with open(os.path.join(out, "multiui", "_manifest.json")) as fh:
+        entry = json.load(fh)["dead_letters"]
+    files = [os.path.join(out, "multiui", f["path"]) for f in entry.get("files", [])]
+    if not files:
+        return []
+    rows = ds.dataset(files, format="parquet").to_table(columns=["stage", "message"]).to_pylist()
+    return sorted(f"{r['stage']}: {(r['message'] or '')[:160]}" for r in rows)
 
 
 def _digests(columns: dict) -> dict[str, dict[str, str]]:
@@ -136,6 +148,7 @@ def summary(runs: list[dict]) -> dict:
             "total_cpu_per_page": med("total_cpu_per_page"), "pages_per_core_s": med("pages_per_core_s"),
             "peak_worker_with_browser_mb": med("peak_worker_with_browser_mb"), "wall_s": med("wall_s"),
             "repeatable": not any(differing(runs[0]["digests"], r["digests"]) for r in runs[1:]),
+            "dead_letters": sorted({d for r in runs for d in r["dead_letters"]}),
             "columns_differing_between_repeats": sorted({c for r in runs[1:]
                                                          for c in differing(runs[0]["digests"], r["digests"])})}
 
@@ -165,6 +178,7 @@ def report(kind: str, res: dict) -> list[str]:
                          f"{s['total_cpu_per_page']:7.3f} {s['pages_per_core_s']:13.4f} "
                          f"{s['peak_worker_with_browser_mb']:8.0f} {s['wall_s']:7.1f}  repeatable: {s['repeatable']}"
                          + (f" (differ: {s['columns_differing_between_repeats']})" if not s["repeatable"] else ""))
+            lines += [f"    dead letter: {d}" for d in s["dead_letters"]]
     if "ratio" in res:
         lines.append(f"  this/against CPU per page: {res['ratio']:.3f} (target <= {TARGET}); columns differing: "
                      f"{res['columns_differing_from_against'] or 'none'}")
@@ -182,13 +196,17 @@ def main(argv=None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a multiui config value for every run (e.g. follow_links=0: what following costs)")
     ap.add_argument("--scratch", default=None)
-    args = tiny.parse(ap, argv, "page_cost", RESULTS, repeat=1, warc=[WARCS[1]], site_pages=1)
+    args = tiny.parse(ap, argv, "page_cost", RESULTS, repeat=1, warc=[WARCS[1]], site_pages=1, workers=1,
+                      set=["follow_links=1"])
     scratch = tempfile.mkdtemp(prefix="page-cost-", dir=args.scratch)
     trees = {}
     try:
         if args.against:
             trees["against"] = worktree(args.against, scratch)
         trees["this"] = ROOT
+        for tree in trees.values():     # both trees' bytecode made before: no run pays for compiling
+            subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *(os.path.join(tree, d) for d in
+                            ("core", "pipelines", "schemas", "transforms", "trainers"))], check=True)
         results = {kind: measure(kind, trees, args, scratch) for kind in args.inputs.split(",")}
     finally:
         if "against" in trees:

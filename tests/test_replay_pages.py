@@ -93,3 +93,28 @@ def test_a_replayed_pages_links_its_archive_lacks_are_never_opened(replay):
     assert [a["target_url"] for a in row["actions"]] == [SITE + "/a"]
     assert row["actions"][0]["target_title"].startswith("cookie=0")
     assert not [url for url, _ in handler.refusals if "/gone" in url]       # never asked for
+
+
+REAL = {  # real archived pages (tests/data/web/README.md, tests/data/web_docs/README.md) and one of their URLs
+    "web/whirlwind.warc.gz": None,
+    "web_docs/docs.warc.gz": "https://docs.djangoproject.com/en/3.2/howto/custom-template-backend.html",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_a_real_archived_page_rendered_three_times_gives_three_identical_rows(name):
+    """Rows are repeatable: a resumed run writes what an uninterrupted one does, images_missing and
+    the screenshot included (each render in a fresh context, as the pipeline renders them)."""
+    import os
+    archive = WarcArchive(os.path.join(os.path.dirname(__file__), "data", name))
+    url = REAL[name] or next(u for u in archive.urls() if "wikipedia" in u)
+    with Renderer() as renderer:
+        for platform in ("desktop", "mobile"):
+            rows = [renderer.render_page(url, platform, 3, route_handler=ReplayHandler(archive),
+                                         policy=FetchPolicy.deny_all(), clock=archive.date_at(archive._find(url)),
+                                         follow_links=3, timeout_ms=15000) for _ in range(3)]
+            for row in rows:
+                row.pop("render_ms", None)
+            assert rows[0]["text_chars"] > 500 and rows[0]["screenshot"]
+            assert rows[1] == rows[0] and rows[2] == rows[0], [k for k in rows[0] if rows[0][k] != rows[1][k]
+                                                               or rows[0][k] != rows[2][k]]
