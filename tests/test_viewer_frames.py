@@ -292,3 +292,39 @@ def test_a_bad_page_of_the_glance_is_a_400_that_says_which_pages_exist(pages):
     for bad in ("abc", "-5", "1e9", "0", "99"):
         answer = client.get(f"/multiui/pages?page={bad}")
         assert answer.status_code == 400 and b"pages run from 1 to" in answer.data, bad
+
+
+# -- what a blind round broke (2026-12-06): hostile values that are no script ------------------------------
+
+def test_a_frame_with_non_finite_values_still_gives_json_the_view_can_read():
+    """NaN and infinities in points or a label box: the JSON has none (browsers refuse NaN in JSON),
+    the points left out are counted, the box left out."""
+    import json
+
+    from pipelines.viewer.concretizer import view_json
+    points = _scan(100, 3)
+    points[:3, 0], points[3, 3] = [np.nan, np.inf, -np.inf], np.nan
+    labels = [{"type": "Car", "box": [np.nan, 0, 0, 4, 2, 1.5, 0]}, {"type": "Van", "box": [1, 2, 0, 4, 2, 1.5, 0]}]
+    out = view_json(None, _frame("f", points, ["x", "y", "z", "intensity"], labels), "points")
+    text = json.dumps(out, allow_nan=False)                  # raises on a NaN or an infinity
+    assert out["not_finite"] == 4 and out["shown"] == len(points) - 4 and len(out["xyz"]) == 3 * out["shown"]
+    assert [b["type"] for b in out["boxes"]] == ["Van"] and "NaN" not in text
+
+
+def test_an_unreadable_screenshot_or_parameters_are_said_not_a_500(tmp_path):
+    from pipelines.viewer import pictures, pruned_synth
+    bomb = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + (100_000).to_bytes(4, "big") * 2 + b"\x08\x02\x00\x00\x00"
+    for bad in (b"<svg onload=alert(1)>", b"\x89PNG\r\n\x1a\ntruncated", bomb):
+        assert pictures._screenshot(bad) == "unreadable screenshot"
+    assert pictures._screenshot(None) == "no screenshot"
+    assert pruned_synth.swept_label({"params_json": "{not json", "swept": "[]"}).startswith("unreadable parameters")
+    assert pruned_synth.swept_label({"params_json": '{"m": 3}', "swept": '["m"]'}) == "m=3"
+
+
+def test_an_image_cell_whose_header_claims_too_many_pixels_is_not_served(pages, monkeypatch):
+    from pipelines.viewer import app as viewer
+    client = viewer.make_app(pages[1]).test_client()
+    assert client.get("/t/pages/0/screenshot").status_code == 200
+    monkeypatch.setattr(viewer, "MAX_IMAGE_PIXELS", 100)          # the fixture's screenshots are bigger
+    refused = client.get("/t/pages/0/screenshot")
+    assert refused.status_code == 404 and b"pixels" in refused.data

@@ -33,11 +33,13 @@ from pipelines.viewer.memo import Memo
 from pipelines.viewer.tables import Table, as_text, opener
 from schemas import DEAD_LETTER, SchemaError
 from schemas import get as schema_of
+from transforms.web import image_size
 
 CELL_CHARS = 120            # a cell's text shown at once; the rest opens under it (<details>)
 CELL_MORE = 2000            # a cell's text a table page holds at most; the row's page has it all
 CSP = ("default-src 'none'; script-src 'self'; connect-src 'self'; img-src 'self'; style-src 'self'; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+MAX_IMAGE_PIXELS = 100_000_000     # an image cell's header may claim more than any screenshot has: not served
 IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg", b"RIFF": "image/webp"}
 DEAD_TABLE = DEAD_LETTER.table
 
@@ -226,6 +228,10 @@ def _picture_routes(app: Flask, run: _Run) -> None:
         kind = _image_type(r.get(field))
         if kind is None:
             abort(404, f"{name} row {number}: {field!r} holds no image")
+        size = image_size.dimensions(r[field])
+        if not isinstance(size, tuple) or size[0] * size[1] > MAX_IMAGE_PIXELS:
+            abort(404, f"{name} row {number}: {field!r} is no image a browser should decode "
+                       f"({'its header is unreadable' if not isinstance(size, tuple) else f'{size[0]} x {size[1]} pixels'})")
         return Response(r[field], mimetype=kind)
 
     @app.route("/pictures/<name>.png")

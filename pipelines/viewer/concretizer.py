@@ -101,13 +101,17 @@ def view_json(table: TableOf, frame: dict, view: str) -> dict | None:
         if cells is None:
             return None
         name, xyz, edges = cells
+    finite = np.isfinite(xyz).all(axis=1) & (True if intensity is None else np.isfinite(intensity))
+    xyz, intensity = xyz[finite], None if intensity is None else intensity[finite]   # JSON has no NaN
     total, keep = len(xyz), subsample(len(xyz))
     if keep is not None:
         xyz, intensity = xyz[keep], None if intensity is None else intensity[keep]
-    out = {"frame": frame["id"], "view": view, "name": name, "total": total, "shown": len(xyz), "xyz": _flat(xyz)}
+    out = {"frame": frame["id"], "view": view, "name": name, "total": total, "shown": len(xyz), "xyz": _flat(xyz),
+           "not_finite": int((~finite).sum())}
     if view == "points":
+        boxes = [{"type": str(lab["type"]), "box": _flat(lab["box"])} for lab in frame.get("labels") or []]
         out.update(intensity=None if intensity is None else _flat(intensity),
-                   boxes=[{"type": lab["type"], "box": _flat(lab["box"])} for lab in frame.get("labels") or []])
+                   boxes=[b for b in boxes if len(b["box"]) == 7 and np.isfinite(b["box"]).all()])
     else:
         out["cell"] = _flat(edges)
     return out

@@ -127,6 +127,20 @@ def frame_picture(frame_id: str, panel: Panel, boxes: Sequence[Box], limits: Seq
 
 # -- multiui ----------------------------------------------------------------------------------
 
+def _screenshot(data):
+    """A render's screenshot scaled to PAIR_HEIGHT, or why there is none to draw: no bytes, or bytes
+    that are no PNG, JPEG or WebP Pillow reads within its pixel limit (the data is hostile)."""
+    from PIL import Image
+    if not data:
+        return "no screenshot"
+    try:
+        with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "WEBP")) as opened:
+            shot = opened.convert("RGB")
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return "unreadable screenshot"
+    return shot.resize((max(1, round(shot.width * PAIR_HEIGHT / shot.height)), PAIR_HEIGHT), Image.LANCZOS)
+
+
 def page_pair(renders: Sequence[dict]) -> bytes:
     """The renders of one page side by side at one height (desktop, then mobile), each under a bar
     that names the platform and viewport, then curation's verdict: green kept, red dropped and why."""
@@ -137,13 +151,10 @@ def page_pair(renders: Sequence[dict]) -> bytes:
         font = ImageFont.load_default()
     tiles = []
     for page in renders:
-        if page.get("screenshot"):
-            with Image.open(io.BytesIO(page["screenshot"])) as opened:
-                shot = opened.convert("RGB")
-            shot = shot.resize((max(1, round(shot.width * PAIR_HEIGHT / shot.height)), PAIR_HEIGHT), Image.LANCZOS)
-        else:
-            shot = Image.new("RGB", (PAIR_HEIGHT // 2, PAIR_HEIGHT), (225, 225, 225))
-            ImageDraw.Draw(shot).text((10, 10), "no screenshot", fill=(90, 90, 90), font=font)
+        shot = _screenshot(page.get("screenshot"))
+        if isinstance(shot, str):       # none, or bytes no image reader takes: a grey tile says which
+            why, shot = shot, Image.new("RGB", (PAIR_HEIGHT // 2, PAIR_HEIGHT), (225, 225, 225))
+            ImageDraw.Draw(shot).text((10, 10), why, fill=(90, 90, 90), font=font)
         tile = Image.new("RGB", (max(shot.width, TILE_MIN_WIDTH), PAIR_HEIGHT + PAIR_BAR), (255, 255, 255))
         pen = ImageDraw.Draw(tile)
         pen.rectangle((0, 0, tile.width, PAIR_BAR - 1), fill=(42, 157, 42) if page["kept"] else (214, 39, 40))

@@ -25,9 +25,14 @@ def experiments(table: TableOf) -> list[dict]:
 
 
 def swept_label(exp: dict, skip: tuple[str, ...] = ()) -> str:
-    params = json.loads(exp["params_json"])
-    keys = [k for k in json.loads(exp["swept"] or "[]") if k not in skip]
-    return ", ".join(f"{k}={params.get(k)}" for k in keys) or "all"
+    """'k=v, ...' of the swept parameters; the raw text where a row's JSON does not read (hostile or
+    broken data is shown, not a 500)."""
+    try:
+        params = json.loads(exp["params_json"] or "{}")
+        keys = [k for k in json.loads(exp["swept"] or "[]") if k not in skip]
+        return ", ".join(f"{k}={params.get(k)}" for k in keys) or "all"
+    except (ValueError, TypeError, AttributeError):
+        return f"unreadable parameters: {str(exp.get('params_json'))[:80]}"
 
 
 def kept_flipped_mix(table: TableOf) -> list[dict]:
