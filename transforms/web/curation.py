@@ -148,13 +148,13 @@ DOMAIN_WORDS = terms([
 ])
 
 
-def names_its_own_domain(page: dict, url: str, flat: str) -> bool:
+def names_its_own_domain(url: str, flat: str, title: str, heads: list[str]) -> bool:
     """The page's title or a heading holds its own host name (without www.), and its text a word for
     "domain": what a parking, for-sale or not-yet-built page of a registrar looks like."""
     host = blocklist.host_of(url).removeprefix("www.")
     if "." not in host or not DOMAIN_WORDS.search(flat):
         return False
-    return any(host in field.lower() for field in [page.get("title") or ""] + headings(page))
+    return any(host in field.lower() for field in [title, *heads])
 
 
 # A short page that only says the site is not there yet (or not at the moment) is thin, whatever it
@@ -538,21 +538,21 @@ class Rules:
 CONTENT_ONLY = Rules(languages=None, blocklists=())
 
 
-def _short_page_reason(page: dict, url: str, title: str, flat: str) -> Optional[str]:
+def _short_page_reason(url: str, title: str, heads: list[str], flat: str) -> Optional[str]:
     """What a short page (under SOFT_404_CHARS) may be besides content, by its words: an error page,
     a parked domain, a placeholder or a sign-in wall."""
     if ERROR_PHRASES.search(flat):
         return "error_page"
-    if PARKED_SHORT.search(flat) or names_its_own_domain(page, url, flat):
+    if PARKED_SHORT.search(flat) or names_its_own_domain(url, flat, title, heads):
         return "parked"
-    if PLACEHOLDER.search(flat) or any(PLACEHOLDER_HEADINGS.search(h) for h in [title] + headings(page)):
+    if PLACEHOLDER.search(flat) or any(PLACEHOLDER_HEADINGS.search(h) for h in [title, *heads]):
         return "too_little_text"
     if SIGN_IN_WALL.search(flat):
         return "too_little_text"
     return None
 
 
-def _kind_reason(page: dict, title: str, flat: str, chars: int) -> Optional[str]:
+def _kind_reason(title: str, heads: list[str], flat: str, chars: int) -> Optional[str]:
     """An error or parked page however it is worded, in the model's languages: a short page at the
     kinds' own thresholds, a longer one (its site's menus, footers and offers around it) only where
     the head is sure of its opening text (up to KIND_PAGE_CHARS), its title and headings, its
@@ -560,7 +560,6 @@ def _kind_reason(page: dict, title: str, flat: str, chars: int) -> Optional[str]
     if chars < SOFT_404_CHARS:
         kind = topic_model.judged(flat, topic_model.KINDS)
     else:
-        heads = headings(page)
         opening = flat if chars < KIND_PAGE_CHARS else ""
         kind = topic_model.sure_kind(opening, " . ".join([title, *heads]).strip(" ."), title, heads[0] if heads else "")
     return {"error": "error_page"}.get(kind, kind)
@@ -588,9 +587,9 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     listed = blocklist.blocklist_reason(url, rules.blocklists)
     if listed:
         return listed
-    title = page.get("title") or ""
+    title, heads = page.get("title") or "", headings(page)     # headings read once: from HTML, a scan of it
     if (ERROR_TITLES.search(title) or ERROR_PHRASES.search(title)
-            or any(ERROR_PHRASES.search(h) for h in headings(page))):
+            or any(ERROR_PHRASES.search(h) for h in heads)):
         return "error_page"
     body = body_text(page)
     text = "\n".join([title, body]) if body else title      # page_text, without reading the body twice
@@ -600,9 +599,9 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     chars = effective_chars(page, text)
     if chars < rules.min_text_chars:
         return "too_little_text"
-    reason = _short_page_reason(page, url, title, flat) if chars < SOFT_404_CHARS else None
+    reason = _short_page_reason(url, title, heads, flat) if chars < SOFT_404_CHARS else None
     if not reason and rules.by_model:
-        reason = _kind_reason(page, title, flat, chars)
+        reason = _kind_reason(title, heads, flat, chars)
     if reason:
         return reason
     if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
