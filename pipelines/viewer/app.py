@@ -28,7 +28,7 @@ from werkzeug.exceptions import HTTPException
 
 from core.dataset_folder import read_manifest, resolves_inside
 from pipelines.viewer import gallery, hosts, order, pictures, search, stats, thumbnails
-from pipelines.viewer.look import PAGE_ROWS, look_of, page_number, train_dir
+from pipelines.viewer.look import look_of, page_span, row_or_404, train_dir
 from pipelines.viewer.memo import Memo
 from pipelines.viewer.tables import Table, as_text, opener
 from schemas import DEAD_LETTER, SchemaError
@@ -153,9 +153,7 @@ def _table_pages(app: Flask, run: _Run) -> None:
             ordered = run.ordered(t, sort, direction)
             numbers = ordered if numbers is None else order.among(ordered, tuple(numbers), t.rows)
         total = len(numbers) if numbers is not None else t.rows
-        pages = max(1, -(-total // PAGE_ROWS))
-        page = page_number(request.args.get("page"), pages)
-        lo, hi = (page - 1) * PAGE_ROWS, min(page * PAGE_ROWS, total)
+        page, pages, lo, hi = page_span(request.args.get("page"), total)
         shown = [int(n) for n in numbers[lo:hi]] if numbers is not None else list(range(lo, hi))
         data = t.rows_at(shown) if numbers is not None else t.slice(lo, hi)
         cells = [[_cell_parts(r.get(c), c) for c in t.schema.names] for r in data]
@@ -169,10 +167,7 @@ def _table_pages(app: Flask, run: _Run) -> None:
     @app.route("/t/<name>/<int:number>")
     def row(name: str, number: int):
         t = table(name)
-        try:
-            r = t.row(number)
-        except IndexError as exc:
-            abort(404, str(exc))
+        r = row_or_404(t, number)
         docs = _docs(manifest, name)
         fields = [{"name": k, "doc": docs.get(k, ""), "text": _full(v), "image": _image_type(v) is not None}
                   for k, v in r.items()]
@@ -193,9 +188,7 @@ def _search_pages(app: Flask, run: _Run) -> None:
         if len(term) > search.MAX_TERM:
             abort(400, f"a search term is at most {search.MAX_TERM} characters; this one has {len(term)}")
         found = run.matches(t, term) if term else search.Found((), (), False)
-        pages = max(1, -(-len(found.numbers) // PAGE_ROWS))
-        page = page_number(request.args.get("page"), pages)
-        lo, hi = (page - 1) * PAGE_ROWS, min(page * PAGE_ROWS, len(found.numbers))
+        page, pages, lo, hi = page_span(request.args.get("page"), len(found.numbers))
         shown = list(found.numbers[lo:hi])
         cells = [[dict(_cell_parts(r.get(c)), hit=c in hits) for c in t.schema.names]
                  for r, hits in zip(t.rows_at(shown), found.columns[lo:hi])]
@@ -222,9 +215,7 @@ def _picture_routes(app: Flask, run: _Run) -> None:
     @app.route("/t/<name>/<int:number>/<field>")
     def image(name: str, number: int, field: str):
         t = table(name)
-        if not 0 <= number < t.rows:
-            abort(404, f"{name} has {t.rows} rows; there is no row {number}")
-        r = t.row(number)
+        r = row_or_404(t, number)
         kind = _image_type(r.get(field))
         if kind is None:
             abort(404, f"{name} row {number}: {field!r} holds no image")

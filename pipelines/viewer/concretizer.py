@@ -15,7 +15,7 @@ from flask import Flask, abort, jsonify
 from core import array_cells
 from core.birdseye import Box, Panel
 from pipelines.viewer import pictures
-from pipelines.viewer.look import Look, TableOf, train_dir, trained_metrics
+from pipelines.viewer.look import Look, TableOf, row_or_404, train_dir, trained_metrics
 from schemas.concretizer import LAYERS
 
 STRIDE_VIEWS = ("s1", "s2", "s4", "s8")
@@ -161,10 +161,7 @@ class ConcretizerLook(Look):
         def frame_view(number: int, view: str):
             """One view of a frame for its 3D page (view_json); a frame or a view the run does not
             have is a 404 that decodes nothing."""
-            frames = table("frames")
-            if not 0 <= number < frames.rows:
-                abort(404, f"frames has {frames.rows} rows; there is no row {number}")
-            frame = frames.row(number)
+            frame = row_or_404(table("frames"), number)
             views = frame_views(table, frame)
             if view not in views:
                 abort(404, f"frame {number} has no {view!r} view (it has {', '.join(views)})")

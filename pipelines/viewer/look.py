@@ -100,3 +100,20 @@ def page_number(arg: str | None, pages: int) -> int:
     if not (arg.isascii() and arg.isdigit() and len(arg) <= 12) or not 1 <= int(arg) <= pages:
         abort(400, f"page {arg[:40]!r} does not exist: pages run from 1 to {pages}")
     return int(arg)
+
+
+def page_span(arg: str | None, total: int) -> tuple[int, int, int, int]:
+    """(page, pages, lo, hi) of a listing of `total` rows, PAGE_ROWS a page, at ?page=`arg`
+    (page_number: a page that does not exist is a 400); rows lo to hi (exclusive) are shown."""
+    pages = max(1, -(-total // PAGE_ROWS))
+    page = page_number(arg, pages)
+    lo = (page - 1) * PAGE_ROWS
+    return page, pages, lo, min(lo + PAGE_ROWS, total)
+
+
+def row_or_404(t: Table, number: int) -> dict:
+    """Row `number` of `t`; a number the table does not have is the user's 404, saying how many it has."""
+    try:
+        return t.row(number)
+    except IndexError as exc:
+        abort(404, str(exc))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import Flask, render_template, request
 
 from pipelines.viewer import pictures, thumbnails
-from pipelines.viewer.look import PAGE_ROWS, Look, TableOf, page_number
+from pipelines.viewer.look import Look, TableOf, page_span
 
 # the narrow columns the glance reads (never the HTML, tree or screenshot beside them)
 GLANCE = ("url", "title", "platform", "viewport_width", "viewport_height", "screenshot_width", "kept", "reject_reason")
@@ -55,13 +55,11 @@ def glance(table: TableOf, page_arg: str | None) -> tuple[list[dict], int, int, 
     (?page=) checked as every listing's is; a row says whether it has a screenshot to show small."""
     cols = table("pages").columns(GLANCE)
     total = cols.num_rows
-    pages = max(1, -(-total // PAGE_ROWS))
-    page = page_number(page_arg, pages)
-    lo = (page - 1) * PAGE_ROWS
+    page, pages, lo, hi = page_span(page_arg, total)
     rows = [{"number": lo + k, "platform": p["platform"], "viewport": f"{p['viewport_width']}x{p['viewport_height']}",
              "kept": p["kept"], "verdict": verdict(p), "title": p["title"], "url": p["url"],
              "screenshot": bool(p["screenshot_width"])}
-            for k, p in enumerate(cols.slice(lo, PAGE_ROWS).to_pylist())]
+            for k, p in enumerate(cols.slice(lo, hi - lo).to_pylist())]
     return rows, total, page, pages
 
 

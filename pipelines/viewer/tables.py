@@ -112,10 +112,11 @@ class Table:
         return out
 
     def row(self, number: int) -> dict:
-        rows = self.slice(number, number + 1)
-        if not rows:
+        """Row `number`; IndexError, reading nothing, for a number the table does not have (a slice
+        past the end would scan the last row group's batches for it)."""
+        if not 0 <= number < self.rows:
             raise IndexError(f"{self.name} has {self.rows} rows; there is no row {number}")
-        return rows[0]
+        return self.slice(number, number + 1)[0]
 
     def values(self, column: str, splits: dict | None = None) -> list:
         """The values to offer for a filter column without reading it: the manifest's splits for
