@@ -721,6 +721,9 @@ def test_a_selfmoe_drop_shows_its_reason_and_the_near_duplicate_it_matched(brows
     page.click(".tabs a.drop[data-kind='malformed']")
     assert page.locator(".example .detail").inner_text() == "fewer than 3 words"
     assert page.evaluate("window.pwned") is None and page.locator("main script").count() == 0
+    for bad in ("abc", "-5", "1e9", "99"):          # a page that does not exist: said, not page 1 shown
+        answer = page.request.get(url + f"/selfmoe/math?page={bad}")
+        assert answer.status == 400 and "pages run from 1 to" in answer.text(), bad
     _inspect_writes(page, path, url, {"selfmoe-domains.png": "/pictures/domains.png"}, tmp_path)
     page.close()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import Flask, abort, render_template, request
 
 from pipelines.viewer import pictures
-from pipelines.viewer.look import PAGE_ROWS, Look, TableOf
+from pipelines.viewer.look import Look, TableOf, page_span
 
 
 def reason_kind(reason: str | None) -> str:
@@ -82,9 +82,8 @@ class SelfMoELook(Look):
             if show not in ("kept", "dropped", "seed", *counts["dropped"]):
                 abort(400, f"show one of kept, dropped, seed, {', '.join(counts['dropped'])}; not {show!r}")
             found = numbers(table, domain, show)
-            pages = max(1, -(-len(found) // PAGE_ROWS))
-            page = min(max(1, request.args.get("page", 1, type=int)), pages)
-            shown = found[(page - 1) * PAGE_ROWS: page * PAGE_ROWS]
+            page, pages, lo, hi = page_span(request.args.get("page"), len(found))
+            shown = found[lo:hi]
             rows = [listed(r) for r in table("examples").rows_at(shown)]
             return render_template("domain.html", m=manifest, domain=domain, counts=counts, show=show,
                                    rows=list(zip(shown, rows)), page=page, pages=pages, total=len(found))
