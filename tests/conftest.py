@@ -140,6 +140,23 @@ class ScriptedOpenAI:
 GENERATION = "run-20250101T000000Z-0000cafe"  # the sink writes each run's parts in a folder of their own
 
 
+def write_warc(path, records) -> str:
+    """A gzipped WARC at `path` of response records, each (url, status line, headers as a dict or
+    (name, value) pairs, body bytes[, WARC-Date]): what a crawler would have archived."""
+    import io
+
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+    with open(path, "wb") as fh:
+        writer = WARCWriter(fh, gzip=True)
+        for url, status, headers, body, *date in records:
+            pairs = list(headers.items()) if isinstance(headers, dict) else list(headers)
+            http = StatusAndHeaders(status, pairs, protocol="HTTP/1.1")
+            writer.write_record(writer.create_warc_record(url, "response", payload=io.BytesIO(body), http_headers=http,
+                                                          warc_headers_dict={"WARC-Date": date[0]} if date else None))
+    return str(path)
+
+
 def write_dataset(root, dataset: str, tables: dict, config: dict | None = None) -> None:
     """A published dataset written by hand, laid out as the sink lays it out (one generation folder,
     parts, `_manifest.json`): `tables` maps each TableSchema to its files, each a list of row groups,

@@ -3,7 +3,6 @@ where inputs can repeat, instead of passing every stage and failing the run at t
 with one id)."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
@@ -14,7 +13,7 @@ import pytest
 
 from pipelines import registry
 from pipelines.run import run
-from tests.conftest import read_rows, skip_without_chromium
+from tests.conftest import read_rows, skip_without_chromium, write_warc
 from transforms.io.stage import DUPLICATE
 from transforms.web.targets import PageTarget, duplicate_key, keep_order
 
@@ -135,15 +134,8 @@ def test_concretizer_scans_of_one_name_in_two_roots_are_two_frames_and_a_copy_is
 
 
 def _warc_with_a_page_twice(path, url: str) -> str:
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-    with open(path, "wb") as fh:
-        writer = WARCWriter(fh, gzip=True)
-        for _ in range(2):
-            headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.1")
-            writer.write_record(writer.create_warc_record(url, "response", payload=io.BytesIO(PAGE.encode()),
-                                                          http_headers=headers))
-    return str(path)
+    record = (url, "200 OK", {"Content-Type": "text/html; charset=utf-8"}, PAGE.encode())
+    return write_warc(path, [record, record])
 
 
 def test_multiui_url_and_warc_listed_twice_render_once(tmp_path, server):

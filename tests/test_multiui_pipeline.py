@@ -13,7 +13,7 @@ from pipelines import registry
 from core.config import ConfigError
 from pipelines.run import RunFailed, run
 from pipelines.validate import validate
-from tests.conftest import NO_CHROMIUM, read_rows
+from tests.conftest import NO_CHROMIUM, read_rows, write_warc
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.browser]
 
@@ -226,16 +226,8 @@ def _truncated_warc(tmp_path):
 
 
 def _no_html_warc(tmp_path):
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-    import io
-    path = tmp_path / "images.warc.gz"
-    with open(path, "wb") as fh:
-        writer = WARCWriter(fh, gzip=True)
-        headers = StatusAndHeaders("200 OK", [("Content-Type", "image/png")], protocol="HTTP/1.0")
-        writer.write_record(writer.create_warc_record("http://example.com/a.png", "response",
-                                                      payload=io.BytesIO(b"\x89PNG fake"), http_headers=headers))
-    return str(path)
+    return write_warc(tmp_path / "images.warc.gz",
+                      [("http://example.com/a.png", "200 OK", {"Content-Type": "image/png"}, b"\x89PNG fake")])
 
 
 def test_bad_pages_and_archives_are_dead_letters_and_the_run_goes_on(bad_server, tmp_path):

@@ -11,11 +11,10 @@ or refused.
 """
 from __future__ import annotations
 
-import io
 
 import pytest
 
-from tests.conftest import needs_chromium
+from tests.conftest import needs_chromium, write_warc
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.render import Renderer
 from transforms.web.replay import ReplayHandler
@@ -43,21 +42,12 @@ LINKS = '<a href="/a">the archived page</a>' + "".join(f' <a href="/gone{k}">gon
 
 
 def _warc(path) -> str:
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-    with open(path, "wb") as fh:
-        writer = WARCWriter(fh, gzip=True)
-
-        def record(url: str, body: str, date: str, ctype: str = "text/html; charset=utf-8"):
-            headers = StatusAndHeaders("200 OK", [("Content-Type", ctype)], protocol="HTTP/1.1")
-            writer.write_record(writer.create_warc_record(url, "response", payload=io.BytesIO(body.encode()),
-                                                          http_headers=headers, warc_headers_dict={"WARC-Date": date}))
-        for page, (date, missing) in PAGES.items():
-            images = "".join(f'<img src="/lost{k}.png">' for k in range(missing))
-            links = LINKS if page == "/links" else ""
-            record(SITE + page, PAGE.format(images=images, links=links, text="A replayed page. " * 20),
-                   date)
-    return str(path)
+    html = "text/html; charset=utf-8"
+    return write_warc(path, [
+        (SITE + page, "200 OK", {"Content-Type": html},
+         PAGE.format(images="".join(f'<img src="/lost{k}.png">' for k in range(missing)),
+                     links=LINKS if page == "/links" else "", text="A replayed page. " * 20).encode(), date)
+        for page, (date, missing) in PAGES.items()])
 
 
 @pytest.fixture(scope="module")

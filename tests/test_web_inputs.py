@@ -19,7 +19,7 @@ from urllib.request import Request, urlopen
 
 import pytest
 
-from tests.conftest import TEST_DATA, loopback_server, websocket_accept, websocket_frame
+from tests.conftest import TEST_DATA, loopback_server, websocket_accept, websocket_frame, write_warc
 from core.rejected import Rejected
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.local_site import LocalSite
@@ -114,16 +114,9 @@ def test_scan_warc_resumes_after_a_corrupt_record(tmp_path):
 
 
 def test_scan_warc_without_html_yields_one_rejected(tmp_path):
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-
-    path = tmp_path / "images.warc.gz"
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
-    with open(path, "wb") as fh:
-        writer = WARCWriter(fh, gzip=True)
-        headers = StatusAndHeaders("200 OK", [("Content-Type", "image/png")], protocol="HTTP/1.1")
-        writer.write_record(writer.create_warc_record("http://example.org/logo.png", "response",
-                                                      payload=io.BytesIO(png), http_headers=headers))
+    path = write_warc(tmp_path / "images.warc.gz",
+                      [("http://example.org/logo.png", "200 OK", {"Content-Type": "image/png"}, png)])
     items = list(scan_warc(str(path)))
     assert len(items) == 1 and isinstance(items[0], Rejected)
     assert "no HTML" in items[0].reason and items[0].error_type == "NoHtml"
@@ -470,18 +463,6 @@ def test_an_image_larger_than_the_pixel_budget_is_refused_before_it_is_decoded(b
     assert len(out.getvalue()) < 50_000
 
 
-def _write_warc(path, records):
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-
-    with open(path, "wb") as fh:
-        writer = WARCWriter(fh, gzip=True)
-        for url, status, headers, body in records:
-            http = StatusAndHeaders(status, list(headers.items()), protocol="HTTP/1.1")
-            writer.write_record(writer.create_warc_record(url, "response", payload=io.BytesIO(body),
-                                                          http_headers=http))
-
-
 def test_warc_replay_offline_refuses_what_the_archive_lacks(browser):
     archive = WarcArchive(os.path.join(WEB_DATA, "example-iana.org-chunked.warc"))
     context, page = _open(browser, handler := ReplayHandler(archive), offline=True)
@@ -496,7 +477,7 @@ def test_warc_replay_offline_refuses_what_the_archive_lacks(browser):
 
 def test_warc_replay_follows_archived_redirects(browser, tmp_path):
     path = str(tmp_path / "site.warc.gz")
-    _write_warc(path, [
+    write_warc(path, [
         ("http://archived.test/old", "301 Moved Permanently", {"Location": "/new/"}, b""),
         ("http://archived.test/new/", "200 OK", {"Content-Type": "text/html"},
          b'<title>New home</title><img src="logo.png" alt="logo"><img src="/missing.png">'),

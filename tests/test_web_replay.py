@@ -8,14 +8,13 @@ go only to a loopback server started here.
 """
 from __future__ import annotations
 
-import io
 import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.conftest import TEST_DATA, needs_chromium
+from tests.conftest import TEST_DATA, needs_chromium, write_warc
 from transforms.web.capture import CapturePage, CaptureSettings
 from transforms.web.charset import html_charset, meta_charset
 from transforms.web.render import RenderError
@@ -56,19 +55,6 @@ def _real_records(path):
     return out
 
 
-def _write_warc(path, records):
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-
-    with open(path, "wb") as fh:
-        writer = WARCWriter(fh, gzip=True)
-        for url, status, headers, body, date in records:
-            http = StatusAndHeaders(status, list(headers), protocol="HTTP/1.1")
-            writer.write_record(writer.create_warc_record(url, "response", payload=io.BytesIO(body),
-                                                          http_headers=http,
-                                                          warc_headers_dict={"WARC-Date": date}))
-
-
 @pytest.mark.parametrize("name,url,title", [
     ("example.warc.gz", "http://example.com/", "Example Domain"),
     ("example-iana.org-chunked.warc", "http://www.iana.org/", "Internet Assigned Numbers Authority"),
@@ -104,7 +90,7 @@ def crawl(tmp_path_factory):
         ("http://harbour.example/loop2", "302 Found", [("Location", "/loop")], b"", CRAWLED),
     ]
     path = tmp_path_factory.mktemp("crawl") / "crawl.warc.gz"
-    _write_warc(path, records)
+    write_warc(path, records)
     return str(path), {t.url: t for t in scan_warc(str(path))}
 
 
@@ -176,7 +162,7 @@ def test_subresources_from_the_archive_or_live_under_the_policy(tmp_path):
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     css = f"http://127.0.0.1:{httpd.server_address[1]}/site.css"
     path = tmp_path / "page.warc.gz"
-    _write_warc(path, [("http://styled.example/", "200 OK", [("Content-Type", "text/html")],
+    write_warc(path, [("http://styled.example/", "200 OK", [("Content-Type", "text/html")],
                         f'<title>styled</title><link rel=stylesheet href="{css}"><h1>Hello</h1>'.encode()
                         + b"<p>" + b"some text " * 30 + b"</p>", CRAWLED)])
     (target,) = list(scan_warc(str(path)))
@@ -205,7 +191,7 @@ def test_an_archive_of_only_redirects_is_one_dead_letter_that_says_so(tmp_path):
     from core.rejected import Rejected
 
     path = tmp_path / "redirects.warc.gz"
-    _write_warc(path, [("http://moved.example/", "301 Moved Permanently", [("Location", "https://moved.example/")],
+    write_warc(path, [("http://moved.example/", "301 Moved Permanently", [("Location", "https://moved.example/")],
                         b"", CRAWLED),
                        ("https://moved.example/", "302 Found", [("Location", "/home")], b"", CRAWLED)])
     (item,) = list(scan_warc(str(path)))
