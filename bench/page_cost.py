@@ -46,6 +46,9 @@ from scale_meter import TreeMeter  # noqa: E402
 
 import pyarrow.dataset as ds  # noqa: E402
 
+from core.dataset_folder import read_manifest, table_locations  # noqa: E402
+from schemas import DEAD_LETTER  # noqa: E402
+
 RESULTS = os.path.join(HERE, "results", "page_cost.json")
 WARCS = (os.path.join(ROOT, "tests", "data", "web_docs", "docs.warc.gz"),
          os.path.join(ROOT, "tests", "data", "web", "whirlwind.warc.gz"))
@@ -71,7 +74,7 @@ def one_run(tree: str, sets: list[str], workers: int, scratch: str) -> dict:
     """`shardsmith run multiui` from `tree`; its CPU split, memory, pages and the pages table's digests."""
     out = tempfile.mkdtemp(prefix="run-", dir=scratch)
     cmd = [sys.executable, "-m", "pipelines.cli", "run", "multiui", "--out", out, "--runner", "multiprocess",
-           "--no-resume", "--quiet", "--set", "llm_tasks=false"]
+           "--no-resume", "--quiet", "--max-error-rate", "1.0", "--set", "llm_tasks=false"]
     for s in sets:
         cmd += ["--set", s]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -82,7 +85,9 @@ def one_run(tree: str, sets: list[str], workers: int, scratch: str) -> dict:
     wall, tree_use = time.perf_counter() - t0, meter.stop()
     if proc.returncode:
         raise SystemExit(f"page_cost: the run from {tree} failed:\n{proc.stderr[-3000:]}")
-    pages, dead = _pages_table(out), _dead_letters(out)
+    folder = os.path.join(out, "multiui")
+    manifest = read_manifest(folder)
+    pages, dead = _pages_table(folder, manifest), _dead_letters(folder, manifest)
     shutil.rmtree(out, ignore_errors=True)
     units = len(set(pages["source_ref"]))
     cpu = {"worker": tree_use["workers_cpu_s"], "chromium": tree_use["helpers_cpu_s"],
@@ -96,22 +101,15 @@ def one_run(tree: str, sets: list[str], workers: int, scratch: str) -> dict:
             "peak_worker_with_browser_mb": round(peak, 1), "dead_letters": dead, "digests": _digests(pages)}
 
 
-def _pages_table(out: str) -> dict:
+def _pages_table(folder: str, manifest: dict) -> dict:
     """The run's pages table as columns, rows in id order."""
-    with open(os.path.join(out, "multiui", "_manifest.json")) as fh:
-        manifest = json.load(fh)
-    root = os.path.join(out, "multiui")
-    files = [os.path.join(root, f["path"]) for f in manifest["tables"]["pages"]["files"]]
-    table = ds.dataset(files, format="parquet").to_table()
-    table = table.sort_by([("id", "ascending"), ("platform", "ascending")])
-    return table.to_pydict()
+    table = ds.dataset(table_locations(folder, "pages", manifest), format="parquet").to_table()
+    return table.sort_by([("id", "ascending"), ("platform", "ascending")]).to_pydict()
 
 
-def _dead_letters(out: str) -> list[str]:
+def _dead_letters(folder: str, manifest: dict) -> list[str]:
     """'stage: message' of each input the run dead-lettered (a page that failed in one run only)."""
-    with open(os.path.join(out, "multiui", "_manifest.json")) as fh:
-        entry = json.load(fh)["dead_letters"]
-    files = [os.path.join(out, "multiui", f["path"]) for f in entry.get("files", [])]
+    files = table_locations(folder, DEAD_LETTER.table, manifest)
     if not files:
         return []
     rows = ds.dataset(files, format="parquet").to_table(columns=["stage", "message"]).to_pylist()

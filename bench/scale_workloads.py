@@ -24,6 +24,7 @@ import pyarrow.dataset as ds
 from scale_inputs import make_problems, make_site
 
 from repo_path import ROOT  # noqa: E402  (the repository root on sys.path)
+from core.dataset_folder import table_locations  # noqa: E402
 STANDIN_REPL = f"{sys.executable} {os.path.join(ROOT, 'tests', 'lean_standin.py')}"
 
 
@@ -89,5 +90,4 @@ def units_of(dataset: str, folder: str, manifest: dict) -> int:
 
 
 def _read(folder: str, manifest: dict, table: str, columns: list[str]) -> list[dict]:
-    files = [os.path.join(folder, f["path"]) for f in manifest["tables"][table]["files"]]
-    return ds.dataset(files, format="parquet").to_table(columns=columns).to_pylist()
+    return ds.dataset(table_locations(folder, table, manifest), format="parquet").to_table(columns=columns).to_pylist()
