@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import platform
@@ -120,7 +121,21 @@ def _digests(columns: dict) -> dict[str, dict[str, str]]:
     """{row key (id, platform): {column: digest}}: runs are compared row by row, so a page that
     failed in one run (a dead letter) shows as missing, not as every column differing."""
     keys = [f"{i}/{p}" for i, p in zip(columns["id"], columns["platform"])]
-    return {key: {name: _digest(values[k]) for name, values in columns.items()} for k, key in enumerate(keys)}
+    return {key: {name: (_pixels if name in PICTURES else _digest)(values[k]) for name, values in columns.items()}
+            for k, key in enumerate(keys)}
+
+
+# image columns, compared by their pixels: the screenshot's PNG is encoded for speed since 2026-12-06
+# (the same pixels, other bytes: docs/papers/multiui.md)
+PICTURES = ("screenshot",)
+
+
+def _pixels(value) -> str:
+    if not value:
+        return _digest(value)
+    from PIL import Image
+    with Image.open(io.BytesIO(value)) as image:
+        return _digest([image.mode, list(image.size), hashlib.sha256(image.tobytes()).hexdigest()])
 
 
 def _digest(value) -> str:

@@ -245,6 +245,38 @@ def test_a_blocklist_file_matches_domains_subdomains_and_urls():
         assert curation.rule_reason(dict(_page(), final_url=url), rules=rules) is None
 
 
+_REASONS = ("import json, sys; from transforms.web import blocklist as b; names = b.parse(sys.argv[1]); "
+            "print(json.dumps([b.blocklist_reason(u, names) for u in sys.argv[2:]]))")
+
+
+def test_a_blocklist_is_built_once_per_machine_and_read_from_its_cache_after(tmp_path):
+    listed = tmp_path / "mine.txt"
+    listed.write_text("# my list\nbad-example.test\nexample.org/banned/page\n")
+    urls = ["https://www.bad-example.test/x", "https://example.org/banned/page/", "https://good.test/",
+            "https://worse.test/"]
+    cache = tmp_path / "cache"
+
+    def reasons(seed: str) -> list:
+        env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYTHONHASHSEED=seed)
+        out = subprocess.run([sys.executable, "-c", _REASONS, str(listed), *urls], env=env,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out)
+
+    built = ["blocklist mine.txt: domain bad-example.test", "blocklist mine.txt: url", None, None]
+    assert reasons("1") == built
+    entries = sorted((cache / "shardsmith" / "blocklists").glob("*.npy"))
+    assert len(entries) == 2                      # domains and URLs
+    stamps = [(e.stat().st_ino, e.stat().st_mtime_ns) for e in entries]
+    assert reasons("2") == built                  # another process, another hash seed: the same keys
+    assert [(e.stat().st_ino, e.stat().st_mtime_ns) for e in entries] == stamps   # read, not built again
+    listed.write_text(listed.read_text() + "worse.test\n")   # the list changed: its old arrays are not used
+    assert reasons("3")[3] == "blocklist mine.txt: domain worse.test"
+    for entry in (cache / "shardsmith" / "blocklists").glob("*.npy"):
+        entry.write_bytes(entry.read_bytes()[:40])            # damaged entries are built again
+    assert reasons("4") == built[:3] + ["blocklist mine.txt: domain worse.test"]
+
+
 def test_blocklist_settings():
     assert blocklist.parse("none") == ()
     with pytest.raises(ValueError, match="neither ut1, url_words, none nor a file"):

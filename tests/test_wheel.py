@@ -118,6 +118,18 @@ def test_the_fresh_virtualenv_imports_the_wheel_and_nothing_of_the_checkout(venv
     assert not any(p.startswith(ROOT + os.sep) and "site-packages" not in p for p in path.split("\n")), path
 
 
+def test_the_images_build_step_makes_the_blocklist_arrays_from_the_wheel(venv, tmp_path):
+    """infra/Dockerfile runs `python -m transforms.web.blocklist` so that no worker process builds
+    the arrays itself; it must run from the installed package (a list file of ours here: UT1 takes
+    seconds and is the same code)."""
+    listed = os.path.join(ROOT, "tests", "data", "curation", "blocklist.txt")
+    env = dict(_clean_env(venv), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    out = subprocess.run([venv, "-m", "transforms.web.blocklist", listed], capture_output=True, text=True,
+                         cwd=str(tmp_path), env=env, check=True).stdout
+    assert out.startswith("blocklist blocklist.txt: 1 domains, 1 URLs"), out
+    assert len(list((tmp_path / "cache" / "shardsmith" / "blocklists").glob("*.npy"))) == 2
+
+
 @pytest.mark.parametrize("dataset", DATASETS)
 def test_every_dataset_runs_from_the_wheel_on_the_worker_pool(dataset, venv, pool, small_local, tmp_path):
     if dataset == "multiui":

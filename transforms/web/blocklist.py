@@ -12,19 +12,25 @@ the datatrove wheel (`datatrove/assets/`):
   in its letters and digits, as `URLFilter` does.
 - a path: a file of your own, one domain or URL (without scheme) per line, `#` comments.
 
-Domains are held as a sorted array of 64-bit hashes (about 36 MB for UT1, built in about 2 s once per
-worker process), not as millions of Python strings. A host matches when it or any parent domain is
-listed (so `www.x.com` matches a listed `x.com`), which covers datatrove's registered-domain and
-full-name checks.
+Domains are held as a sorted array of 64-bit keys (the first 8 bytes of each line's BLAKE2b: about
+36 MB for UT1), not as millions of Python strings. The array is built once per machine (about 2.5
+CPU-s for UT1) and kept in a local cache folder (`cache_folder()`), which every later worker process
+maps read-only: it was built in each worker process before, 1.4-2.7 CPU-s and 36 MB of each. The
+worker image builds it when it is made (`python -m transforms.web.blocklist`). A host matches when
+it or any parent domain is listed (so `www.x.com` matches a listed `x.com`), which covers datatrove's
+registered-domain and full-name checks.
 """
 from __future__ import annotations
 
 import functools
 import glob
+import hashlib
 import importlib.util
 import os
 import re
+import sys
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from typing import Iterable, Optional
 from urllib.parse import urlsplit
@@ -75,16 +81,56 @@ class Lists:
     subwords: tuple = ()
 
 
+def _stable(data: bytes) -> int:
+    """A line's key: the same in every process and on every machine (Python's own hash is salted per
+    process, so an array of it could not be kept); blank and comment lines get keys no host has."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)
+
+
 def _hashes(lines: Iterable[bytes]) -> np.ndarray:
-    """Sorted hashes of lowercase UTF-8 lines. Python's bytes hash is salted per process, but the array
-    is built and queried in one process only; blank and comment lines hash to keys no host has."""
-    out = np.fromiter((hash(line.rstrip()) for line in lines), dtype=np.int64)
+    """Sorted keys of lowercase UTF-8 lines."""
+    out = np.fromiter((_stable(line.rstrip()) for line in lines), dtype=np.int64)
     out.sort()
     return out
 
 
 def _key(text: str) -> int:
-    return hash(text.encode("utf-8"))
+    return _stable(text.encode("utf-8"))
+
+
+CACHE_VERSION = 1      # of the arrays' format and key: a change makes every cached array stale
+
+
+def cache_folder() -> str:
+    """Where the built arrays are kept: this machine's, never a shared store (a worker maps them)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "shardsmith", "blocklists")
+
+
+def _cached(source: str, part: str, build) -> np.ndarray:
+    """The array `build()` makes from `source` (a file), read from this machine's cache when it holds
+    one for this very file (its path, size and modification time name the entry), else built and
+    kept there for the next process. A cache that cannot be written (a read-only home) costs each
+    process the build, nothing else; an entry that cannot be read is built again."""
+    st = os.stat(source)
+    ident = f"{CACHE_VERSION}:{os.path.abspath(source)}:{st.st_size}:{st.st_mtime_ns}:{part}"
+    path = os.path.join(cache_folder(), hashlib.sha256(ident.encode()).hexdigest()[:24] + ".npy")
+    try:
+        keys = np.load(path, mmap_mode="r", allow_pickle=False)
+        if keys.dtype == np.int64 and keys.ndim == 1:
+            return keys
+    except (OSError, ValueError):
+        pass
+    keys = build()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            np.save(fh, keys, allow_pickle=False)
+        os.replace(tmp, path)      # whole or absent: a process beside this one reads one or the other
+    except OSError:
+        pass
+    return keys
 
 
 def _words(path: str) -> list[str]:
@@ -97,24 +143,32 @@ def load(name: str) -> Lists:
     """The named list, read once per worker process."""
     if name == UT1:
         archive = sorted(glob.glob(os.path.join(datatrove_assets(), "url_filterblacklists*.tar.gz")))[-1]
-        domains = urls = np.zeros(0, np.int64)
-        with tarfile.open(archive, "r:gz") as tar:
-            for member in tar:
-                if member.name.rsplit("/", 1)[-1] == "domains":
-                    domains = _hashes(tar.extractfile(member))
-                elif member.name.rsplit("/", 1)[-1] == "urls":
-                    urls = _hashes(_strip_scheme(u.decode("utf-8", "replace")).encode()
-                                   for u in tar.extractfile(member))
-        return Lists("ut1", domains, urls)
+        return Lists("ut1", _cached(archive, "domains", lambda: _ut1(archive, "domains")),
+                     _cached(archive, "urls", lambda: _ut1(archive, "urls")))
     if name == URL_WORDS:
         assets, empty = datatrove_assets(), np.zeros(0, np.int64)
         return Lists("url_words", empty, empty, frozenset(_words(os.path.join(assets, "banned_words.txt"))),
                      frozenset(_words(os.path.join(assets, "soft_banned_words.txt"))),
                      tuple(w for w in _words(os.path.join(assets, "banned_subwords.txt")) if w))
-    with open(name, encoding="utf-8") as fh:
-        lines = [line.strip() for line in fh if line.strip() and not line.startswith("#")]
-    return Lists(os.path.basename(name), _hashes(x.lower().encode() for x in lines if "/" not in x),
-                 _hashes(_strip_scheme(x).encode() for x in lines if "/" in x))
+    def lines() -> list[str]:
+        with open(name, encoding="utf-8") as fh:
+            return [line.strip() for line in fh if line.strip() and not line.startswith("#")]
+
+    return Lists(os.path.basename(name),
+                 _cached(name, "domains", lambda: _hashes(x.lower().encode() for x in lines() if "/" not in x)),
+                 _cached(name, "urls", lambda: _hashes(_strip_scheme(x).encode() for x in lines() if "/" in x)))
+
+
+def _ut1(archive: str, part: str) -> np.ndarray:
+    """The keys of UT1's `domains` or `urls` (scheme stripped) in datatrove's archive."""
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar:
+            if member.name.rsplit("/", 1)[-1] == part:
+                lines = tar.extractfile(member)
+                if part == "urls":
+                    lines = (_strip_scheme(u.decode("utf-8", "replace")).encode() for u in lines)
+                return _hashes(lines)
+    return np.zeros(0, np.int64)
 
 
 def _strip_scheme(url: str) -> str:
@@ -169,3 +223,13 @@ def blocklist_reason(url: str, names: tuple[str, ...]) -> Optional[str]:
         if found:
             return f"blocklist {load(name).name}: {found}"
     return None
+
+
+if __name__ == "__main__":
+    # python -m transforms.web.blocklist [LIST ...]: build this machine's arrays now (the worker image
+    # does, so that no worker process pays for it); default the lists a run uses by default
+    for spec in sys.argv[1:] or [DEFAULT]:
+        for listed in parse(spec):
+            loaded = load(listed)
+            print(f"blocklist {loaded.name}: {len(loaded.domains):,} domains, {len(loaded.urls):,} URLs "
+                  f"({cache_folder()})")

@@ -505,7 +505,8 @@ class _Worker:
             row.update(doc.pop("counts"))
             row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
                                           policy if route_handler is None else None, resize,
-                                          getattr(route_handler, "holds", None))
+                                          getattr(route_handler, "holds", None), session,
+                                          page if route_handler is not None else None)
                               if follow_links else [])
             reusable = key is not None
         except Exception as e:  # noqa: BLE001 - said as a RenderError, or BrowserCrashed if the browser died
@@ -655,7 +656,7 @@ class _Worker:
         scale = page_scale * dsf
         css_h = max(1.0, min(float(st["h"]), max_shot_h / scale))
         shot_f = send("Page.captureScreenshot", {
-            "format": "png", "captureBeyondViewport": True,
+            "format": "png", "captureBeyondViewport": True, "optimizeForSpeed": True,
             "clip": {"x": 0, "y": 0, "width": layout_w, "height": css_h, "scale": page_scale}}, session)
         # The boxes are read once the screenshot is taken: the headless shell lays a page out again
         # at a capture beyond the viewport (a textarea's monospace lines lose a pixel each), and the
@@ -677,16 +678,24 @@ class _Worker:
                 "glyphs_missing": glyphs}
 
     def follow(self, ctx, row: dict, seed: int, platform: str, k: int, timeout_ms: int, policy,
-               viewport: dict | None = None, holds: Callable[[str], bool] | None = None) -> list[dict]:
-        """Open up to k visible same-site links (seeded choice) in the same context, one after another
-        in one tab (a new one after a failed try) that goes through the same routes; record the
+               viewport: dict | None = None, holds: Callable[[str], bool] | None = None,
+               page_session: str | None = None, pump=None) -> list[dict]:
+        """Follow up to k visible same-site links (seeded choice) in the same context and record their
         titles. At most 2k tries, so dead links cannot eat the page's time budget. A replayed page's
-        link its archive does not hold (`holds`) is a try that fails without a tab: its navigation
-        could only be refused (most of a crawl's links, and half of a replayed page's CPU when each
-        was opened)."""
+        link its archive does not hold (`holds`) is a try that fails at once: its navigation could
+        only be refused (most of a crawl's links).
+
+        A link's document is fetched from the page itself (`fetched_title`: its routes, proxy and
+        cookies, parsed without running its scripts or loading what it shows) and its <title> read;
+        where that cannot tell (another origin of the site, a network error) the link is opened in
+        one tab the tries navigate in turn (a new one after a failed try), as a click would. A
+        navigation cost a followed link as much as the page itself (layout, paint, sub-resources);
+        only its title is kept. `pump`: the page, where routes serve its requests (replay): they
+        run only while Playwright is called."""
         cands = _link_candidates(row, policy)
         rng = random.Random(f"links:{platform}:{seed}")
         actions = []
+        world = self.title_world(page_session) if page_session else None
         tab = None      # (page, doc, session): one tab the tries navigate in turn, new after a failed one
         try:
             for node_id, href in rng.sample(cands, len(cands))[:2 * k]:
@@ -696,12 +705,14 @@ class _Worker:
                     continue
                 deadline = time.monotonic() + timeout_ms / 1000     # each followed link its own time
                 try:
-                    tab = tab or self.follow_tab(ctx, timeout_ms, viewport, deadline)
-                    page, doc, session = tab
-                    for key in _NAVIGATION_STATE:
-                        doc.pop(key, None)
-                    self.navigate(page, href, doc, deadline)
-                    title = self.title(session, deadline)
+                    title = self.fetched_title(page_session, world, href, deadline, pump) if world else None
+                    if title is None:
+                        tab = tab or self.follow_tab(ctx, timeout_ms, viewport, deadline)
+                        page, doc, session = tab
+                        for key in _NAVIGATION_STATE:
+                            doc.pop(key, None)
+                        self.navigate(page, href, doc, deadline)
+                        title = self.title(session, deadline)
                 except RenderError:
                     tab = _close_tab(self.conn, tab)
                     continue  # a dead link is not an action; try the next candidate
@@ -710,6 +721,45 @@ class _Worker:
         finally:
             _close_tab(self.conn, tab)
         return actions
+
+    def title_world(self, session: str) -> int | None:
+        """An isolated world in the page's main frame (the page's own scripts cannot reach its
+        XMLHttpRequest or its parser) for `fetched_title`; None where it cannot be made (every link
+        is then navigated)."""
+        try:
+            frame = self.conn.call("Page.getFrameTree", {}, session, timeout=5)["frameTree"]["frame"]["id"]
+            return self.conn.call("Page.createIsolatedWorld", {"frameId": frame, "worldName": "shardsmith-titles"},
+                                  session, timeout=5)["executionContextId"]
+        except (CDPError, FutureTimeout, KeyError):
+            return None
+
+    def fetched_title(self, session: str, world: int, url: str, deadline: float, pump=None) -> str | None:
+        """The title of the document at `url`, fetched from the page's isolated world and parsed as
+        the browser parses a document (its charset, its <title>), scripts not run; RenderError for a
+        dead link (an HTTP error, not HTML, a download, out of time), None where only a navigation
+        can tell (another origin, whose answer the page may not read; a network error)."""
+        ms = max(1, int(_left(deadline) * 1000))
+        try:
+            fut = self.conn.send("Runtime.callFunctionOn", {
+                "functionDeclaration": _FETCH_TITLE_JS, "executionContextId": world,
+                "arguments": [{"value": url}, {"value": ms}], "awaitPromise": True, "returnByValue": True}, session)
+            while pump is not None and not fut.done() and time.monotonic() < deadline:
+                pump.wait_for_timeout(5)    # the replay's route answers the request meanwhile
+            got = fut.result(_left(deadline) + 1)
+        except (CDPError, FutureTimeout):
+            return None
+        except Exception as e:  # noqa: BLE001 - Playwright's errors while pumping: the page is gone
+            raise RenderError(f"the page closed while following a link: {_first_line(e)}") from None
+        out = (got.get("result") or {}).get("value") or {}
+        if out.get("failed") == "timeout":
+            raise RenderError(f"timeout: the followed page did not load in {ms} ms")
+        if out.get("failed") or not out.get("status"):
+            return None
+        if out["status"] >= 400:
+            raise RenderError(f"HTTP {out['status']}")
+        if out.get("attachment") or (out.get("type") and not out["type"].startswith(HTML_TYPES)):
+            raise RenderError(f"not a page: {out.get('type')}")
+        return out.get("title")
 
     def follow_tab(self, ctx, timeout_ms: int, viewport: dict | None, deadline: float) -> tuple:
         """A tab for followed links and our DevTools session on it. One tab serves a page's tries in
@@ -773,6 +823,27 @@ def _link_candidates(row: dict, policy) -> list[tuple[int, str]]:
         seen.add(target)
         cands.append((n["node_id"], href))
     return cands
+
+
+# A followed link's document, asked for from the page's isolated world: its status, type and title
+# as the HTML parser reads them (charset from the header or a <meta>, as a navigation's), no script
+# run, nothing it links to loaded. A network error (another origin's answer the page may not read
+# among them) is `failed`, for the caller to navigate instead.
+_FETCH_TITLE_JS = """function (url, ms) {
+  return new Promise(done => {
+    const x = new XMLHttpRequest();
+    x.open('GET', url);
+    x.responseType = 'document';
+    x.timeout = ms;
+    x.onload = () => done({
+      status: x.status, type: (x.getResponseHeader('content-type') || '').split(';')[0].trim().toLowerCase(),
+      attachment: /^\\s*attachment/i.test(x.getResponseHeader('content-disposition') || ''),
+      title: x.responseXML ? x.responseXML.title : null});
+    x.onerror = () => done({failed: 'network'});
+    x.ontimeout = () => done({failed: 'timeout'});
+    x.send();
+  });
+}"""
 
 
 # what open_page's handlers and navigate leave in a tab's doc about its last navigation
