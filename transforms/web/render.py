@@ -550,6 +550,7 @@ class _Worker:
             else:
                 self.owner.contexts_reused += 1
             doc["logs"] = [log for log in (route_handler, proxy) if hasattr(log, "refusals")]
+            doc["routed"] = route_handler is not None     # its requests answered only while Playwright runs
             return options, kept, proxy
         except Exception as e:  # noqa: BLE001 - Chromium exited at start, DevTools refused the driver
             self.stop_browser()
@@ -571,7 +572,8 @@ class _Worker:
 
         resources.on_cut = leave_cut_document
         self.navigate(page, url, doc, deadline)
-        if not resources.wait(deadline):
+        pump = (lambda: page.wait_for_timeout(10)) if doc.get("routed") else None
+        if not resources.wait(deadline, pump):
             raise RenderError(f"timeout: the page did not settle after load (> {timeout_ms} ms: two "
                               "animation frames); a script that does not stop?")
         resources.stop(self.conn, session)

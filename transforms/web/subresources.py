@@ -106,15 +106,26 @@ class Subresources:
             if f == fid and loader != keep and rid not in self._outcome:
                 self._outcome[rid] = False
 
-    def wait(self, deadline: float) -> bool:
+    def wait(self, deadline: float, pump: Callable[[], None] | None = None) -> bool:
         """Wait until the settle point has passed and every counted request has its outcome, or
-        until `deadline` (time.monotonic()); whether the page reached its settle point."""
+        until `deadline` (time.monotonic()); whether the page reached its settle point. `pump`: run
+        between short waits where the page's requests are answered by a Playwright route (replay),
+        which runs only while Playwright is called: a request made after the load event would
+        otherwise wait for the deadline (an image of a replayed page did, in 1 of 10 first renders
+        of a loaded machine, and the page failed)."""
         with self._cond:
             while not (self.settled and len(self._outcome) == len(self._kind)):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._cond.wait(left)
+                if pump is None:
+                    self._cond.wait(left)
+                    continue
+                self._cond.release()
+                try:
+                    pump()
+                finally:
+                    self._cond.acquire()
             return self.settled
 
     def stop(self, conn, session: str) -> None:
