@@ -34,6 +34,27 @@ def test_error_pages(title):
     assert curation.rule_reason(_page(title=title)) == "error_page"
 
 
+def test_an_article_about_error_pages_is_not_one():
+    """A title or heading that says "404" drops a page, unless the page is written as an article
+    (three paragraphs of 140 characters or more): a tutorial on HTTP errors is kept, the error page
+    itself, however much of its site's chrome surrounds it, is not."""
+    para = ("A 404 status tells the browser that the server found nothing at the address it asked for, "
+            "and search engines drop such addresses from their index after a while. ")
+    steps = ("Check the link for typing mistakes first, then look at the server's log for the path it was "
+             "asked for, and add a redirect from the old address to the new one where a page has moved. ")
+    tutorial = {"title": "Error 404: what it means and how to fix it", "nodes": [],
+                "html": "<h1>Error 404: what it means</h1>" + "".join(f"<p>{para}{steps}Part {k}.</p>" for k in range(3))}
+    assert curation.is_article(tutorial)
+    assert curation.rule_reason(tutorial) is None
+    chrome = "".join(f"<p>Read: a short teaser about story number {k} of the day.</p>" for k in range(12))
+    soft_404 = {"title": "Page not found | Daily News", "nodes": [],
+                "html": "<h1>Page not found</h1><p>The article you were looking for has been removed.</p>" + chrome}
+    assert not curation.is_article(soft_404)
+    assert curation.rule_reason(soft_404) == "error_page"
+    two = dict(tutorial, html="<h1>Error 404</h1>" + "".join(f"<p>{para}</p>" for _ in range(2)))
+    assert curation.rule_reason(two) == "error_page"      # two long paragraphs are not an article
+
+
 def test_parked_and_thin_pages():
     assert curation.rule_reason(_page(extra=["This domain is for sale! Buy this domain today"])) == "parked"
     assert curation.rule_reason(_page(text="Welcome")) == "too_little_text"
