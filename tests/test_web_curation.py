@@ -55,6 +55,24 @@ def test_an_article_about_error_pages_is_not_one():
     assert curation.rule_reason(two) == "error_page"      # two long paragraphs are not an article
 
 
+@pytest.mark.parametrize("title, heading", [
+    ("Vacature niet meer beschikbaar – Zorggroep", "Deze vacature is helaas niet meer beschikbaar"),
+    ("Haber Türkiyem - Son Dakika", "Aradığınız içerik yayından kaldırılmıştır"),
+    ("Classificados Norte", "Este anúncio já não está disponível"),
+    ("Доска объявлений", "Объявление снято с публикации"),
+    ("华信论坛", "该帖子不存在或已被删除"),
+    ("Daily Planet", "This article has been removed"),
+])
+def test_a_page_that_says_its_content_is_gone_is_an_error_page(title, heading):
+    """A soft 404 of content that is gone (a removed article, an expired ad, a deleted topic), said
+    in its heading above its site's chrome, in any of the languages a crawl keeps most."""
+    chrome = "".join(f"<p>Read also: story number {k} of the day, with a short teaser.</p>" for k in range(20))
+    page = {"title": title, "nodes": [], "html": f"<h1>{heading}</h1>{chrome}"}
+    assert curation.rule_reason(page) == "error_page"
+    article = dict(page, html=f"<h1>{heading}</h1>" + "".join(f"<p>{ARTICLE} {ARTICLE}</p>" for _ in range(3)))
+    assert curation.rule_reason(article) is None      # a report that says it, in its paragraphs, is kept
+
+
 def test_parked_and_thin_pages():
     assert curation.rule_reason(_page(extra=["This domain is for sale! Buy this domain today"])) == "parked"
     assert curation.rule_reason(_page(text="Welcome")) == "too_little_text"

@@ -112,6 +112,37 @@ ERROR_PHRASES = terms([
     # th
     "ไม่พบหน้า",
 ])
+# Soft 404s of content that is gone rather than never there: a removed article or product, an expired
+# ad or job offer, a deleted forum topic. Judged in the title and headings only (where such a page
+# says it, above its site's menus and suggestions), and like the phrases above not on an article.
+GONE_PHRASES = terms([
+    # en
+    r"(is|are) no longer available", r"(has|have) been (removed|deleted|taken down|unpublished)",
+    r"(listing|ad|advert|job|offer|vacancy|posting|topic|thread|post|article|product|item) (has )?expired",
+    r"(topic|thread|post|article|listing) (does not|doesn.t) exist",
+    # es, pt
+    r"ya no está disponible", r"(ha sido|fue) (eliminad|retirad|borrad)[oa]", r"no existe o (ha sido|fue) eliminad",
+    r"(anuncio|oferta|vacante) (ha )?(caducado|expirado|finalizado)", r"já não está disponível",
+    r"não está mais disponível", r"(foi|foram) (removid|excluíd|apagad)[oa]s?",
+    r"(anúncio|vaga|oferta|tópico) (encerrad|expirad|removid)[oa]", r"(tópico|anúncio|produto) não encontrad[oa]",
+    # de, fr, it, nl
+    r"nicht mehr verfügbar", r"(wurde|wurden) (gelöscht|entfernt)", r"(anzeige|stellenanzeige|angebot) (ist )?abgelaufen",
+    r"n.est plus disponible", r"(a|ont) été (supprimée?s?|retirée?s?)", r"(annonce|offre) (a )?expirée?", r"n.existe plus",
+    r"non è più disponibile", r"(è stato|è stata) (rimoss|eliminat|cancellat)[oa]", r"(annuncio|offerta) scadut[oa]",
+    r"non esiste più", r"niet meer beschikbaar", r"(is|zijn) verwijderd", r"bestaat niet( meer)?",
+    r"(vacature|advertentie) (is )?verlopen",
+    # pl, tr, ru, vi, id
+    r"już niedostępn[aey]", r"nie jest już dostępn[aey]", r"(zostało|została|został) usunięt[aey]",
+    r"(ogłoszenie|oferta) (wygasł[oa]|zakończon[aey])", r"artık (mevcut|yayında) değil", r"yayından kaldırıl\w*",
+    r"(ilan|içerik) (kaldırıldı|silindi|sona erdi)", r"больше не (доступ\w*|существует)", r"снят\w* с публикации",
+    r"(объявление|вакансия|тема|статья|товар) (был[аои]? )?(удален\w*|удалён\w*|снят\w*|не найден\w*)",
+    r"не существует", r"không (còn )?tồn tại", r"đã bị (xóa|xoá|gỡ)", r"không còn khả dụng",
+    r"tidak (lagi )?tersedia", r"(telah|sudah) dihapus",
+    # zh, ja, ko, ar
+    "不存在或已被删除", "已被删除", "已被刪除", "已下架", "帖子不存在", "主题不存在", "主題不存在", "文章不存在",
+    "削除されました", "掲載終了", "公開終了", "販売終了", "삭제되었습니다", "삭제된 게시물", "판매가 종료", "존재하지 않는",
+    "تمت إزالة", "تم حذف", "لم يعد متاح",
+])
 # A page whose text is shorter than this (effective characters) and carries an error phrase anywhere
 # is an error page; longer pages only when the phrase is in the title or a heading.
 SOFT_404_CHARS = 800
@@ -618,7 +649,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if listed:
         return listed
     title, heads = page.get("title") or "", headings(page)     # headings read once: from HTML, a scan of it
-    if ((ERROR_TITLES.search(title) or ERROR_PHRASES.search(title) or any(ERROR_PHRASES.search(h) for h in heads))
+    if ((ERROR_TITLES.search(title) or any(p.search(t) for p in (ERROR_PHRASES, GONE_PHRASES) for t in (title, *heads)))
             and not is_article(page)):
         return "error_page"
     body = body_text(page)
