@@ -104,6 +104,12 @@ PAGES = {
     "/": ("text/html", HOME.replace("{meta}", "")),
     "/m": ("text/html", HOME.replace("{meta}", '<meta name=viewport content="width=device-width">')),
     "/b.html": ("text/html", "<title>Page B</title><p>b"),
+    # replaces what a script of ours could use to read the page: its own scripts' business only
+    "/patched": ("text/html", "<title>Patched</title><h1>Patched globals</h1><p>Still a page."
+                              "<script>JSON.stringify = () => 'lie'; window.XMLSerializer = function () {};"
+                              "Object.defineProperty(Element.prototype, 'outerHTML', {get() { return 'lie'; }});"
+                              "Object.defineProperty(Document.prototype, 'title', {get() { return 'lie'; }});"
+                              "</script>"),
     "/hog": ("text/html", HOG),
     "/css-bomb": ("text/html", CSS_BOMB),
     "/canvas": ("text/html", CANVASES),
@@ -342,6 +348,14 @@ def test_a_busy_page_fails_within_its_time(renderer, site, path):
     took = time.monotonic() - t0
     assert took <= BUSY_TIMEOUT_MS / 1000 + 1.0, f"{path}: {took:.2f} s for a {BUSY_TIMEOUT_MS} ms page"
     assert renderer.render_page(site + "/b.html", "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)["title"] == "Page B"
+
+
+def test_a_page_that_replaces_json_and_its_own_getters_is_still_read(renderer, site):
+    """The page's state (URL, title, HTML, sizes) is read in an isolated world: a page whose scripts
+    replace JSON.stringify, XMLSerializer or the outerHTML and title getters renders as it is (it
+    failed with "render failed: TypeError" before)."""
+    row = renderer.render_page(site + "/patched", "desktop", 1, timeout_ms=TIMEOUT_MS, follow_links=0)
+    assert row["title"] == "Patched" and "Patched globals" in row["html"] and "Still a page." in row["html"]
 
 
 def test_a_followed_page_that_would_spin_is_read_without_running(renderer, site):

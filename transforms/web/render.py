@@ -500,12 +500,13 @@ class _Worker:
             if kept.origins:
                 self.empty(kept, session)
             self.load_page(page, session, url, doc, deadline, timeout_ms)
-            row = self.capture(session, options, max_shot_h, deadline)
+            world = self.isolated_world(session)
+            row = self.capture(session, options, max_shot_h, deadline, world)
             row["url"] = url
             row.update(doc.pop("counts"))
             row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
                                           policy if route_handler is None else None, resize,
-                                          getattr(route_handler, "holds", None), session,
+                                          getattr(route_handler, "holds", None), session, world,
                                           page if route_handler is not None else None)
                               if follow_links else [])
             reusable = key is not None
@@ -626,9 +627,10 @@ class _Worker:
         except (CDPError, FutureTimeout):
             self.stop_browser()
 
-    def capture(self, session: str, options: dict, max_shot_h: int, deadline: float) -> dict:
+    def capture(self, session: str, options: dict, max_shot_h: int, deadline: float, world: int | None = None) -> dict:
         """The page's state, screenshot, DOM snapshot and accessibility tree, each answer due by
-        `deadline` (time.monotonic)."""
+        `deadline` (time.monotonic). The state is read in `world` (isolated_world), where the page's
+        scripts cannot replace what reads it (a page that redefined JSON.stringify failed its render)."""
         send = self.conn.send
         dsf = float(options.get("device_scale_factor") or 1)
         vw, vh = options["viewport"]["width"], options["viewport"]["height"]
@@ -640,7 +642,8 @@ class _Worker:
             "width": vw, "height": vh, "deviceScaleFactor": dsf, "mobile": bool(options.get("is_mobile")),
             "screenWidth": screen["width"], "screenHeight": screen["height"],
             "screenOrientation": {"angle": 0, "type": "portraitPrimary"}}, session)
-        st = send("Runtime.evaluate", {"expression": _PAGE_STATE_JS, "returnByValue": True}, session).result(_left(deadline))
+        st = send("Runtime.evaluate", {"expression": _PAGE_STATE_JS, "returnByValue": True,
+                                       **({"contextId": world} if world else {})}, session).result(_left(deadline))
         if "exceptionDetails" in st:
             raise RenderError(f"page state script failed: {st['exceptionDetails'].get('text')}")
         st = json.loads(st["result"]["value"])
@@ -681,7 +684,7 @@ class _Worker:
 
     def follow(self, ctx, row: dict, seed: int, platform: str, k: int, timeout_ms: int, policy,
                viewport: dict | None = None, holds: Callable[[str], bool] | None = None,
-               page_session: str | None = None, pump=None) -> list[dict]:
+               page_session: str | None = None, world: int | None = None, pump=None) -> list[dict]:
         """Follow up to k visible same-site links (seeded choice) in the same context and record their
         titles. At most 2k tries, so dead links cannot eat the page's time budget. A replayed page's
         link its archive does not hold (`holds`) is a try that fails at once: its navigation could
@@ -697,7 +700,6 @@ class _Worker:
         cands = _link_candidates(row, policy)
         rng = random.Random(f"links:{platform}:{seed}")
         actions = []
-        world = self.title_world(page_session) if page_session else None
         tab = None      # (page, doc, session): one tab the tries navigate in turn, new after a failed one
         try:
             for node_id, href in rng.sample(cands, len(cands))[:2 * k]:
@@ -724,13 +726,14 @@ class _Worker:
             _close_tab(self.conn, tab)
         return actions
 
-    def title_world(self, session: str) -> int | None:
-        """An isolated world in the page's main frame (the page's own scripts cannot reach its
-        XMLHttpRequest or its parser) for `fetched_title`; None where it cannot be made (every link
-        is then navigated)."""
+    def isolated_world(self, session: str) -> int | None:
+        """An isolated world in the page's main frame: the page's DOM, but none of its scripts'
+        objects (they cannot replace the JSON, XMLHttpRequest or parser our scripts use). None where
+        it cannot be made: the page's state is then read in its own world, and every followed link
+        is navigated."""
         try:
             frame = self.conn.call("Page.getFrameTree", {}, session, timeout=5)["frameTree"]["frame"]["id"]
-            return self.conn.call("Page.createIsolatedWorld", {"frameId": frame, "worldName": "shardsmith-titles"},
+            return self.conn.call("Page.createIsolatedWorld", {"frameId": frame, "worldName": "shardsmith-capture"},
                                   session, timeout=5)["executionContextId"]
         except (CDPError, FutureTimeout, KeyError):
             return None
