@@ -46,11 +46,15 @@ class _Site(http.server.BaseHTTPRequestHandler):
                                        "<script>document.title = 'Set by a script'</script>"),
             "/sjis": ("text/html", f'<meta charset="shift_jis"><title>{SJIS_TITLE}</title><p>x'.encode("shift_jis")),
             "/report.pdf": ("application/pdf", b"%PDF-1.4\n%%EOF\n"),
+            "/hangs": ("text/html", "".join(f"<p><a href='/hang?{k}'>Slow page {k}</a></p>" for k in range(6))),
             "/elsewhere": ("text/html", "<title>Other origin</title><p>x"),
             "/to-spin": ("text/html", f"<title>To spin</title><p><a href='{_Site.other}/spin'>A busy page</a>"),
             "/spin": ("text/html", "<title>Spins</title><p>x<script>addEventListener('load', "
                                    "() => setTimeout(() => {while (true) {}}, 0))</script>"),
         }
+        if self.path.startswith("/hang?"):
+            time.sleep(20)      # never answers in a link's time
+            return self._send(200, "text/html", b"<title>Late</title>")
         if self.path == "/attached":
             return self._send(200, "text/html", b"<title>Attached</title>", ("Content-Disposition", "attachment"))
         if self.path not in pages:
@@ -117,6 +121,16 @@ def test_a_navigated_link_whose_page_spins_costs_its_own_time_only(sites):
     assert took <= 2 * 3 + 1.0, f"{took:.2f} s: the page and one link of 3 s each"
     restarts = renderer.restarts
     assert _actions(renderer, url + "/")["scripted"] == "Static title" and renderer.restarts == restarts
+
+
+def test_links_that_never_answer_share_the_links_time(sites):
+    """Up to 2k links are tried, but together in k links' time: six links that never answer cost
+    three timeouts, not six (the render's watchdog allows the page and k links)."""
+    renderer, url, _ = sites
+    t0 = time.monotonic()
+    row = renderer.render_page(url + "/hangs", "desktop", 1, timeout_ms=2000, follow_links=3)
+    took = time.monotonic() - t0
+    assert row["actions"] == [] and took < 2 * (1 + 3) + 1.0, f"{took:.1f} s"
 
 
 def test_a_page_that_replaces_its_own_request_and_parser_objects_cannot_change_the_titles(sites):

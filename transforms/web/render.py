@@ -686,7 +686,7 @@ class _Worker:
                viewport: dict | None = None, holds: Callable[[str], bool] | None = None,
                page_session: str | None = None, world: int | None = None, pump=None) -> list[dict]:
         """Follow up to k visible same-site links (seeded choice) in the same context and record their
-        titles. At most 2k tries, so dead links cannot eat the page's time budget. A replayed page's
+        titles. At most 2k tries, in k links' time together, so dead links cannot eat the page's time budget. A replayed page's
         link its archive does not hold (`holds`) is a try that fails at once: its navigation could
         only be refused (most of a crawl's links).
 
@@ -700,14 +700,17 @@ class _Worker:
         cands = _link_candidates(row, policy)
         rng = random.Random(f"links:{platform}:{seed}")
         actions = []
+        # the tries share k links' time (what the render's watchdog allows them): 2k links that never
+        # answer held a render for 2k timeouts, past the watchdog, which killed the browser
+        budget_end = time.monotonic() + k * timeout_ms / 1000
         tab = None      # (page, doc, session): one tab the tries navigate in turn, new after a failed one
         try:
             for node_id, href in rng.sample(cands, len(cands))[:2 * k]:
-                if len(actions) >= k:
+                if len(actions) >= k or time.monotonic() >= budget_end:
                     break
                 if holds is not None and not holds(href):
                     continue
-                deadline = time.monotonic() + timeout_ms / 1000     # each followed link its own time
+                deadline = min(time.monotonic() + timeout_ms / 1000, budget_end)   # at most a link's time
                 try:
                     title = self.fetched_title(page_session, world, href, deadline, pump) if world else None
                     if title is None:
