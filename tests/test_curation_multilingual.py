@@ -1,19 +1,19 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Eleven sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Twelve sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 11/ (128 each, with two hard negatives and two gambling pages a
-language; the seventh's to eleventh's error and parked pages as long as real sites make them, half
+curation_multilingual3/ to 12/ (128 each, with two hard negatives and two gambling pages a
+language; the seventh's to twelfth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
 row (curation's fallback), a page served with status >= 400 a drop (as the renderer's RenderError is).
 
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
-is fitted on; the sixth to tenth are not in the fit, but chose how the head's kinds also judge
-longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings); the eleventh is held
-out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes (error and
+is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
+longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
+content that is gone; the twelfth is held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes (error and
 parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
@@ -27,7 +27,8 @@ parked beside the topics):
     curation_multilingual8                                                       0.98 / 0.92  (tuned on)
     curation_multilingual9                                                       0.93 / 0.89  (tuned on)
     curation_multilingual10                                                      0.97 / 0.91  (tuned on)
-    curation_multilingual11                                                      0.93 / 0.86  (held out)
+    curation_multilingual11                                                      0.94 / 0.92  (tuned on)
+    curation_multilingual12                                                      0.95 / 0.92  (held out)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
@@ -49,7 +50,12 @@ asked). A head fitted also on the sixth to tenth and on every page's title and f
 leaving each of those five out of its fit, found more (recall 0.91 -> 0.95 on average, precision
 0.95 either way) and scored 0.94 / 0.91 on the eleventh, but lost pages of the sets it was fitted on
 (2, 4, 5, 10) and two unit cases, so it was not kept, and the eleventh has now been seen by it. Tune
-on the first ten, and write a new blind set before claiming a change on the eleventh.
+on the first ten. Then two rules, chosen on the first ten: a title or heading that says 404 or not
+found drops no page written as an article (three paragraphs of 140 characters), and one that says
+its content is gone (removed, expired, deleted, no longer available, 16 languages) drops a page as
+"not found" does. The twelfth, written blind after them, scored once before and once after: 0.95 /
+0.91 then 0.95 / 0.92 (a Russian soft 404 more found, none more dropped). Tune on the first eleven,
+and write a new blind set before claiming a change on the twelfth.
 """
 from __future__ import annotations
 
@@ -66,10 +72,10 @@ FLOORS = {"curation_multilingual": (64 / 65, 64 / 64), "curation_multilingual2":
           "curation_multilingual5": (79 / 79, 79 / 80), "curation_multilingual6": (74 / 76, 74 / 80),
           "curation_multilingual7": (59 / 62, 59 / 64), "curation_multilingual8": (61 / 62, 61 / 64),
           "curation_multilingual9": (61 / 65, 61 / 64), "curation_multilingual10": (62 / 62, 62 / 64),
-          "curation_multilingual11": (55 / 59, 55 / 64)}
-HELD_OUT = "curation_multilingual11"
+          "curation_multilingual11": (59 / 63, 59 / 64), "curation_multilingual12": (59 / 62, 59 / 64)}
+HELD_OUT = "curation_multilingual12"
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
-            "curation_multilingual9", "curation_multilingual10")   # not in the head's fit; chose thresholds
+            "curation_multilingual9", "curation_multilingual10", "curation_multilingual11")   # not in the fit
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -108,7 +114,7 @@ def measured(request):
                                                 ("curation_multilingual5", 8), ("curation_multilingual6", 8),
                                                 ("curation_multilingual7", 8), ("curation_multilingual8", 8),
                                                 ("curation_multilingual9", 8), ("curation_multilingual10", 8),
-                                                ("curation_multilingual11", 8)])
+                                                ("curation_multilingual11", 8), ("curation_multilingual12", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -125,9 +131,10 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set, long soft 404s (es, ru, zh, pl, ko, tr) and "
-                                       "long parked pages (pt, vi) kept; articles on error codes (ja, it, nl) "
-                                       "dropped (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set, CJK precision 0.86 (a water heater's error "
+                                       "codes, a post on 404 and 410 dropped) and Southeast Asian recall 0.62 (a "
+                                       "for-sale domain, a lottery-tips page, an adult comics site kept) "
+                                       "(docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured
