@@ -127,6 +127,7 @@ def _cached(source: str, part: str, build) -> np.ndarray:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             np.save(fh, keys, allow_pickle=False)
+        os.chmod(tmp, 0o644)       # readable by a worker that runs as another user than the image's build
         os.replace(tmp, path)      # whole or absent: a process beside this one reads one or the other
     except OSError:
         pass
