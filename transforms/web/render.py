@@ -90,6 +90,8 @@ _PAGE_STATE_JS = """(() => {
 # a page's JavaScript heap: a script that allocates 8 MB arrays in a loop took the browser to 4.4 GB
 # of RSS before its renderer died (after 2.5 s); with 256 it died at 0.3 s and 0.7 GB (2026-12-06)
 JS_HEAP_MB = 512
+# how long each call that lets Playwright run lasts while a routed (replayed) page is waited for
+PUMP_MS = 10
 # each browser process's private memory: a page drawing forty 8000 x 8000 canvases took the browser
 # to 4.5 GB and ran out its time; under 2 GB a process its drawing failed at 1.8 GB (2026-12-06)
 PROCESS_MB = 3072
@@ -499,15 +501,17 @@ class _Worker:
             session = self.attach(ctx, page, deadline)
             if kept.origins:
                 self.empty(kept, session)
-            self.load_page(page, session, url, doc, deadline, timeout_ms)
+            # a replay's route answers the page's requests only while Playwright is called: the
+            # waits of a routed page call it (Subresources.wait, fetched_title)
+            pump = (lambda: page.wait_for_timeout(PUMP_MS)) if route_handler is not None else None
+            self.load_page(page, session, url, doc, deadline, timeout_ms, pump)
             world = self.isolated_world(session)
             row = self.capture(session, options, max_shot_h, deadline, world)
             row["url"] = url
             row.update(doc.pop("counts"))
             row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
                                           policy if route_handler is None else None, resize,
-                                          getattr(route_handler, "holds", None), session, world,
-                                          page if route_handler is not None else None)
+                                          getattr(route_handler, "holds", None), session, world, pump)
                               if follow_links else [])
             reusable = key is not None
         except Exception as e:  # noqa: BLE001 - said as a RenderError, or BrowserCrashed if the browser died
@@ -551,7 +555,6 @@ class _Worker:
             else:
                 self.owner.contexts_reused += 1
             doc["logs"] = [log for log in (route_handler, proxy) if hasattr(log, "refusals")]
-            doc["routed"] = route_handler is not None     # its requests answered only while Playwright runs
             return options, kept, proxy
         except Exception as e:  # noqa: BLE001 - Chromium exited at start, DevTools refused the driver
             self.stop_browser()
@@ -559,9 +562,10 @@ class _Worker:
                 proxy.close()
             raise BrowserCrashed(f"the browser did not start: {_first_line(e)}") from None
 
-    def load_page(self, page, session: str, url: str, doc: dict, deadline: float, timeout_ms: int) -> None:
+    def load_page(self, page, session: str, url: str, doc: dict, deadline: float, timeout_ms: int,
+                  pump: Callable[[], None] | None = None) -> None:
         """Navigate and wait until the page and its subresources settle, by `deadline` (time.monotonic);
-        their counts go to doc["counts"]."""
+        their counts go to doc["counts"]. `pump`: called while waiting, for a routed page (render)."""
         resources = Subresources()
         resources.start(self.conn, session, _left(deadline))
         conn = self.conn
@@ -573,7 +577,6 @@ class _Worker:
 
         resources.on_cut = leave_cut_document
         self.navigate(page, url, doc, deadline)
-        pump = (lambda: page.wait_for_timeout(10)) if doc.get("routed") else None
         if not resources.wait(deadline, pump):
             raise RenderError(f"timeout: the page did not settle after load (> {timeout_ms} ms: two "
                               "animation frames); a script that does not stop?")
@@ -684,19 +687,19 @@ class _Worker:
 
     def follow(self, ctx, row: dict, seed: int, platform: str, k: int, timeout_ms: int, policy,
                viewport: dict | None = None, holds: Callable[[str], bool] | None = None,
-               page_session: str | None = None, world: int | None = None, pump=None) -> list[dict]:
+               page_session: str | None = None, world: int | None = None,
+               pump: Callable[[], None] | None = None) -> list[dict]:
         """Follow up to k visible same-site links (seeded choice) in the same context and record their
-        titles. At most 2k tries, in k links' time together, so dead links cannot eat the page's time budget. A replayed page's
-        link its archive does not hold (`holds`) is a try that fails at once: its navigation could
-        only be refused (most of a crawl's links).
+        titles. At most 2k tries, in k links' time together, so dead links cannot eat the page's time
+        budget. A replayed page's link its archive does not hold (`holds`) is a try that fails at once:
+        its navigation could only be refused (most of a crawl's links).
 
         A link's document is fetched from the page itself (`fetched_title`: its routes, proxy and
         cookies, parsed without running its scripts or loading what it shows) and its <title> read;
         where that cannot tell (another origin of the site, a network error) the link is opened in
         one tab the tries navigate in turn (a new one after a failed try), as a click would. A
         navigation cost a followed link as much as the page itself (layout, paint, sub-resources);
-        only its title is kept. `pump`: the page, where routes serve its requests (replay): they
-        run only while Playwright is called."""
+        only its title is kept. `pump`: what lets a replay's route answer while we wait (render)."""
         cands = _link_candidates(row, policy)
         rng = random.Random(f"links:{platform}:{seed}")
         actions = []
@@ -741,7 +744,8 @@ class _Worker:
         except (CDPError, FutureTimeout, KeyError):
             return None
 
-    def fetched_title(self, session: str, world: int, url: str, deadline: float, pump=None) -> str | None:
+    def fetched_title(self, session: str, world: int, url: str, deadline: float,
+                      pump: Callable[[], None] | None = None) -> str | None:
         """The title of the document at `url`, fetched from the page's isolated world and parsed as
         the browser parses a document (its charset, its <title>), scripts not run; RenderError for a
         dead link (an HTTP error, not HTML, a download, out of time), None where only a navigation
@@ -752,7 +756,7 @@ class _Worker:
                 "functionDeclaration": _FETCH_TITLE_JS, "executionContextId": world,
                 "arguments": [{"value": url}, {"value": ms}], "awaitPromise": True, "returnByValue": True}, session)
             while pump is not None and not fut.done() and time.monotonic() < deadline:
-                pump.wait_for_timeout(5)    # the replay's route answers the request meanwhile
+                pump()      # the replay's route answers the request meanwhile
             got = fut.result(_left(deadline) + 1)
         except (CDPError, FutureTimeout):
             return None
