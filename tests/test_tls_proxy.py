@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.conftest import needs_chromium, send_body, websocket_accept, websocket_frame
-from transforms.web.fetch_policy import FetchPolicy
+from transforms.web.fetch_policy import Admission, FetchPolicy
 from transforms.web.policy_proxy import PolicyProxy
 from transforms.web.tls_authority import TlsAuthority
 
@@ -278,6 +278,65 @@ def test_wss_is_held_to_the_websocket_rules(pki, servers, path, reason):
     assert len(got) <= BUDGET
     if "deflate=1" in path:     # the answer is checked before it goes on: no compressed frame reached the client
         assert websocket_frame(b" " * 4096, True)[:2] not in got.partition(b"\r\n\r\n")[2]
+
+
+class _NoSecrets(FetchPolicy):
+    """A policy that refuses one path (as a robots.txt rule would): the proxy must ask it about
+    every request's own URL, not only about the tunnel's host and port."""
+
+    def admit(self, url):
+        return Admission("no secrets") if "/ws-secret" in url else super().admit(url)
+
+
+def _ws_through(proxy: PolicyProxy, hostport: str, path: str) -> bytes:
+    """A plain WebSocket handshake for `path` through a CONNECT tunnel, as Chromium sends ws://
+    to a proxy; what came back before the tunnel closed."""
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    sock.sendall(f"CONNECT {hostport} HTTP/1.1\r\nHost: {hostport}\r\n\r\n".encode())
+    sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {hostport}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    got = b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+    except OSError:
+        pass
+    sock.close()
+    return got
+
+
+@pytest.mark.parametrize("kind", ["ws", "wss", "https"])
+def test_every_request_in_a_tunnel_is_judged_by_its_own_url(pki, servers, site_root, kind):
+    """A tunnel is opened for a host and port the policy admits; the request inside it (a plain or
+    TLS WebSocket handshake, an https GET) is judged again with its path, so a policy that refuses
+    a path holds there too: the server never sees the refused path, the admitted one goes through."""
+    if kind == "ws":
+        handler = type("Handler", (_Handler,), {"root": site_root, "seen": [], "offers": []})
+        server = http.server.ThreadingHTTPServer((HOST, 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://{HOST}:{server.server_address[1]}"
+    else:
+        server, (url, handler) = None, servers["site"]
+    seen = len(handler.seen)
+    try:
+        with TlsAuthority(pki["roots"]) as authority, \
+                PolicyProxy(_NoSecrets(allow_addresses=(HOST,)), authority=authority) as proxy:
+            for path in ("/ws-secret?size=5", "/ws?size=5"):
+                if kind == "ws":
+                    got = _ws_through(proxy, url.split("//")[1], path).partition(b"Established\r\n\r\n")[2]
+                elif kind == "wss":
+                    got = _wss_through(proxy, authority, url, path)
+                else:
+                    got = b"HTTP/1.1 %d" % _through(proxy, authority, url, path)[0]
+                assert got.startswith(b"HTTP/1.1 403" if "secret" in path else (b"HTTP/1.0 101", b"HTTP/1.1 101",
+                                      b"HTTP/1.1 200")), (path, got[:80])
+        assert handler.seen[seen:] == ["/ws?size=5"]
+        assert [why for _, why in proxy.refusals] == ["no secrets"]
+        assert proxy.refusals[0][0].endswith("/ws-secret?size=5")
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
 
 
 def test_the_authority_is_private_to_its_crawl():

@@ -10,8 +10,9 @@ redirect hops the handler never sees, and requests that never pass through `rout
 proxied too), and the proxy:
 
 - parses the request target with the WHATWG parser and asks `policy.admit` about it, for every
-  plain-HTTP request (each redirect hop is a new request) and every CONNECT tunnel (https, wss,
-  ws);
+  plain-HTTP request (each redirect hop is a new request), every CONNECT tunnel (https, wss,
+  ws) and the request inside a tunnel (a ws handshake; any request over TLS it ends), whose
+  path a policy may refuse;
 - resolves the name once per page (the policy's cache) and connects to exactly one of the
   addresses that were judged, never to a name;
 - streams responses to the browser and counts them against the page's budget at their decoded
@@ -76,7 +77,12 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorizat
 
 
 class Refused(Exception):
-    """A request the policy refused (the message is the reason)."""
+    """A request the policy refused (the message is the reason; `url`, when given, the request's
+    own URL where it differs from the connection's: a request inside a tunnel)."""
+
+    def __init__(self, reason: str, url: str = ""):
+        super().__init__(reason)
+        self.url = url
 
 
 class Cut(Refused):
@@ -183,11 +189,16 @@ class PolicyProxy:
             raise OverBudget(f"page size budget of {self.policy.max_bytes} bytes exceeded "
                              f"({self.log.bytes_served} bytes served, compressed bodies counted decoded)")
 
-    def _connect(self, url: str) -> socket.socket:
-        """Judge `url` and connect to one of the judged addresses (never to a name)."""
+    def _admit(self, url: str):
+        """The policy's admission of `url`, or Refused with its reason."""
         admission = self.policy.admit(url)
         if admission.reason:
-            raise Refused(admission.reason)
+            raise Refused(admission.reason, url)
+        return admission
+
+    def _connect(self, url: str) -> socket.socket:
+        """Judge `url` and connect to one of the judged addresses (never to a name)."""
+        admission = self._admit(url)
         error: OSError | None = None
         for address in admission.addresses:
             try:
@@ -221,6 +232,9 @@ class PolicyProxy:
                     self._inside(client, upstream, url)
                 else:
                     rest, websocket = _websocket_head(client, rest)
+                    if websocket:  # the handshake's own URL is judged too: a policy may refuse by path
+                        self._admit(_inner_url(url, *_parse_request(rest.partition(b"\r\n\r\n")[0])[1:],
+                                               scheme="http"))
                     if rest:
                         upstream.sendall(rest)
                     self._relay(client, upstream, url, WebSocketAnswer() if websocket else None)
@@ -230,7 +244,7 @@ class PolicyProxy:
                 self._forward(client, upstream, method, url, headers, rest)
         except Refused as e:
             with self._lock:
-                self.log.refusals.append((url or "(unparsed request)", str(e)))
+                self.log.refusals.append((e.url or url or "(unparsed request)", str(e)))
             if not isinstance(e, Cut):  # mid-response there is nothing to answer: cut
                 _answer(client, 403, str(e))
         except (OSError, ValueError, http.client.HTTPException) as e:
@@ -329,6 +343,7 @@ class PolicyProxy:
         head, rest = _read_head(client)
         method, target, headers = _parse_request(head)
         inner = _inner_url(url, target, headers)
+        self._admit(inner)  # the tunnel's origin was judged; its request's path is judged here
         if any(k.lower() == "upgrade" and v.strip().lower() == "websocket" for k, v in headers):
             start, _ = _websocket_head(client, head + b"\r\n\r\n" + rest)
             upstream.sendall(start)
@@ -373,10 +388,12 @@ def _starts_tls(client: socket.socket, start: bytes) -> bool:
     return client.recv(1, socket.MSG_PEEK) == b"\x16"
 
 
-def _inner_url(tunnel: str, target: str, headers: list[tuple[str, str]]) -> str:
-    """The URL of a request read inside a TLS tunnel: the tunnel's origin, which the policy judged
-    (a Host header naming another is refused: the connection is to the judged address only)."""
-    origin = tunnel.rstrip("/")
+def _inner_url(tunnel: str, target: str, headers: list[tuple[str, str]], scheme: str = "https") -> str:
+    """The URL of a request read inside a tunnel: the tunnel's origin, which the policy judged
+    (a Host header naming another is refused: the connection is to the judged address only), over
+    `scheme` (http for a plain WebSocket's tunnel), with the request's path."""
+    parsed = urls.parse(tunnel)
+    origin = f"{scheme}://{parsed.host}:{parsed.port}"
     host = next((v for k, v in headers if k.lower() == "host"), None)
     if host is not None and urls.parse(f"https://{host}/").host != urls.parse(tunnel).host:
         raise Refused(f"a request for Host {host[:200]!r} inside the tunnel to {origin}")
