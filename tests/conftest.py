@@ -12,18 +12,21 @@ import json
 import os
 import tempfile
 
-import pyarrow.parquet as pq
-import pytest
+# in a parallel run (pytest-xdist) each worker, and every process it starts, computes on one thread:
+# the workers already fill the cores, and OpenMP threads that outnumber them spin instead of working.
+# Set before numpy is first imported (pyarrow imports it): OpenBLAS reads it once, at load, and a
+# worker that loaded it first ran two BLAS threads whatever the variable said later
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
+import pyarrow.parquet as pq  # noqa: E402
+import pytest  # noqa: E402
 
 # one result store per test session, never the user's ~/.cache/shardsmith (set before pipelines import it)
 os.environ["SHARDSMITH_CACHE"] = tempfile.mkdtemp(prefix="shardsmith-test-store-")
 # what the processes of a machine share (core/machine.py): the test session's own, with its processes
 os.environ.setdefault("SHARDSMITH_MACHINE_DIR", tempfile.mkdtemp(prefix="shardsmith-test-machine-"))
-# in a parallel run (pytest-xdist) each worker, and every process it starts, computes on one thread:
-# the workers already fill the cores, and OpenMP threads that outnumber them spin instead of working
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(_var, "1")
 
 from pipelines import registry, run  # noqa: E402
 from transforms.web.chromium import CHROMIUM, DEFAULT_ARGS, INSTALL_HINT  # noqa: E402
