@@ -14,11 +14,14 @@ import time
 import pytest
 
 from tests.conftest import loopback_server, needs_chromium
+from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.render import Renderer
 
 pytestmark = [needs_chromium, pytest.mark.browser]
 
 SJIS_TITLE = "お知らせ一覧"
+HUGE = 600_000      # bytes of a followed page, over the budget of BUDGET's policy
+BUDGET = 300_000
 LIES = """<script>
 XMLHttpRequest.prototype.open = function () { throw new Error('no'); };
 window.DOMParser = function () { this.parseFromString = () => ({title: 'lie'}); };
@@ -51,6 +54,8 @@ class _Site(http.server.BaseHTTPRequestHandler):
             "/to-spin": ("text/html", f"<title>To spin</title><p><a href='{_Site.other}/spin'>A busy page</a>"),
             "/spin": ("text/html", "<title>Spins</title><p>x<script>addEventListener('load', "
                                    "() => setTimeout(() => {while (true) {}}, 0))</script>"),
+            "/to-huge": ("text/html", "<title>To huge</title><p><a href='/huge'>A huge page</a>"),
+            "/huge": ("text/html", "<title>Huge</title>" + "<p>" + "x" * HUGE),
         }
         if self.path.startswith("/hang?"):
             time.sleep(20)      # never answers in a link's time
@@ -138,3 +143,12 @@ def test_a_page_that_replaces_its_own_request_and_parser_objects_cannot_change_t
     titles = _actions(renderer, url + "/liar")
     assert titles == {"scripted": "Static title"}
     assert (int(url.rsplit(":", 1)[1]), "/scripted", "cors") in _Site.log   # read from the page, unfooled
+
+
+def test_a_followed_page_over_the_byte_budget_is_a_dead_link_not_a_failed_page(sites):
+    """The proxy's byte budget is the page's: a followed link's document that runs past what is left
+    of it is cut there and is no action, but the page, captured whole before, is rendered."""
+    renderer, url, _ = sites
+    row = renderer.render_page(url + "/to-huge", "desktop", 1, timeout_ms=5000, follow_links=1,
+                               policy=FetchPolicy(allow_loopback=True, max_bytes=BUDGET))
+    assert row["title"] == "To huge" and row["actions"] == []
