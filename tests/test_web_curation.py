@@ -79,6 +79,26 @@ def test_parked_and_thin_pages():
     assert curation.rule_reason(_page(text="Welcome"), min_text_chars=5) is None
 
 
+@pytest.mark.parametrize("sale", ["Tên miền này đang được rao bán! Giá: 25.000.000 đ",
+                                  "Bu alan adı satılıktır. Teklif verin", "Domain ini sedang dijual, hubungi kami",
+                                  "Ta domena jest na sprzedaż", "Deze domeinnaam is te koop"])
+def test_a_page_that_puts_its_domain_up_for_sale_is_parked_at_any_length(sale):
+    assert curation.rule_reason(_page(extra=[sale])) == "parked"
+    # a help article that quotes the phrase (what visitors see on a parked domain) is not one
+    quoted = f"Ketika Anda melihat halaman bertuliskan “{sale}” di sebuah alamat, domain itu diparkir."
+    assert curation.rule_reason(_page(extra=[quoted])) is None
+
+
+def test_lottery_picks_are_gambling_and_news_words_for_gambling_are_not():
+    picks = ["Soi cầu XSMB hôm nay", "Bạch thủ lô: 27", "Song thủ lô: 36 – 63", "Dàn đề 10 số", "lô đề"]
+    assert curation.rule_reason(_page(extra=picks)) == "gambling"
+    togel = ["Prediksi togel HK malam ini", "Angka jitu", "Colok bebas 8", "togel"]
+    assert curation.rule_reason(_page(extra=togel)) == "gambling"
+    # what Indonesian news calls online gambling ("judi online", "situs judi") is reporting, not an offer
+    news = ["Pemerintah memblokir 5.000 situs judi", "Satgas judi online", "judi online merugikan keluarga"]
+    assert curation.rule_reason(_page(extra=news)) is None
+
+
 @pytest.mark.parametrize("topic, words", [
     ("gambling", ["Casino bonus", "Free spins every day", "Play slots now", "Live roulette"]),
     ("adult", ["XXX videos", "NSFW gallery", "Camgirls online"]),

@@ -164,7 +164,12 @@ PARKED = terms([
     r"(этот )?домен прода[её]тся", r"продажа домена",
     "该域名正在出售", "此域名出售", "本域名出售", "域名出售", "域名转让", "域名正在出售", "該域名", "域名出售中",
     "このドメインは売り物です", "このドメインは販売中", "ドメイン売却", "このドメインを購入",
-    "도메인 판매", "이 도메인은 판매", "هذا النطاق للبيع",
+    "도메인 판매", "이 도메인은 판매", "هذا النطاق للبيع", r"(اسم )?(النطاق|الدومين) (معروض )?للبيع",
+    r"ta domena (jest (wystawiona )?na sprzedaż|została zarejestrowana)", r"deze domeinnaam is te koop",
+    r"bu (alan adı|domain) (satılıktır|satılık|satıştadır|satışta)", r"satılık (alan adı|domain)",
+    r"(nama )?domain ini (sedang )?(dijual|telah terdaftar|sudah terdaftar)", r"beli domain ini",
+    r"tên miền này (có thể )?(đang được|đã được) (rao bán|bán|chuyển nhượng|đăng ký)",
+    r"tên miền (đang được|đang) (rao bán|bán|chuyển nhượng)", r"(hỏi )?mua tên miền này",
 ])
 # Weaker signs of a registrar's or broker's placeholder, trusted only on a short page (under SOFT_404_CHARS):
 # a broker lists "similar domains for sale"; a registrar's default page is the "future home of" a site.
@@ -183,6 +188,19 @@ DOMAIN_WORDS = terms([
     r"domains?", r"domena", r"domeny", r"domaine", r"dom[ií]nios?", r"domeinnaam", r"domein", r"домен\w*",
     r"alan adı", r"tên miền", "ドメイン", "域名", "網域", "도메인", "نطاق", "النطاق", "دومين",
 ])
+
+
+_OPENING_QUOTES = "\"'“„«‘‚「『‹"
+
+
+def says(pattern: re.Pattern, text: str) -> bool:
+    """Whether `text` says `pattern` itself, not as a quotation: a page that explains what “this domain
+    is for sale” means quotes the phrase; the page that says it does not."""
+    for m in pattern.finditer(text):
+        before = text[max(0, m.start() - 3):m.start()].rstrip()
+        if not before or before[-1] not in _OPENING_QUOTES:
+            return True
+    return False
 
 
 def names_its_own_domain(url: str, flat: str, title: str, heads: list[str]) -> bool:
@@ -353,11 +371,14 @@ TOPICS = {
             "фриспины", "бонус за регистрацию", r"бонус на (первый )?депозит", "бездепозитный бонус",
             r"делайте ставки", r"играть на (реальные )?деньги",
             # id
-            "slot gacor", "maxwin", r"situs (judi|slot|togel)", r"bandar (togel|judi|bola)",
+            # ("judi online" and "situs judi" are what Indonesian news and sermons call online gambling: topical)
+            "slot gacor", "maxwin", r"situs (slot|togel)", r"bandar (togel|judi|bola)",
             r"togel (online|hk|sgp|sdy|hari ini)", r"(deposit|slot) pulsa", "bonus new member", "gampang menang",
-            r"judi (online|slot|bola)", "sbobet", "link alternatif",
-            # vi
+            r"judi (slot|bola)", "sbobet", "link alternatif",
+            r"prediksi (togel|hk|sgp|sdy)", "angka jitu", r"colok (bebas|macau|naga|jitu)", "paito warna",
+            # vi (and the picks of illegal lô đề prediction sites)
             "nhà cái uy tín", "kèo nhà cái", "nổ hũ", "soi kèo", r"(game )?bài đổi thưởng", "khuyến mãi nạp đầu",
+            r"soi cầu (lô|xsmb|xsmn|xsmt|miền)", r"(bạch|song) thủ lô", "dàn đề", "lô xiên", r"đánh (lô|đề|lô đề) online",
             # tr
             "bahis siteleri", "deneme bonusu", "bedava bahis", "yatırım bonusu", "kayıt bonusu", "casino siteleri",
             # zh
@@ -384,7 +405,7 @@ TOPICS = {
             "казино", "игровые автоматы", "ставки на спорт", "букмекер", "букмекерская", "букмекерские", "рулетка",
             "джекпот", "игровые слоты", "онлайн казино",
             # id, vi, tr
-            "judi", "togel", "slot online", "taruhan", "sabung ayam", "cá cược", "cờ bạc", "lô đề", "tài xỉu",
+            "judi", "judi online", "situs judi", "togel", "slot online", "taruhan", "sabung ayam", "cá cược", "cờ bạc", "lô đề", "tài xỉu",
             "bahis", "canlı bahis", "kumar", "rulet",
             # zh
             "赌场", "赌博", "博彩", "六合彩", "百家乐", "老虎机", "彩票投注", "体育投注", "购彩", "投注", "下注", "开奖", "棋牌", "竞彩",
@@ -655,7 +676,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     body = body_text(page)
     text = "\n".join([title, body]) if body else title      # page_text, without reading the body twice
     flat = _SPACE.sub(" ", text)        # a sentence split over several nodes ("The domain name / x.com / is for sale")
-    if PARKED.search(flat):
+    if says(PARKED, flat):
         return "parked"
     chars = effective_chars(page, text)
     if chars < rules.min_text_chars:
