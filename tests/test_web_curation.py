@@ -89,6 +89,13 @@ def test_a_page_that_puts_its_domain_up_for_sale_is_parked_at_any_length(sale):
     assert curation.rule_reason(_page(extra=[quoted])) is None
 
 
+def test_an_expired_domain_and_a_link_farm_on_a_domain_that_names_itself_are_parked():
+    assert curation.rule_reason(_page(extra=["This domain name has expired. Renew now"])) == "parked"
+    farm = ["Related searches", "Cheap flights", "Car insurance quotes", "Sponsored listings"]
+    assert curation.rule_reason(_page(title="example.test – Related searches", extra=farm)) == "parked"
+    assert curation.rule_reason(_page(title="Market hall", extra=farm)) is None   # a site's own "related searches"
+
+
 def test_lottery_picks_are_gambling_and_news_words_for_gambling_are_not():
     picks = ["Soi cầu XSMB hôm nay", "Bạch thủ lô: 27", "Song thủ lô: 36 – 63", "Dàn đề 10 số", "lô đề"]
     assert curation.rule_reason(_page(extra=picks)) == "gambling"

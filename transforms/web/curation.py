@@ -170,6 +170,21 @@ PARKED = terms([
     r"(nama )?domain ini (sedang )?(dijual|telah terdaftar|sudah terdaftar)", r"beli domain ini",
     r"tên miền này (có thể )?(đang được|đã được) (rao bán|bán|chuyển nhượng|đăng ký)",
     r"tên miền (đang được|đang) (rao bán|bán|chuyển nhượng)", r"(hỏi )?mua tên miền này",
+    r"ce (nom de )?domaine (est peut-être|pourrait être) à vendre", r"этот домен (может быть )?(прода[её]тся|продан)",
+    # a registrar's page for a domain its owner let expire
+    r"this domain (name )?(has )?expired", r"ce (nom de )?domaine a expiré", r"este dominio ha (expirado|caducado)",
+    r"este domínio expirou", r"diese domain ist abgelaufen", r"questo dominio è scaduto",
+    r"ta domena wygasła", r"dit domein is verlopen", r"bu alan adının süresi (doldu|dolmuştur)",
+    r"срок (регистрации|действия) этого домена (истёк|истек)", r"этот домен (истёк|истек)", r"tên miền này đã hết hạn",
+    r"domain ini (telah|sudah) kedaluwarsa",
+])
+# A link farm's "related searches", trusted only on the page of a domain that names itself (its title
+# or a heading holds its own host): a parking service's page, at any length
+RELATED_SEARCHES = terms([
+    r"related searches", r"recherches associées", r"búsquedas relacionadas", r"pesquisas relacionadas",
+    r"verwandte suchanfragen", r"ricerche correlate", r"powiązane wyszukiwania", r"gerelateerde zoekopdrachten",
+    r"ilgili aramalar", r"похожие запросы", r"tìm kiếm liên quan", r"pencarian terkait",
+    "相关搜索", "相關搜尋", "関連検索", "관련 검색", "عمليات بحث ذات صلة",
 ])
 # Weaker signs of a registrar's or broker's placeholder, trusted only on a short page (under SOFT_404_CHARS):
 # a broker lists "similar domains for sale"; a registrar's default page is the "future home of" a site.
@@ -203,11 +218,11 @@ def says(pattern: re.Pattern, text: str) -> bool:
     return False
 
 
-def names_its_own_domain(url: str, flat: str, title: str, heads: list[str]) -> bool:
-    """The page's title or a heading holds its own host name (without www.), and its text a word for
-    "domain": what a parking, for-sale or not-yet-built page of a registrar looks like."""
+def names_its_own_domain(url: str, flat: str, title: str, heads: list[str], words: re.Pattern = DOMAIN_WORDS) -> bool:
+    """The page's title or a heading holds its own host name (without www.), and its text `words` (a
+    word for "domain"): what a parking, for-sale or not-yet-built page of a registrar looks like."""
     host = blocklist.host_of(url).removeprefix("www.")
-    if "." not in host or not DOMAIN_WORDS.search(flat):
+    if "." not in host or not words.search(flat):
         return False
     return any(host in field.lower() for field in [title, *heads])
 
@@ -676,7 +691,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     body = body_text(page)
     text = "\n".join([title, body]) if body else title      # page_text, without reading the body twice
     flat = _SPACE.sub(" ", text)        # a sentence split over several nodes ("The domain name / x.com / is for sale")
-    if says(PARKED, flat):
+    if says(PARKED, flat) or names_its_own_domain(url, flat, title, heads, RELATED_SEARCHES):
         return "parked"
     chars = effective_chars(page, text)
     if chars < rules.min_text_chars:
