@@ -1,11 +1,11 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Twelve sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Thirteen sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 12/ (128 each, with two hard negatives and two gambling pages a
-language; the seventh's to twelfth's error and parked pages as long as real sites make them, half
+curation_multilingual3/ to 13/ (128 each, with two hard negatives and two gambling pages a
+language; the seventh's to thirteenth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
 row (curation's fallback), a page served with status >= 400 a drop (as the renderer's RenderError is).
@@ -13,7 +13,7 @@ row (curation's fallback), a page served with status >= 400 a drop (as the rende
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
 is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
 longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
-content that is gone; the twelfth is held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes (error and
+content that is gone; the twelfth was tuned on (its misses named), the thirteenth is held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes (error and
 parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
@@ -28,7 +28,8 @@ parked beside the topics):
     curation_multilingual9                                                       0.93 / 0.89  (tuned on)
     curation_multilingual10                                                      0.97 / 0.91  (tuned on)
     curation_multilingual11                                                      0.94 / 0.92  (tuned on)
-    curation_multilingual12                                                      0.95 / 0.92  (held out)
+    curation_multilingual12                                                      0.95 / 0.95  (tuned on)
+    curation_multilingual13                                                      0.89 / 0.91  (held out)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
@@ -54,8 +55,13 @@ on the first ten. Then two rules, chosen on the first ten: a title or heading th
 found drops no page written as an article (three paragraphs of 140 characters), and one that says
 its content is gone (removed, expired, deleted, no longer available, 16 languages) drops a page as
 "not found" does. The twelfth, written blind after them, scored once before and once after: 0.95 /
-0.91 then 0.95 / 0.92 (a Russian soft 404 more found, none more dropped). Tune on the first eleven,
-and write a new blind set before claiming a change on the twelfth.
+0.91 then 0.95 / 0.92 (a Russian soft 404 more found, none more dropped). Then phrases for domains
+for sale, registered or expired in more languages (not where quoted), link farms on a domain that
+names itself, lottery picks, and Indonesian news words, chosen on the first eleven with the twelfth's
+misses named: the twelfth 0.95 / 0.95 after. The thirteenth, written blind after them and scored
+once before (0.89 / 0.89) and once after (0.89 / 0.91: a Turkish link farm more found): its false
+drops are mostly pages about error codes. Tune on the first twelve; a change claimed on the
+thirteenth needs a fourteenth.
 """
 from __future__ import annotations
 
@@ -72,10 +78,12 @@ FLOORS = {"curation_multilingual": (64 / 65, 64 / 64), "curation_multilingual2":
           "curation_multilingual5": (79 / 79, 79 / 80), "curation_multilingual6": (76 / 78, 76 / 80),
           "curation_multilingual7": (61 / 63, 61 / 64), "curation_multilingual8": (64 / 64, 64 / 64),
           "curation_multilingual9": (62 / 65, 62 / 64), "curation_multilingual10": (64 / 64, 64 / 64),
-          "curation_multilingual11": (62 / 66, 62 / 64), "curation_multilingual12": (61 / 64, 61 / 64)}
-HELD_OUT = "curation_multilingual12"
+          "curation_multilingual11": (62 / 66, 62 / 64), "curation_multilingual12": (61 / 64, 61 / 64),
+          "curation_multilingual13": (58 / 65, 58 / 64)}
+HELD_OUT = "curation_multilingual13"
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
-            "curation_multilingual9", "curation_multilingual10", "curation_multilingual11")   # not in the fit
+            "curation_multilingual9", "curation_multilingual10", "curation_multilingual11",
+            "curation_multilingual12")   # not in the fit
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -114,7 +122,8 @@ def measured(request):
                                                 ("curation_multilingual5", 8), ("curation_multilingual6", 8),
                                                 ("curation_multilingual7", 8), ("curation_multilingual8", 8),
                                                 ("curation_multilingual9", 8), ("curation_multilingual10", 8),
-                                                ("curation_multilingual11", 8), ("curation_multilingual12", 8)])
+                                                ("curation_multilingual11", 8), ("curation_multilingual12", 8),
+                                                ("curation_multilingual13", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -131,9 +140,10 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set, CJK precision 0.86 (a water heater's error "
-                                       "codes, a post on 404 and 410 dropped) and Southeast Asian recall 0.88 (an "
-                                       "adult comics site kept) (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set, CJK 0.79 / 0.92 (an IT post on HTTP errors, "
+                                       "a water heater's error codes, news on illegal gambling dropped; an erotic-fiction "
+                                       "site kept), Latin European 0.93 / 0.88, Southeast Asian 0.80 / 1.00, English "
+                                       "recall 0.75 (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured
