@@ -94,6 +94,7 @@ def test_an_expired_domain_and_a_link_farm_on_a_domain_that_names_itself_are_par
     farm = ["Related searches", "Cheap flights", "Car insurance quotes", "Sponsored listings"]
     assert curation.rule_reason(_page(title="example.test – Related searches", extra=farm)) == "parked"
     assert curation.rule_reason(_page(title="Market hall", extra=farm)) is None   # a site's own "related searches"
+    assert curation.rule_reason(_page(title="Example.test: running shoes", extra=farm)) is None   # a shop's
 
 
 def test_lottery_picks_are_gambling_and_news_words_for_gambling_are_not():

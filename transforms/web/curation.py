@@ -178,8 +178,8 @@ PARKED = terms([
     r"срок (регистрации|действия) этого домена (истёк|истек)", r"этот домен (истёк|истек)", r"tên miền này đã hết hạn",
     r"domain ini (telah|sudah) kedaluwarsa",
 ])
-# A link farm's "related searches", trusted only on the page of a domain that names itself (its title
-# or a heading holds its own host): a parking service's page, at any length
+# A link farm's "related searches", trusted only on the page of a domain that names itself and nothing
+# else (is_link_farm): a parking service's page, at any length
 RELATED_SEARCHES = terms([
     r"related searches", r"recherches associées", r"búsquedas relacionadas", r"pesquisas relacionadas",
     r"verwandte suchanfragen", r"ricerche correlate", r"powiązane wyszukiwania", r"gerelateerde zoekopdrachten",
@@ -218,13 +218,29 @@ def says(pattern: re.Pattern, text: str) -> bool:
     return False
 
 
-def names_its_own_domain(url: str, flat: str, title: str, heads: list[str], words: re.Pattern = DOMAIN_WORDS) -> bool:
-    """The page's title or a heading holds its own host name (without www.), and its text `words` (a
-    word for "domain"): what a parking, for-sale or not-yet-built page of a registrar looks like."""
+def names_its_own_domain(url: str, flat: str, title: str, heads: list[str]) -> bool:
+    """The page's title or a heading holds its own host name (without www.), and its text a word for
+    "domain": what a parking, for-sale or not-yet-built page of a registrar looks like."""
     host = blocklist.host_of(url).removeprefix("www.")
-    if "." not in host or not words.search(flat):
+    if "." not in host or not DOMAIN_WORDS.search(flat):
         return False
     return any(host in field.lower() for field in [title, *heads])
+
+
+def is_link_farm(url: str, flat: str, title: str, heads: list[str]) -> bool:
+    """A parking service's page of "related searches": its title or a heading is its own host name
+    alone, or with those words ("example.com - Related searches"). A shop titled with its name
+    ("Example.com: Running shoes") that lists its own related searches is not one."""
+    host = blocklist.host_of(url).removeprefix("www.")
+    if "." not in host or not RELATED_SEARCHES.search(flat):
+        return False
+    for field in [title, *heads]:
+        field = field.lower()
+        if host in field:
+            rest = RELATED_SEARCHES.sub(" ", field.replace(host, " "))
+            if not re.sub(r"[\W_]+", "", rest):
+                return True
+    return False
 
 
 # A short page that only says the site is not there yet (or not at the moment) is thin, whatever it
@@ -691,7 +707,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     body = body_text(page)
     text = "\n".join([title, body]) if body else title      # page_text, without reading the body twice
     flat = _SPACE.sub(" ", text)        # a sentence split over several nodes ("The domain name / x.com / is for sale")
-    if says(PARKED, flat) or names_its_own_domain(url, flat, title, heads, RELATED_SEARCHES):
+    if says(PARKED, flat) or is_link_farm(url, flat, title, heads):
         return "parked"
     chars = effective_chars(page, text)
     if chars < rules.min_text_chars:
