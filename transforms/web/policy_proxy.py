@@ -395,7 +395,7 @@ def _inner_url(tunnel: str, target: str, headers: list[tuple[str, str]], scheme:
     parsed = urls.parse(tunnel)
     origin = f"{scheme}://{parsed.host}:{parsed.port}"
     host = next((v for k, v in headers if k.lower() == "host"), None)
-    if host is not None and urls.parse(f"https://{host}/").host != urls.parse(tunnel).host:
+    if host is not None and urls.parse(f"https://{host}/").host != parsed.host:
         raise Refused(f"a request for Host {host[:200]!r} inside the tunnel to {origin}")
     if not target.startswith("/"):
         raise Refused(f"a request target {target[:200]!r} inside a tunnel (origin form expected)")
