@@ -510,7 +510,7 @@ class _Worker:
             row["url"] = url
             row.update(doc.pop("counts"))
             # what the proxy refused up to here is the page's; later, a followed link's (below)
-            doc["captured"] = [len(log.refusals) for log in doc["logs"]]
+            captured = [len(log.refusals) for log in doc["logs"]]
             row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
                                           policy if route_handler is None else None, resize,
                                           getattr(route_handler, "holds", None), session, world, pump)
@@ -527,7 +527,7 @@ class _Worker:
                 proxy.close()
         # a page cut short at its byte budget is not the page; a followed link's document that ran
         # past what was left of it is a dead link, after the page was captured whole
-        over = [r for log, n in zip(doc["logs"], doc["captured"]) for r in log.refusals[:n] if "budget" in r[1]]
+        over = [r for log, n in zip(doc["logs"], captured) for r in log.refusals[:n] if "budget" in r[1]]
         if over:
             raise RenderError(f"page too large: {over[0][1]} ({over[0][0][:200]})")
         row["render_ms"] = (time.perf_counter() - t0) * 1000
