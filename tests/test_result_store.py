@@ -236,6 +236,58 @@ def test_stale_generations_are_removed_and_live_ones_kept(tmp_path):
          "run-20200101T000000Z-99999999", fresh])
 
 
+def _commit(target, generation, stale_read=False):
+    """The commit of a job that wrote nothing, as its sink's last step runs it; `stale_read`: its
+    first read of the previous manifest came before another job's commit landed (it saw none)."""
+    from transforms.io import publish
+    from transforms.io.shards import RunRecord
+    pub = publish.Publication(target=str(target), generation=generation, dataset="toy", runner="portable",
+                              config={}, swept=[], experiments=1, inputs={}, specs={}, code_version="test",
+                              max_error_rate=0.0)
+    real, stale = publish.previous_manifest, [None] if stale_read else []
+    publish.previous_manifest = lambda t: stale.pop() if stale else real(t)
+    try:
+        return publish.commit(pub, RunRecord([], {}, {}))
+    finally:
+        publish.previous_manifest = real
+
+
+def test_two_jobs_committing_at_once_leave_the_published_generation_alone(tmp_path, monkeypatch):
+    """Two detached jobs of one dataset that end together: each commit reads the previous manifest,
+    writes its own, lets go of its generation and removes what it replaced. Whichever order the
+    steps interleave in, one generation stays, the one the manifest names (an object store has no
+    compare-and-swap)."""
+    from transforms.io import publish
+    held = {"host": socket.gethostname(), "pid": os.getpid(), "renewed": time.time()}
+    # the later commit cleans up: the first job committed and let go; the second read the previous
+    # manifest before the first's landed, so the replaced generation is not the one it read
+    first, second = "run-20260101T000000Z-11111111", "run-20260101T000000Z-22222222"
+    for name in (first, second):
+        _generation(tmp_path, name, held)
+    _commit(tmp_path, first)
+    _commit(tmp_path, second, stale_read=True)
+    assert layout.read_manifest(str(tmp_path))["generation"] == second
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [second]
+
+    # the earlier commit removes itself: the second job's whole commit lands between the first's
+    # manifest and its letting go (the second's scan sees the first still held)
+    target = tmp_path / "again"
+    for name in (first, second):
+        _generation(target, name, held)
+    release = publish._release
+
+    def second_lands_first(gen_dir):
+        if gen_dir.endswith(first):
+            monkeypatch.setattr(publish, "_release", release)
+            _commit(target, second, stale_read=True)
+            assert (target / first).is_dir()   # still held when the second looked
+        release(gen_dir)
+    monkeypatch.setattr(publish, "_release", second_lands_first)
+    _commit(target, first)
+    assert layout.read_manifest(str(target))["generation"] == second
+    assert sorted(p.name for p in target.iterdir() if p.is_dir()) == [second]
+
+
 def test_a_held_lease_is_renewed_and_removed_at_the_end(tmp_path):
     gen = tmp_path / "run-20260101T000000Z-12345678"
     with lease.Lease(str(gen), renew_s=0.05):

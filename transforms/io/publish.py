@@ -86,6 +86,10 @@ def commit(pub: Publication, record: RunRecord) -> str:
     storage.write_json(path, manifest)  # the commit
     _release(gen_dir)
     remove_replaced(pub.target, previous, pub.generation)
+    if (previous_manifest(pub.target) or {}).get("generation") != pub.generation:
+        # another job of this dataset committed over this one just now (an object store has no
+        # compare-and-swap): its commit may have looked before this one let go, so this one goes
+        storage.delete_tree(gen_dir)
     return path
 
 
@@ -108,8 +112,8 @@ def outcome(pub: Publication) -> dict:
     except FileNotFoundError:
         manifest = None
     if manifest is None or manifest.get("generation") != pub.generation:
-        raise RuntimeError(f"the {pub.runner} runner finished without running the commit step; "
-                           f"nothing was published")
+        raise RuntimeError(f"the {pub.runner} runner finished without running the commit step, or another run "
+                           f"of {pub.target} published after this one; nothing of this run was published")
     return manifest
 
 
@@ -247,17 +251,22 @@ def in_generation(manifest: dict, generation: str) -> dict:
 
 
 def remove_replaced(target: str, previous: dict | None, generation: str) -> None:
-    """After the commit: delete the replaced generation and earlier failed ones (never this one).
-    A generation no manifest lists may belong to a run still going: its holders decide (lease.py)."""
+    """After the commit: delete the replaced generation, earlier failed ones, and any another commit
+    let go of (never this one, never the one published now). A generation with a holder may belong
+    to a run still going: its holders decide (lease.py). A run writes its lease before any other file
+    of its generation, so one with files and no holder was let go by a commit: one that another job
+    of the dataset, ending at the same moment, committed over before this one read the previous
+    manifest. The manifest is read after the holders: a generation seen without a holder had
+    committed by then, so the read names it if it is the one published."""
     old = set()
     for path in listed(previous):
         gen = layout.generation_of(path)
         old.add(gen) if gen else storage.delete_file(storage.join(target, path))
-    for rel, _ in storage.list_files(target):
-        head = rel.split("/", 1)[0]
-        if rel == f"{head}/{layout.MANIFEST}" and head.startswith(layout.GENERATION_PREFIX):
-            old.add(head)  # a failed run's generation, kept until the next successful run
-    for gen in sorted(old - {generation}):
+    for gen, files in lease.generation_files(target).items():
+        if layout.MANIFEST in files or not lease.holders(target, gen):
+            old.add(gen)  # a failed run's generation, kept until the next successful run, or one let go
+    published = (previous_manifest(target) or {}).get("generation")
+    for gen in sorted(old - {generation, published}):
         try:
             storage.delete_tree(storage.join(target, gen))
         except OSError as exc:
