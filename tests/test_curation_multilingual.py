@@ -1,11 +1,11 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Thirteen sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Fifteen sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 13/ (128 each, with two hard negatives and two gambling pages a
-language; the seventh's to thirteenth's error and parked pages as long as real sites make them, half
+curation_multilingual3/ to 15/ (128 each, with two hard negatives and two gambling pages a
+language; the seventh's to fifteenth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
 row (curation's fallback), a page served with status >= 400 a drop (as the renderer's RenderError is).
@@ -13,23 +13,26 @@ row (curation's fallback), a page served with status >= 400 a drop (as the rende
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
 is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
 longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
-content that is gone; the twelfth was tuned on (its misses named), the thirteenth is held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes (error and
-parked beside the topics):
+content that is gone; the twelfth to fourteenth were tuned on (their misses named), the fifteenth is
+held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
+(error and parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
-    curation_multilingual     0.96 / 0.86   0.98 / 1.00                          0.98 / 1.00
-    curation_multilingual2    0.95 / 0.81   0.97 / 1.00                          0.97 / 1.00
-    curation_multilingual3    0.95 / 0.76   0.98 / 1.00                          0.98 / 1.00
-    curation_multilingual4    0.95 / 0.66   0.99 / 0.98                          0.99 / 0.99
-    curation_multilingual5    0.93 / 0.64   0.99 / 0.94                          0.99 / 0.99
-    curation_multilingual6    0.94 / 0.61                                        0.96 / 0.90  (tuned on)
-    curation_multilingual7    0.87 / 0.62                                        0.92 / 0.92  (tuned on)
-    curation_multilingual8                                                       0.98 / 0.92  (tuned on)
-    curation_multilingual9                                                       0.93 / 0.89  (tuned on)
-    curation_multilingual10                                                      0.97 / 0.91  (tuned on)
-    curation_multilingual11                                                      0.94 / 0.92  (tuned on)
-    curation_multilingual12                                                      0.95 / 0.95  (tuned on)
-    curation_multilingual13                                                      0.89 / 0.91  (held out)
+    curation_multilingual     0.96 / 0.86   0.98 / 1.00                          1.00 / 1.00
+    curation_multilingual2    0.95 / 0.81   0.97 / 1.00                          1.00 / 1.00
+    curation_multilingual3    0.95 / 0.76   0.98 / 1.00                          1.00 / 1.00
+    curation_multilingual4    0.95 / 0.66   0.99 / 0.98                          1.00 / 1.00
+    curation_multilingual5    0.93 / 0.64   0.99 / 0.94                          1.00 / 0.99
+    curation_multilingual6    0.94 / 0.61                                        0.99 / 0.95  (tuned on)
+    curation_multilingual7    0.87 / 0.62                                        0.97 / 0.95  (tuned on)
+    curation_multilingual8                                                       1.00 / 1.00  (tuned on)
+    curation_multilingual9                                                       0.95 / 0.98  (tuned on)
+    curation_multilingual10                                                      1.00 / 1.00  (tuned on)
+    curation_multilingual11                                                      0.97 / 0.97  (tuned on)
+    curation_multilingual12                                                      0.98 / 0.97  (tuned on)
+    curation_multilingual13                                                      0.95 / 0.95  (tuned on)
+    curation_multilingual14                                                      0.95 / 0.98  (tuned on)
+    curation_multilingual15                                                      0.91 / 0.97  (held out)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
@@ -60,8 +63,15 @@ for sale, registered or expired in more languages (not where quoted), link farms
 names itself, lottery picks, and Indonesian news words, chosen on the first eleven with the twelfth's
 misses named: the twelfth 0.95 / 0.95 after. The thirteenth, written blind after them and scored
 once before (0.89 / 0.89) and once after (0.89 / 0.91: a Turkish link farm more found): its false
-drops are mostly pages about error codes. Tune on the first twelve; a change claimed on the
-thirteenth needs a fourteenth.
+drops are mostly pages about error codes. The fourteenth, written blind after that and scored once
+on that code: 0.91 / 0.95 (its misses then read, so it is tuned on). Then, chosen on the first
+fourteen: a title and headings that name two HTTP errors or more (a guide to them, a status page) and
+a title that starts "error codes" make no error page; a long page whose title or a heading names its
+own domain is judged parked as a short page is; an offer's word in quotation marks is reported, not
+made. The first fourteen: 22 pages more right, none more wrong (the thirteenth 0.89 / 0.91 -> 0.95
+/ 0.95, the fourteenth 0.91 / 0.95 -> 0.95 / 0.98). The fifteenth, written blind after the
+fourteenth and scored once on the code before these rules and once after, only its figures read:
+0.90 / 0.95 then 0.91 / 0.97. A change claimed on the fifteenth needs a sixteenth.
 """
 from __future__ import annotations
 
@@ -73,17 +83,18 @@ from tests import curation_sets as S
 from transforms.web import topic_model
 
 # each set's floor, as last measured (the docstring's table): (precision, drops found of drops)
-FLOORS = {"curation_multilingual": (64 / 65, 64 / 64), "curation_multilingual2": (64 / 65, 64 / 64),
-          "curation_multilingual3": (80 / 81, 80 / 80), "curation_multilingual4": (80 / 80, 80 / 80),
-          "curation_multilingual5": (79 / 79, 79 / 80), "curation_multilingual6": (76 / 78, 76 / 80),
+FLOORS = {"curation_multilingual": (64 / 64, 64 / 64), "curation_multilingual2": (64 / 64, 64 / 64),
+          "curation_multilingual3": (80 / 80, 80 / 80), "curation_multilingual4": (80 / 80, 80 / 80),
+          "curation_multilingual5": (79 / 79, 79 / 80), "curation_multilingual6": (76 / 77, 76 / 80),
           "curation_multilingual7": (61 / 63, 61 / 64), "curation_multilingual8": (64 / 64, 64 / 64),
-          "curation_multilingual9": (62 / 65, 62 / 64), "curation_multilingual10": (64 / 64, 64 / 64),
-          "curation_multilingual11": (62 / 66, 62 / 64), "curation_multilingual12": (61 / 64, 61 / 64),
-          "curation_multilingual13": (58 / 65, 58 / 64)}
-HELD_OUT = "curation_multilingual13"
+          "curation_multilingual9": (63 / 66, 63 / 64), "curation_multilingual10": (64 / 64, 64 / 64),
+          "curation_multilingual11": (62 / 64, 62 / 64), "curation_multilingual12": (62 / 63, 62 / 64),
+          "curation_multilingual13": (61 / 64, 61 / 64), "curation_multilingual14": (63 / 66, 63 / 64),
+          "curation_multilingual15": (62 / 68, 62 / 64)}
+HELD_OUT = "curation_multilingual15"
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
             "curation_multilingual9", "curation_multilingual10", "curation_multilingual11",
-            "curation_multilingual12")   # not in the fit
+            "curation_multilingual12", "curation_multilingual13", "curation_multilingual14")   # not in the fit
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -123,7 +134,8 @@ def measured(request):
                                                 ("curation_multilingual7", 8), ("curation_multilingual8", 8),
                                                 ("curation_multilingual9", 8), ("curation_multilingual10", 8),
                                                 ("curation_multilingual11", 8), ("curation_multilingual12", 8),
-                                                ("curation_multilingual13", 8)])
+                                                ("curation_multilingual13", 8), ("curation_multilingual14", 8),
+                                                ("curation_multilingual15", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -140,10 +152,9 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set, CJK 0.79 / 0.92 (an IT post on HTTP errors, "
-                                       "a water heater's error codes, news on illegal gambling dropped; an erotic-fiction "
-                                       "site kept), Latin European 0.93 / 0.88, Southeast Asian 0.80 / 1.00, English "
-                                       "recall 0.75 (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the fifteenth), CJK 0.92 / 1.00, Cyrillic "
+                                       "0.80 / 1.00, English 0.67 / 1.00, Latin European 0.94 / 0.97, Southeast Asian "
+                                       "1.00 / 0.88 (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured

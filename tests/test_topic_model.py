@@ -71,6 +71,24 @@ def test_injected_links_are_not_a_report():
     assert curation.rule_reason(page, rules=WITH_MODEL) == "gambling"
 
 
+# long registrar, broker and hosting pages that name their own domain, which the head is not sure of
+# at KIND_SURE: judged as a short page is (curation._kind_reason)
+OWN_DOMAIN = [("curation_multilingual12", "h_050.html", "pl"),      # a marketplace's for-sale lander
+              ("curation_multilingual13", "h_056.html", "en"),      # a host's "future home of" page
+              ("curation_multilingual14", "g_054.html", "nl")]      # a control panel's default page
+
+
+@pytest.mark.parametrize("name, file, lang", OWN_DOMAIN)
+def test_a_long_page_of_its_own_domain_is_judged_as_a_short_one(name, file, lang):
+    lab = next(lab for lab in S.labels(name) if lab["file"] == file)
+    assert lab["language"] == lang and lab["category"] == "parked"
+    row = S.html_row(lab)
+    assert curation.rule_reason(row, rules=WITH_MODEL) == "parked"
+    # the same page at another address names someone else's domain: only the sure head judges it
+    elsewhere = dict(row, url="https://www.example.org/help/parking", final_url="https://www.example.org/help/parking")
+    assert curation.rule_reason(elsewhere, rules=WITH_MODEL) is None
+
+
 def test_scores_rank_the_business_above_the_pages_about_it(pages):
     """Every good page of the set scores under both thresholds; each missed page above its own."""
     model = topic_model.load()

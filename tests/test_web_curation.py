@@ -464,6 +464,39 @@ def test_reporting_beyond_english_is_not_a_topic():
         assert curation.rule_reason(_page(extra=words)) is None, words
 
 
+def test_pages_naming_several_http_errors_and_error_code_lists_are_not_error_pages():
+    """An error page names its own error; a guide to 404, 410 and 503 or a status page's incident
+    history names several, in its title or headings, and is kept however short its paragraphs
+    (Japanese ones are; these pages are one long paragraph, not articles). A title that starts with "error codes" lists an appliance's codes."""
+    guide = _page(title="404, 410 and 503: what each one means | Infra notes", text=ARTICLE * 3)
+    guide["nodes"][:0] = [{"name": "404 Not Found", "role": "heading"}, {"name": "410 Gone", "role": "heading"}]
+    assert curation.rule_reason(guide) is None
+    status = _page(title="Acme Status - Incident History", text=ARTICLE * 3)
+    status["nodes"][:0] = [{"name": "Elevated 503 errors on the API", "role": "heading"},
+                           {"name": "Some invoice links returning 404 Not Found", "role": "heading"}]
+    assert curation.rule_reason(status) is None
+    one = _page(title="Acme Shop", text=ARTICLE * 3)
+    one["nodes"].insert(0, {"name": "404 Not Found", "role": "heading"})
+    assert curation.rule_reason(one) == "error_page"
+    assert curation.rule_reason(_page(title="Error codes of the X200 boiler", text=ARTICLE * 3)) is None
+    for title in ("エラーコード一覧（ガス給湯器 GQ-Rシリーズ）", "Hata kodları: kombi"):
+        assert curation.rule_reason(_page(title=title, text=ARTICLE * 3)) != "error_page", title
+    for title in ("エラー | ミナト住設", "Error 404 - Acme", "Hata: sayfa bulunamadı", "Erro de servidor"):
+        assert curation.rule_reason(_page(title=title, text=ARTICLE * 3)) == "error_page", title
+
+
+def test_a_quoted_offer_is_reported_not_made():
+    """News that warns of “slot gacor” ads quotes the offer; a casino's page says it."""
+    words = ["judi online", "situs judi", "bandar"]
+    news = _page(title="Polisi tangkap admin situs judi", text=ARTICLE * 2 + ' Jangan tergiur iklan "slot gacor". ',
+                 extra=words)
+    offer = _page(title="Polisi tangkap admin situs judi", text=ARTICLE * 2 + " Daftar slot gacor hari ini. ", extra=words)
+    assert curation.topic_hits(curation.page_text(news))["gambling"][0] == 0
+    assert curation.topic_hits(curation.page_text(offer))["gambling"][0] >= 1
+    assert curation.rule_reason(news, rules=curation.CONTENT_ONLY) is None
+    assert curation.rule_reason(offer, rules=curation.CONTENT_ONLY) == "gambling"
+
+
 def test_soft_404_headings_and_phrasings():
     oops = _page(title="Trailhead Outfitters | Outdoor Gear", text=ARTICLE * 3)
     oops["nodes"].insert(0, {"name": "Oops, we can't find that.", "role": "heading"})

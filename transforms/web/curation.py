@@ -63,6 +63,9 @@ ERROR_TITLES = re.compile(
     r"erro\b|ошибка\b|błąd\b|hata\b|fout\b|エラー|错误|錯誤|오류|خطأ|"
     r"welcome to nginx|apache2? .*default page|index of /|it works!|test page for|iis windows server|"
     r"account suspended|website (is )?(temporarily )?unavailable)", re.I)
+# ... except a title that starts with "error codes": an appliance's or a program's list of them
+ERROR_CODE_TITLES = re.compile(r"^\s*(error|erro|errore|erreur|fehler|hata|エラー|错误|錯誤|오류)\s*"
+                               r"(codes?\b|códigos?|codici|kod\w*|コード|代码|代碼|코드)", re.I)
 # Specific phrasings of "page not found / does not exist / access denied": anywhere in the title or
 # a heading, or in the text of a short page (a soft 404: the server said 200 but the page says 404).
 ERROR_PHRASES = terms([
@@ -208,14 +211,16 @@ DOMAIN_WORDS = terms([
 _OPENING_QUOTES = "\"'“„«‘‚「『‹"
 
 
+def quoted(text: str, start: int) -> bool:
+    """Whether the words at `start` open a quotation (an opening quote just before them)."""
+    before = text[max(0, start - 3):start].rstrip()
+    return bool(before) and before[-1] in _OPENING_QUOTES
+
+
 def says(pattern: re.Pattern, text: str) -> bool:
     """Whether `text` says `pattern` itself, not as a quotation: a page that explains what “this domain
     is for sale” means quotes the phrase; the page that says it does not."""
-    for m in pattern.finditer(text):
-        before = text[max(0, m.start() - 3):m.start()].rstrip()
-        if not before or before[-1] not in _OPENING_QUOTES:
-            return True
-    return False
+    return any(not quoted(text, m.start()) for m in pattern.finditer(text))
 
 
 def names_its_own_domain(url: str, flat: str, title: str, heads: list[str]) -> bool:
@@ -466,13 +471,14 @@ INTENT = {topic: terms(vocab["intent"]) for topic, vocab in TOPICS.items()}
 
 @functools.lru_cache(maxsize=8)
 def topic_hits(*texts: str) -> dict[str, tuple[int, int]]:
-    """Per topic: (intent hits, all hits) in the texts together (do not change the dict: it is cached,
-    for a page's second platform, whose text is usually the first's)."""
+    """Per topic: (intent hits, all hits) in the texts together; an intent term in quotation marks is
+    a hit but not an offer (news warns of “slot gacor” ads; a casino does not quote itself). Do not
+    change the dict: it is cached, for a page's second platform, whose text is usually the first's."""
     out = {}
     for topic, pattern in PATTERNS.items():
-        found = [m.group(0) for text in texts for m in pattern.finditer(text)]
+        found = [(m.group(0), quoted(text, m.start())) for text in texts for m in pattern.finditer(text)]
         if found:
-            out[topic] = (sum(1 for f in found if INTENT[topic].fullmatch(f)), len(found))
+            out[topic] = (sum(1 for f, q in found if not q and INTENT[topic].fullmatch(f)), len(found))
     return out
 
 
@@ -548,6 +554,16 @@ def is_article(page: dict) -> bool:
     else:
         paragraphs = [n["name"] for n in page.get("nodes") or () if n.get("role") == "paragraph" and n.get("name")]
     return sum(1 for p in paragraphs if len(p) >= ARTICLE_PARAGRAPH_CHARS) >= ARTICLE_PARAGRAPHS
+
+
+# the HTTP errors a page names in its title and headings: an error page names its own, one; a page
+# that names two or more (a guide to 404, 410 and 503, a status page's incident history) is about them
+HTTP_ERRORS = re.compile(r"(?<!\d)(400|401|403|404|405|408|410|429|500|502|503|504)(?!\d)")
+
+
+def discusses_errors(title: str, heads: list[str]) -> bool:
+    """Whether the title and headings together name two or more HTTP errors (HTTP_ERRORS)."""
+    return len({m for field in (title, *heads) for m in HTTP_ERRORS.findall(field)}) >= 2
 
 
 def effective_chars(page: dict, text: str) -> int:
@@ -665,16 +681,26 @@ def _short_page_reason(url: str, title: str, heads: list[str], flat: str) -> Opt
     return None
 
 
-def _kind_reason(title: str, heads: list[str], flat: str, chars: int) -> Optional[str]:
+def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) -> Optional[str]:
     """An error or parked page however it is worded, in the model's languages: a short page at the
     kinds' own thresholds, a longer one (its site's menus, footers and offers around it) only where
     the head is sure of its opening text (up to KIND_PAGE_CHARS), its title and headings, its
-    title or its first heading."""
+    title or its first heading. A longer page whose title or a heading names its own host, with a
+    word for "domain" (names_its_own_domain), is judged parked as a short page is: a registrar's,
+    broker's or host's page for that domain wrapped in their offers (a shop's or a registrar's own
+    pages rarely name themselves so and are judged as any page). A page whose title and headings
+    name two HTTP errors or more is about them, not one (discusses_errors)."""
+    outline = " . ".join([title, *heads]).strip(" .")
     if chars < SOFT_404_CHARS:
         kind = topic_model.judged(flat, topic_model.KINDS)
     else:
         opening = flat if chars < KIND_PAGE_CHARS else ""
-        kind = topic_model.sure_kind(opening, " . ".join([title, *heads]).strip(" ."), title, heads[0] if heads else "")
+        kind = topic_model.sure_kind(opening, outline, title, heads[0] if heads else "")
+        if kind is None and names_its_own_domain(url, flat, title, heads):
+            kind = next((k for t in (flat[:KIND_PAGE_CHARS], outline, title) if t
+                         for k in [topic_model.judged(t, ("parked",))] if k), None)
+    if kind == "error" and discusses_errors(title, heads):
+        return None
     return {"error": "error_page"}.get(kind, kind)
 
 
@@ -701,8 +727,8 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if listed:
         return listed
     title, heads = page.get("title") or "", headings(page)     # headings read once: from HTML, a scan of it
-    if ((ERROR_TITLES.search(title) or any(p.search(t) for p in (ERROR_PHRASES, GONE_PHRASES) for t in (title, *heads)))
-            and not is_article(page)):
+    if (((ERROR_TITLES.search(title) and not ERROR_CODE_TITLES.search(title)) or any(p.search(t) for p in (ERROR_PHRASES, GONE_PHRASES) for t in (title, *heads)))
+            and not is_article(page) and not discusses_errors(title, heads)):
         return "error_page"
     body = body_text(page)
     text = "\n".join([title, body]) if body else title      # page_text, without reading the body twice
@@ -714,7 +740,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
         return "too_little_text"
     reason = _short_page_reason(url, title, heads, flat) if chars < SOFT_404_CHARS else None
     if not reason and rules.by_model:
-        reason = _kind_reason(title, heads, flat, chars)
+        reason = _kind_reason(url, title, heads, flat, chars)
     if reason:
         return reason
     if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
