@@ -12,7 +12,13 @@ proxied too), and the proxy:
 - parses the request target with the WHATWG parser and asks `policy.admit` about it, for every
   plain-HTTP request (each redirect hop is a new request), every CONNECT tunnel (https, wss,
   ws) and the request inside a tunnel (a ws handshake; any request over TLS it ends), whose
-  path a policy may refuse;
+  path a policy may refuse, as sent and as a lenient server reads it (escapes decoded, a
+  backslash as a slash, `;parameters` dropped: `_as_served`);
+- reads every request head strictly (CRLF line ends only, token names, one Host) and sends the
+  server a request rebuilt from what was judged: the Host of the judged URL, no URL-override
+  headers. A tunnel carries one request: what the client sends after it, or anything that is not
+  a request, never reaches the server; a WebSocket handshake becomes a relay of frames only when
+  the server answers `101` and switches to websocket;
 - resolves the name once per page (the policy's cache) and connects to exactly one of the
   addresses that were judged, never to a name;
 - streams responses to the browser and counts them against the page's budget at their decoded
@@ -46,6 +52,7 @@ simple; on loopback the extra connections cost little.
 from __future__ import annotations
 
 import http.client
+import re
 import select
 import socket
 import ssl
@@ -53,6 +60,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from urllib.parse import quote, unquote
 
 try:
     import brotli
@@ -74,6 +82,10 @@ MAX_INTERIM = 16              # informational (1xx) responses skipped before the
 DECODED = ("gzip", "x-gzip", "deflate", "br")  # the Content-Encodings the proxy decodes (and offers)
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
                "te", "trailer", "transfer-encoding", "upgrade"}
+# headers the proxy writes itself, or that some servers read as the request's URL: never passed on
+_REWRITTEN = {"host", "x-original-url", "x-rewrite-url", "x-http-method-override", "x-forwarded-host"}
+_PATH_SAFE = "/!$&'()*+,=:@~-._"
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class Refused(Exception):
@@ -190,10 +202,15 @@ class PolicyProxy:
                              f"({self.log.bytes_served} bytes served, compressed bodies counted decoded)")
 
     def _admit(self, url: str):
-        """The policy's admission of `url`, or Refused with its reason."""
+        """The policy's admission of `url`, or Refused with its reason. The URL is judged as sent
+        and as a lenient server reads its path (`_as_served`): a rule on a path holds however the
+        path is spelled."""
         admission = self.policy.admit(url)
         if admission.reason:
             raise Refused(admission.reason, url)
+        served = _as_served(url)
+        if served != url and (reason := self.policy.admit(served).reason):
+            raise Refused(reason, url)
         return admission
 
     def _connect(self, url: str) -> socket.socket:
@@ -227,17 +244,15 @@ class PolicyProxy:
                 url = _tunnel_url(target)
                 upstream = self._connect(url)
                 client.sendall(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                if self.authority is not None and _starts_tls(client, rest):
+                if not _starts_tls(client, rest):
+                    self._inside(client, upstream, url, "http", rest)     # ws://: Chromium's plain tunnel
+                elif self.authority is not None:
                     client, upstream = self._terminate(client, upstream, url)
-                    self._inside(client, upstream, url)
-                else:
-                    rest, websocket = _websocket_head(client, rest)
-                    if websocket:  # the handshake's own URL is judged too: a policy may refuse by path
-                        self._admit(_inner_url(url, *_parse_request(rest.partition(b"\r\n\r\n")[0])[1:],
-                                               scheme="http"))
+                    self._inside(client, upstream, url, "https", b"")
+                else:  # TLS not ended here: nothing inside can be read, its origin alone was judged
                     if rest:
                         upstream.sendall(rest)
-                    self._relay(client, upstream, url, WebSocketAnswer() if websocket else None)
+                    self._relay(client, upstream, url)
             else:
                 url = target
                 upstream = self._connect(url)
@@ -268,8 +283,9 @@ class PolicyProxy:
         so a body that decodes to nothing still pays for its bytes."""
         body = _request_body(client, headers, rest)
         dropped = ("content-length", "accept-encoding")
-        kept = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP and k.lower() not in dropped]
-        lines = [f"{method} {urls.parse(url).target} HTTP/1.1"] + [f"{k}: {v}" for k, v in kept]
+        kept = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP | _REWRITTEN and k.lower() not in dropped]
+        parsed = urls.parse(url)
+        lines = [f"{method} {parsed.target} HTTP/1.1", f"Host: {_host_header(parsed)}"] + [f"{k}: {v}" for k, v in kept]
         lines.append(f"Accept-Encoding: {_offered([v for k, v in headers if k.lower() == 'accept-encoding'])}")
         if body or method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Length: {len(body)}")
@@ -336,26 +352,53 @@ class PolicyProxy:
             self._open.add(browser)
         return browser, secure
 
-    def _inside(self, client: ssl.SSLSocket, upstream: ssl.SSLSocket, url: str) -> None:
-        """The request inside a TLS tunnel ended here, handled as in a plain one: a WebSocket
-        handshake without its extensions, then the answer checked; any other request forwarded as
-        plain HTTP is, decoded and counted."""
-        head, rest = _read_head(client)
+    def _inside(self, client: socket.socket, upstream: socket.socket, url: str, scheme: str, start: bytes) -> None:
+        """The one request of a tunnel (a plain one, as Chromium opens for ws://, or TLS ended here),
+        read strictly and judged by its own URL: a WebSocket handshake goes on rebuilt from what was
+        judged and becomes a relay of frames only once the server switches to WebSocket
+        (`_websocket`); any other request is forwarded as a plain-HTTP one is, and the tunnel ends
+        with its answer. Nothing the client sends is passed on unread: a second request, a
+        request that does not parse, or bytes that are no request never reach the server."""
+        head, rest = _read_head(client, start)
         method, target, headers = _parse_request(head)
-        inner = _inner_url(url, target, headers)
+        inner = _inner_url(url, target, headers, scheme=scheme)
         self._admit(inner)  # the tunnel's origin was judged; its request's path is judged here
-        if any(k.lower() == "upgrade" and v.strip().lower() == "websocket" for k, v in headers):
-            start, _ = _websocket_head(client, head + b"\r\n\r\n" + rest)
-            upstream.sendall(start)
-            self._relay(client, upstream, inner, WebSocketAnswer())
+        if method == "GET" and any(k.lower() == "upgrade" and v.strip().lower() == "websocket" for k, v in headers):
+            self._websocket(client, upstream, inner, target, headers, rest)
         else:
             self._forward(client, upstream, method, inner, headers, rest)
 
-    def _relay(self, client, upstream, url: str, answer: WebSocketAnswer | None = None) -> None:
-        """Bytes both ways until either side closes; what comes from upstream is charged, and for
-        a WebSocket checked (`answer`) before it goes on. A TLS side is read without blocking: a
-        record that holds no data (a session ticket) must not hold up the other direction."""
-        pair = {client: upstream, upstream: client}
+    def _websocket(self, client, upstream, url: str, target: str, headers: list[tuple[str, str]],
+                   early: bytes) -> None:
+        """A WebSocket handshake sent as judged, without its extension offer: with no
+        `Sec-WebSocket-Extensions` no permessage-deflate is negotiated, so the frames that cross
+        are the message bytes the budget counts (`WebSocketAnswer` checks the answer). Only a `101`
+        that upgrades to websocket makes the tunnel a relay of frames, and what the client sent
+        after its handshake (`early`) goes on then, as frames; any other answer goes back, the
+        tunnel ends with it, and those bytes are dropped."""
+        skip = _HOP_BY_HOP | _REWRITTEN | {"sec-websocket-extensions"}
+        lines = [f"GET {target} HTTP/1.1", f"Host: {_host_header(urls.parse(url))}", "Upgrade: websocket",
+                 "Connection: Upgrade"] + [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
+        upstream.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        head, rest = _read_head(upstream)
+        answer, data = WebSocketAnswer(), head + b"\r\n\r\n" + rest
+        self._charge(len(data), url)
+        answer.feed(data)
+        client.sendall(data)
+        if _switched(head):
+            if early:
+                upstream.sendall(early)
+            self._relay(client, upstream, url, answer)
+        else:   # the server's answer, to its end, and nothing more of the client's
+            upstream.shutdown(socket.SHUT_WR)
+            self._relay(client, upstream, url, one_way=True)
+
+    def _relay(self, client, upstream, url: str, answer: WebSocketAnswer | None = None, one_way: bool = False) -> None:
+        """Bytes both ways (`one_way`: from upstream only) until either side closes; what comes from
+        upstream is charged, and for a WebSocket checked (`answer`) before it goes on. A TLS side is
+        read without blocking: a record that holds no data (a session ticket) must not hold up the
+        other direction."""
+        pair = {upstream: client} if one_way else {client: upstream, upstream: client}
         while True:
             ready = [s for s in pair if isinstance(s, ssl.SSLSocket) and s.pending()]
             if not ready:
@@ -402,31 +445,33 @@ def _inner_url(tunnel: str, target: str, headers: list[tuple[str, str]], scheme:
     return origin + target
 
 
-def _websocket_head(client: socket.socket, start: bytes) -> tuple[bytes, bool]:
-    """The first bytes of a tunnel, with compression taken out of a WebSocket handshake: without
-    `Sec-WebSocket-Extensions` no permessage-deflate is negotiated, so the frames that cross the
-    tunnel are the message bytes and the budget counts what the page gets; and whether it was one
-    (its answer is then checked: `WebSocketAnswer`). A TLS tunnel not ended here starts with a
-    handshake record and is passed on untouched."""
-    data = start
-    while len(data) < 4:
-        if not select.select([client], [], [], IDLE_TIMEOUT_S)[0]:
-            return data, False
-        more = client.recv(CHUNK)
-        if not more:
-            return data, False
-        data += more
-    if not data.startswith(b"GET "):
-        return data, False
-    while b"\r\n\r\n" not in data and len(data) < MAX_HEAD:
-        more = client.recv(CHUNK)
-        if not more:
-            return data, False
-        data += more
-    head, sep, body = data.partition(b"\r\n\r\n")
-    lines = [line for line in head.split(b"\r\n")
-             if not line.lower().startswith(b"sec-websocket-extensions:")]
-    return b"\r\n".join(lines) + sep + body, True
+def _switched(head: bytes) -> bool:
+    """Whether a response head switches the connection to WebSocket (a 101 naming it)."""
+    lines = head.split(b"\r\n")
+    return lines[0].split(b" ")[1:2] == [b"101"] and any(
+        name.strip().lower() == b"upgrade" and value.strip().lower() == b"websocket"
+        for name, _, value in (line.partition(b":") for line in lines[1:]))
+
+
+def _host_header(parsed: urls.Url) -> str:
+    """The Host header of a request for `parsed`: its host (bracketed if IPv6), and its port unless the
+    scheme's default. The client's own is not passed on: the server must see the host judged."""
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    return host if parsed.port == urls.DEFAULT_PORTS.get(parsed.scheme) else f"{host}:{parsed.port}"
+
+
+def _as_served(url: str) -> str:
+    """`url` with its path read as a lenient server reads it: percent-escapes decoded once, a backslash
+    as a slash, `;parameters` dropped from each segment, then escaped again where a URL must be (the
+    URL parser resolves dot segments, `%2e` ones included, when the policy reads it)."""
+    scheme, sep, rest = url.partition("://")
+    slash = rest.find("/")
+    if not sep or slash < 0 or not any(c in rest[slash:].split("?", 1)[0] for c in "%\\;"):
+        return url
+    path, q, query = rest[slash:].partition("?")
+    path = unquote(path, errors="replace").replace("\\", "/")
+    path = "/".join(segment.split(";", 1)[0] for segment in path.split("/"))
+    return f"{scheme}://{rest[:slash]}{quote(path, safe=_PATH_SAFE)}{q}{query}"
 
 
 class WebSocketAnswer:
@@ -615,30 +660,43 @@ class _Decoder:
         self._done = self._br.is_finished()
 
 
-def _read_head(sock: socket.socket) -> tuple[bytes, bytes]:
-    data = b""
+def _read_head(sock: socket.socket, start: bytes = b"") -> tuple[bytes, bytes]:
+    """(head, the bytes read after it) of a request or response on `sock`, `start` read already."""
+    data = start
     while b"\r\n\r\n" not in data:
+        if len(data) > MAX_HEAD:
+            raise ValueError("head too large")
         chunk = sock.recv(CHUNK)
         if not chunk:
-            raise ValueError("the client closed before the request head ended")
+            raise ValueError("the connection closed before the head ended")
         data += chunk
-        if len(data) > MAX_HEAD:
-            raise ValueError("request head too large")
     head, _, rest = data.partition(b"\r\n\r\n")
+    if len(head) > MAX_HEAD:
+        raise ValueError("head too large")
     return head, rest
 
 
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
 def _parse_request(head: bytes) -> tuple[str, str, list[tuple[str, str]]]:
+    """(method, target, headers) of a request head, read strictly: every line ends in CRLF (a bare
+    CR or LF is refused, not read one way here and another by the server), names are tokens, and
+    one Host at most."""
     lines = head.decode("latin-1").split("\r\n")
+    if any("\r" in line or "\n" in line for line in lines):
+        raise ValueError("a bare CR or LF in the request head")
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
         raise ValueError(f"not an HTTP/1 request line: {lines[0][:200]!r}")
     headers = []
     for line in lines[1:]:
         name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
+        if not sep or not _TOKEN.fullmatch(name):
             raise ValueError(f"bad header line {line[:200]!r}")
-        headers.append((name, value.strip()))
+        headers.append((name, value.strip(" \t")))
+    if sum(1 for k, _ in headers if k.lower() == "host") > 1:
+        raise ValueError("more than one Host header")
     return parts[0].upper(), parts[1], headers
 
 
@@ -655,7 +713,10 @@ def _request_body(client: socket.socket, headers: list[tuple[str, str]], rest: b
     values = {k.lower(): v for k, v in headers}
     if "chunked" in values.get("transfer-encoding", "").lower():
         return _dechunk(client, rest)
-    length = int(values.get("content-length") or 0)
+    declared = values.get("content-length") or "0"
+    if not declared.isdigit() or not declared.isascii():
+        raise ValueError(f"bad Content-Length {declared[:40]!r}")
+    length = int(declared)
     if length > MAX_REQUEST_BODY:
         raise Refused(f"request body of {length} bytes is over {MAX_REQUEST_BODY}")
     body = rest
@@ -673,7 +734,10 @@ def _dechunk(client: socket.socket, data: bytes) -> bytes:
         while b"\r\n" not in data:
             data += _recv(client)
         size_line, _, data = data.partition(b"\r\n")
-        size = int(size_line.split(b";")[0].strip() or b"0", 16)
+        size_text = size_line.split(b";")[0].strip() or b"0"
+        if not _HEX.fullmatch(size_text):
+            raise ValueError(f"bad chunk size {size_text[:40]!r}")
+        size = int(size_text, 16)
         if size == 0:
             return body
         while len(data) < size + 2:
