@@ -12,8 +12,8 @@ proxied too), and the proxy:
 - parses the request target with the WHATWG parser and asks `policy.admit` about it, for every
   plain-HTTP request (each redirect hop is a new request), every CONNECT tunnel (https, wss,
   ws) and the request inside a tunnel (a ws handshake; any request over TLS it ends), whose
-  path a policy may refuse, as sent and as a lenient server reads it (escapes decoded, a
-  backslash as a slash, `;parameters` dropped: `_as_served`);
+  path a policy may refuse, as sent and in every reading a lenient server may make of it
+  (escapes decoded, repeatedly too, a backslash or look-alike as a slash, lower case: `_readings`);
 - reads every request head strictly (CRLF line ends only, token names, one Host) and sends the
   server a request rebuilt from what was judged: the Host of the judged URL, no URL-override
   headers. A tunnel carries one request: what the client sends after it, or anything that is not
@@ -57,10 +57,11 @@ import select
 import socket
 import ssl
 import threading
+import unicodedata
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote_to_bytes
 
 try:
     import brotli
@@ -83,7 +84,9 @@ DECODED = ("gzip", "x-gzip", "deflate", "br")  # the Content-Encodings the proxy
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
                "te", "trailer", "transfer-encoding", "upgrade"}
 # headers the proxy writes itself, or that some servers read as the request's URL: never passed on
-_REWRITTEN = {"host", "x-original-url", "x-rewrite-url", "x-http-method-override", "x-forwarded-host"}
+_REWRITTEN = {"host", "expect", "x-original-url", "x-original-uri", "x-rewrite-url", "x-http-method-override",
+              "x-forwarded-host", "x-forwarded-uri", "x-forwarded-prefix", "x-forwarded-path",
+              "x-envoy-original-path"}
 _PATH_SAFE = "/!$&'()*+,=:@~-._"
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
@@ -203,14 +206,14 @@ class PolicyProxy:
 
     def _admit(self, url: str):
         """The policy's admission of `url`, or Refused with its reason. The URL is judged as sent
-        and as a lenient server reads its path (`_as_served`): a rule on a path holds however the
-        path is spelled."""
+        and in each reading a lenient server may make of its path (`_readings`): a rule on a path
+        holds however the path is spelled."""
         admission = self.policy.admit(url)
         if admission.reason:
             raise Refused(admission.reason, url)
-        served = _as_served(url)
-        if served != url and (reason := self.policy.admit(served).reason):
-            raise Refused(reason, url)
+        for served in _readings(urls.parse(url).href):
+            if served != url and (reason := self.policy.admit(served).reason):
+                raise Refused(reason, url)
         return admission
 
     def _connect(self, url: str) -> socket.socket:
@@ -255,6 +258,7 @@ class PolicyProxy:
                     self._relay(client, upstream, url)
             else:
                 url = target
+                _no_body_on(method, headers)
                 upstream = self._connect(url)
                 self._forward(client, upstream, method, url, headers, rest)
         except Refused as e:
@@ -361,6 +365,7 @@ class PolicyProxy:
         request that does not parse, or bytes that are no request never reach the server."""
         head, rest = _read_head(client, start)
         method, target, headers = _parse_request(head)
+        _no_body_on(method, headers)
         inner = _inner_url(url, target, headers, scheme=scheme)
         self._admit(inner)  # the tunnel's origin was judged; its request's path is judged here
         if method == "GET" and any(k.lower() == "upgrade" and v.strip().lower() == "websocket" for k, v in headers):
@@ -399,6 +404,7 @@ class PolicyProxy:
         read without blocking: a record that holds no data (a session ticket) must not hold up the
         other direction."""
         pair = {upstream: client} if one_way else {client: upstream, upstream: client}
+        sent = _ClientFrames() if answer is not None else None
         while True:
             ready = [s for s in pair if isinstance(s, ssl.SSLSocket) and s.pending()]
             if not ready:
@@ -419,6 +425,8 @@ class PolicyProxy:
                     self._charge(len(data), url)
                     if answer is not None:
                         answer.feed(data)
+                elif sent is not None:
+                    sent.feed(data)
                 pair[s].sendall(data)
 
 
@@ -445,12 +453,21 @@ def _inner_url(tunnel: str, target: str, headers: list[tuple[str, str]], scheme:
     return origin + target
 
 
+def _no_body_on(method: str, headers: list[tuple[str, str]]) -> None:
+    """A GET or HEAD (a WebSocket handshake is a GET) carries no body: a browser sends none, and a
+    server that ignores one would read it as the next request."""
+    if method in ("GET", "HEAD") and any(
+            (k.lower() == "content-length" and v.strip() not in ("", "0")) or k.lower() == "transfer-encoding"
+            for k, v in headers):
+        raise ValueError(f"a {method} request with a body")
+
+
 def _switched(head: bytes) -> bool:
     """Whether a response head switches the connection to WebSocket (a 101 naming it)."""
     lines = head.split(b"\r\n")
-    return lines[0].split(b" ")[1:2] == [b"101"] and any(
-        name.strip().lower() == b"upgrade" and value.strip().lower() == b"websocket"
-        for name, _, value in (line.partition(b":") for line in lines[1:]))
+    upgrades = [value.strip().lower() for name, _, value in (line.partition(b":") for line in lines[1:])
+                if name.strip().lower() == b"upgrade"]
+    return lines[0].split(b" ")[1:2] == [b"101"] and upgrades == [b"websocket"]
 
 
 def _host_header(parsed: urls.Url) -> str:
@@ -460,18 +477,63 @@ def _host_header(parsed: urls.Url) -> str:
     return host if parsed.port == urls.DEFAULT_PORTS.get(parsed.scheme) else f"{host}:{parsed.port}"
 
 
-def _as_served(url: str) -> str:
-    """`url` with its path read as a lenient server reads it: percent-escapes decoded once, a backslash
-    as a slash, `;parameters` dropped from each segment, then escaped again where a URL must be (the
-    URL parser resolves dot segments, `%2e` ones included, when the policy reads it)."""
+def _readings(url: str) -> list[str]:
+    """`url` (as the WHATWG parser writes it) with its path read as lenient servers read it: each
+    distinct reading, for the policy to judge besides the URL as sent. Escapes decoded once, and
+    again until nothing changes (double encoding), `%uXXXX` and overlong UTF-8 decoded too; a
+    backslash as a slash; `;parameters` dropped from each segment; Unicode compatibility forms
+    folded (a fullwidth solidus is a slash); control characters dropped; and all of it in lower case
+    (a case-insensitive server). Each is escaped again where a URL must be; the parser resolves
+    dot segments when the policy reads it. A rule on a path is then refused in any spelling a
+    server may take for it: more refusals of odd spellings, never fewer."""
     scheme, sep, rest = url.partition("://")
     slash = rest.find("/")
-    if not sep or slash < 0 or not any(c in rest[slash:].split("?", 1)[0] for c in "%\\;"):
-        return url
+    if not sep or slash < 0:
+        return []
     path, q, query = rest[slash:].partition("?")
-    path = unquote(path, errors="replace").replace("\\", "/")
-    path = "/".join(segment.split(";", 1)[0] for segment in path.split("/"))
-    return f"{scheme}://{rest[:slash]}{quote(path, safe=_PATH_SAFE)}{q}{query}"
+    once, full = _lenient(_unescape(path)), path
+    for _ in range(4):
+        decoded = _unescape(full)
+        if decoded == full:
+            break
+        full = decoded
+    full = _lenient(full)
+    out = []
+    for reading in dict.fromkeys((once, full, full.lower())):
+        served = f"{scheme}://{rest[:slash]}{quote(reading, safe=_PATH_SAFE)}{q}{query}"
+        if served != url:
+            out.append(served)
+    return out
+
+
+_OVERLONG = re.compile(rb"[\xc0\xc1][\x80-\xbf]|\xe0[\x80-\x9f][\x80-\xbf]")
+_PERCENT_U = re.compile(r"%u([0-9A-Fa-f]{4})")
+
+
+def _unescape(path: str) -> str:
+    """One round of a lenient server's decoding: `%uXXXX`, then `%XX` to bytes read as UTF-8 with
+    overlong forms taken for the character they spell."""
+    path = _PERCENT_U.sub(lambda m: chr(int(m.group(1), 16)), path)
+    raw = unquote_to_bytes(path)
+    raw = _OVERLONG.sub(lambda m: bytes([_overlong(m.group(0))]) if _overlong(m.group(0)) < 0x80 else m.group(0), raw)
+    return raw.decode("utf-8", errors="replace")
+
+
+def _overlong(seq: bytes) -> int:
+    if len(seq) == 2:
+        return ((seq[0] & 0x1F) << 6) | (seq[1] & 0x3F)
+    return ((seq[0] & 0x0F) << 12) | ((seq[1] & 0x3F) << 6) | (seq[2] & 0x3F)
+
+
+def _lenient(path: str) -> str:
+    """A decoded path as a lenient server takes it: compatibility forms folded (NFKC, and the
+    slash look-alikes it leaves), a backslash as a slash, control characters dropped, `;params` gone."""
+    path = unicodedata.normalize("NFKC", path).translate(_SLASHES)
+    path = "".join(c for c in path if unicodedata.category(c) != "Cc")
+    return "/".join(segment.split(";", 1)[0] for segment in path.split("/"))
+
+
+_SLASHES = str.maketrans({"\\": "/", "\u2215": "/", "\u2044": "/", "\u29f8": "/", "\u29f5": "/"})
 
 
 class WebSocketAnswer:
@@ -522,6 +584,36 @@ class WebSocketAnswer:
             if len(self.frame) == 1 and self.frame[0] & 0x70:
                 raise UnsolicitedExtension(f"a WebSocket frame with RSV bits {(self.frame[0] >> 4) & 7:03b} and no "
                                            "extension negotiated (compressed or extended data the budget cannot count)")
+            need = _frame_header_size(self.frame)
+            if need is not None and len(self.frame) == need:
+                self.skip = _frame_payload_size(self.frame)
+                self.frame = b""
+
+
+class _ClientFrames:
+    """What the browser sends on a WebSocket once the server switched: frames, each masked (a client
+    must mask), no RSV bit (no extension was negotiated), a known opcode. Anything else (an HTTP
+    request written into the tunnel after the 101) cuts it before a byte of it goes on."""
+
+    OPCODES = {0, 1, 2, 8, 9, 10}
+
+    def __init__(self):
+        self.frame = b""
+        self.skip = 0
+
+    def feed(self, data: bytes) -> None:
+        i = 0
+        while i < len(data):
+            if self.skip:
+                n = min(self.skip, len(data) - i)
+                self.skip -= n
+                i += n
+                continue
+            self.frame += data[i:i + 1]
+            i += 1
+            if len(self.frame) == 2 and (self.frame[0] & 0x70 or self.frame[0] & 0x0F not in self.OPCODES
+                                         or not self.frame[1] & 0x80):
+                raise Cut("the browser's side of a WebSocket sent bytes that are no masked frame")
             need = _frame_header_size(self.frame)
             if need is not None and len(self.frame) == need:
                 self.skip = _frame_payload_size(self.frame)
