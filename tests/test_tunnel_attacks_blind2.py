@@ -55,8 +55,6 @@ refuses any URL containing "/secret". Case folding is a server option, on only w
 """
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import re
 import socket
 import ssl
@@ -66,12 +64,11 @@ import time
 import unicodedata
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from tests.conftest import websocket_accept
+from tests.test_tls_proxy import _cert
 from transforms.web.fetch_policy import Admission, FetchPolicy
 from transforms.web.policy_proxy import PolicyProxy
 from transforms.web.tls_authority import TlsAuthority
@@ -367,18 +364,6 @@ def _default_answer(req) -> bytes:
 
 
 # --------------------------------------------------------------------------- a private PKI
-
-def _cert(subject, key, issuer, issuer_key, ca, ip=None):
-    now = datetime.datetime.now(datetime.timezone.utc)
-    b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-         .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)])).public_key(key.public_key())
-         .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
-         .not_valid_after(now + datetime.timedelta(days=2))
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), True))
-    if ip:
-        b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), False)
-    return b.sign(issuer_key, hashes.SHA256())
-
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
