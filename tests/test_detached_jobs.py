@@ -25,9 +25,10 @@ from transforms.io import lease, layout
 pytestmark = [pytest.mark.cluster, pytest.mark.pipeline]
 
 SHARDSMITH = os.path.join(os.path.dirname(sys.executable), "shardsmith")
-# the first job: eight experiments, several seconds on the pool, long enough to be seen running; the
-# second (the same dataset, another config): one small experiment
-SETS = {"first": ["seed=[0,1,2,3,4,5,6,7]", "m=20000", "n_test=500", "cache="],
+# the first job: sixteen experiments, long enough to be seen running and still to be running when the
+# second run has been submitted (with eight, a first job on a quick host published before the second
+# run's launcher had built its graph); the second (the same dataset, another config): one small experiment
+SETS = {"first": ["seed=[" + ",".join(map(str, range(16))) + "]", "m=20000", "n_test=500", "cache="],
         "second": ["m=200", "n_test=100", "cache="]}
 
 
