@@ -377,34 +377,38 @@ class PolicyProxy:
                    early: bytes) -> None:
         """A WebSocket handshake sent as judged, without its extension offer: with no
         `Sec-WebSocket-Extensions` no permessage-deflate is negotiated, so the frames that cross
-        are the message bytes the budget counts (`WebSocketAnswer` checks the answer). Only a `101`
-        that upgrades to websocket makes the tunnel a relay of frames, and what the client sent
-        after its handshake (`early`) goes on then, as frames; any other answer goes back, the
+        are the message bytes the budget counts (a `101` that names an extension anyway is cut:
+        `_no_extension`). Only a `101` that upgrades to websocket makes the tunnel a relay of frames,
+        checked both ways (`_ServerFrames`, `_ClientFrames`), and what the client sent after its
+        handshake (`early`) goes on then; any other answer goes back, the
         tunnel ends with it, and those bytes are dropped."""
         skip = _HOP_BY_HOP | _REWRITTEN | {"sec-websocket-extensions"}
         lines = [f"GET {target} HTTP/1.1", f"Host: {_host_header(urls.parse(url))}", "Upgrade: websocket",
                  "Connection: Upgrade"] + [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
         upstream.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         head, rest = _read_head(upstream)
-        answer, data = WebSocketAnswer(), head + b"\r\n\r\n" + rest
+        data = head + b"\r\n\r\n" + rest
         self._charge(len(data), url)
-        answer.feed(data)
-        client.sendall(data)
-        if _switched(head):
-            if early:
-                upstream.sendall(early)
-            self._relay(client, upstream, url, answer)
-        else:   # the server's answer, to its end, and nothing more of the client's
+        _no_extension(head)
+        if not _switched(head):   # the server's answer, to its end, and nothing more of the client's
+            client.sendall(data)
             upstream.shutdown(socket.SHUT_WR)
             self._relay(client, upstream, url, one_way=True)
+            return
+        checks = {upstream: _ServerFrames(), client: _ClientFrames()}
+        checks[upstream].feed(rest)
+        client.sendall(data)
+        if early:
+            upstream.sendall(early)
+        self._relay(client, upstream, url, checks)
 
-    def _relay(self, client, upstream, url: str, answer: WebSocketAnswer | None = None, one_way: bool = False) -> None:
+    def _relay(self, client, upstream, url: str, checks: dict | None = None, one_way: bool = False) -> None:
         """Bytes both ways (`one_way`: from upstream only) until either side closes; what comes from
-        upstream is charged, and for a WebSocket checked (`answer`) before it goes on. A TLS side is
-        read without blocking: a record that holds no data (a session ticket) must not hold up the
-        other direction."""
+        upstream is charged, and what a side sends is checked by its entry in `checks` (a
+        WebSocket's frames) before it goes on. A TLS side is read without blocking: a record that
+        holds no data (a session ticket) must not hold up the other direction."""
         pair = {upstream: client} if one_way else {client: upstream, upstream: client}
-        sent = _ClientFrames() if answer is not None else None
+        checks = checks or {}
         while True:
             ready = [s for s in pair if isinstance(s, ssl.SSLSocket) and s.pending()]
             if not ready:
@@ -423,10 +427,8 @@ class PolicyProxy:
                     return
                 if s is upstream:
                     self._charge(len(data), url)
-                    if answer is not None:
-                        answer.feed(data)
-                elif sent is not None:
-                    sent.feed(data)
+                if s in checks:
+                    checks[s].feed(data)
                 pair[s].sendall(data)
 
 
@@ -536,42 +538,28 @@ def _lenient(path: str) -> str:
 _SLASHES = str.maketrans({"\\": "/", "\u2215": "/", "\u2044": "/", "\u29f8": "/", "\u29f5": "/"})
 
 
-class WebSocketAnswer:
-    """What a plain WebSocket's server sends, checked as it streams: the browser offered no
-    extension (the proxy took the offer out), so a `101` that names one, or a frame with an RSV bit
-    set (which only an extension may set: RSV1 is permessage-deflate's), would have the browser
-    decode what the budget counted compressed. Either cuts the tunnel (UnsolicitedExtension).
-    Anything but a `101` is not a WebSocket and is left alone."""
+def _no_extension(head: bytes) -> None:
+    """A `101` that names a WebSocket extension nobody offered (the proxy took the offer out) would
+    have the browser decode what the budget counted compressed: UnsolicitedExtension cuts it."""
+    lines = head.split(b"\r\n")
+    if lines[0].split(b" ")[1:2] != [b"101"]:
+        return
+    for line in lines[1:]:
+        if line.lower().startswith(b"sec-websocket-extensions:"):
+            shown = line.decode("latin-1")[:200]
+            raise UnsolicitedExtension(f"the WebSocket server answered with an extension nobody offered "
+                                       f"({shown}): its frames could not be counted as the page gets them")
+
+
+class _Frames:
+    """WebSocket frames walked as they stream, a piece at a time: `_check` sees each frame's first
+    byte, then its first two (and raises to cut the tunnel); payloads are skipped."""
 
     def __init__(self):
-        self.head = b""
-        self.checking = True      # until the answer turns out not to be a 101
         self.frame = b""          # the frame header read so far
         self.skip = 0             # payload bytes left of the current frame
 
     def feed(self, data: bytes) -> None:
-        if not self.checking:
-            return
-        if self.head is not None:
-            self.head += data
-            if b"\r\n\r\n" not in self.head:
-                if len(self.head) > MAX_HEAD:
-                    raise UnsolicitedExtension("WebSocket answer head too long")
-                return
-            head, _, data = self.head.partition(b"\r\n\r\n")
-            self.head = None
-            lines = head.split(b"\r\n")
-            if lines[0].split(b" ")[1:2] != [b"101"]:
-                self.checking = False
-                return
-            for line in lines[1:]:
-                if line.lower().startswith(b"sec-websocket-extensions:"):
-                    shown = line.decode("latin-1")[:200]
-                    raise UnsolicitedExtension(f"the WebSocket server answered with an extension nobody offered "
-                                               f"({shown}): its frames could not be counted as the page gets them")
-        self._frames(data)
-
-    def _frames(self, data: bytes) -> None:
         i = 0
         while i < len(data):
             if self.skip:
@@ -581,43 +569,37 @@ class WebSocketAnswer:
                 continue
             self.frame += data[i:i + 1]
             i += 1
-            if len(self.frame) == 1 and self.frame[0] & 0x70:
-                raise UnsolicitedExtension(f"a WebSocket frame with RSV bits {(self.frame[0] >> 4) & 7:03b} and no "
-                                           "extension negotiated (compressed or extended data the budget cannot count)")
+            if len(self.frame) <= 2:
+                self._check(self.frame)
             need = _frame_header_size(self.frame)
             if need is not None and len(self.frame) == need:
                 self.skip = _frame_payload_size(self.frame)
                 self.frame = b""
 
+    def _check(self, header: bytes) -> None:
+        raise NotImplementedError
 
-class _ClientFrames:
-    """What the browser sends on a WebSocket once the server switched: frames, each masked (a client
-    must mask), no RSV bit (no extension was negotiated), a known opcode. Anything else (an HTTP
-    request written into the tunnel after the 101) cuts it before a byte of it goes on."""
+
+class _ServerFrames(_Frames):
+    """The server's frames: no RSV bit, which only an extension may set (RSV1 is permessage-deflate's):
+    the browser would decode what the budget counted compressed."""
+
+    def _check(self, header: bytes) -> None:
+        if header[0] & 0x70:
+            raise UnsolicitedExtension(f"a WebSocket frame with RSV bits {(header[0] >> 4) & 7:03b} and no "
+                                       "extension negotiated (compressed or extended data the budget cannot count)")
+
+
+class _ClientFrames(_Frames):
+    """What the browser sends once the server switched: frames, each masked (a client must mask), no
+    RSV bit (no extension was negotiated), a known opcode. Anything else (an HTTP request written
+    into the tunnel after the 101) cuts it before a byte of it goes on."""
 
     OPCODES = {0, 1, 2, 8, 9, 10}
 
-    def __init__(self):
-        self.frame = b""
-        self.skip = 0
-
-    def feed(self, data: bytes) -> None:
-        i = 0
-        while i < len(data):
-            if self.skip:
-                n = min(self.skip, len(data) - i)
-                self.skip -= n
-                i += n
-                continue
-            self.frame += data[i:i + 1]
-            i += 1
-            if len(self.frame) == 2 and (self.frame[0] & 0x70 or self.frame[0] & 0x0F not in self.OPCODES
-                                         or not self.frame[1] & 0x80):
-                raise Cut("the browser's side of a WebSocket sent bytes that are no masked frame")
-            need = _frame_header_size(self.frame)
-            if need is not None and len(self.frame) == need:
-                self.skip = _frame_payload_size(self.frame)
-                self.frame = b""
+    def _check(self, header: bytes) -> None:
+        if len(header) == 2 and (header[0] & 0x70 or header[0] & 0x0F not in self.OPCODES or not header[1] & 0x80):
+            raise Cut("the browser's side of a WebSocket sent bytes that are no masked frame")
 
 
 class _ImageProbe:
