@@ -339,6 +339,59 @@ def test_every_request_in_a_tunnel_is_judged_by_its_own_url(pki, servers, site_r
             server.server_close()
 
 
+def test_bytes_written_behind_a_handshake_go_on_only_as_frames():
+    """What a client writes right behind its WebSocket handshake is held until the server switches,
+    then checked as frames like everything after: a masked frame goes on, an HTTP request written
+    there never reaches the server (a server that reads HTTP after its own 101 would serve it)."""
+    server = socket.create_server((HOST, 0))
+    port, received = server.getsockname()[1], []
+
+    def serve():
+        for _ in range(2):
+            conn, _ = server.accept()
+            conn.settimeout(5)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(65536)
+            key = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"sec-websocket-key:"))
+            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                         b"Sec-WebSocket-Accept: %s\r\n\r\n" % websocket_accept(key.decode()).encode())
+            got = head.partition(b"\r\n\r\n")[2]
+            try:
+                while chunk := conn.recv(65536):
+                    got += chunk
+            except OSError:
+                pass
+            received.append(got)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    mask = b"\x01\x02\x03\x04"
+    frame = b"\x81\x85" + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(b"hello"))
+    smuggled = f"GET /ws-secret HTTP/1.1\r\nHost: {HOST}:{port}\r\n\r\n".encode()
+    try:
+        with PolicyProxy(_NoSecrets(allow_addresses=(HOST,))) as proxy:
+            for behind in (frame, smuggled):
+                sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+                sock.sendall(f"CONNECT {HOST}:{port} HTTP/1.1\r\nHost: {HOST}:{port}\r\n\r\n".encode())
+                sock.sendall((f"GET /ws HTTP/1.1\r\nHost: {HOST}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade"
+                              "\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                              ).encode() + behind)
+                sock.shutdown(socket.SHUT_WR)     # the tunnel ends when the proxy has passed on what it will
+                try:
+                    while sock.recv(65536):
+                        pass
+                except OSError:
+                    pass
+                sock.close()
+        thread.join(10)
+    finally:
+        server.close()
+    assert received == [frame, b""], received
+
+
 def test_the_authority_is_private_to_its_crawl():
     a, b = TlsAuthority(), TlsAuthority()
     try:

@@ -380,7 +380,7 @@ class PolicyProxy:
         are the message bytes the budget counts (a `101` that names an extension anyway is cut:
         `_no_extension`). Only a `101` that upgrades to websocket makes the tunnel a relay of frames,
         checked both ways (`_ServerFrames`, `_ClientFrames`), and what the client sent after its
-        handshake (`early`) goes on then; any other answer goes back, the
+        handshake (`early`) goes on then, checked as frames too; any other answer goes back, the
         tunnel ends with it, and those bytes are dropped."""
         skip = _HOP_BY_HOP | _REWRITTEN | {"sec-websocket-extensions"}
         lines = [f"GET {target} HTTP/1.1", f"Host: {_host_header(urls.parse(url))}", "Upgrade: websocket",
@@ -399,6 +399,7 @@ class PolicyProxy:
         checks[upstream].feed(rest)
         client.sendall(data)
         if early:
+            checks[client].feed(early)
             upstream.sendall(early)
         self._relay(client, upstream, url, checks)
 
