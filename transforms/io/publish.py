@@ -85,8 +85,7 @@ def commit(pub: Publication, record: RunRecord) -> str:
     path = storage.join(pub.target, layout.MANIFEST)
     storage.write_json(path, manifest)  # the commit
     _release(gen_dir)
-    remove_replaced(pub.target, previous, pub.generation)
-    if (previous_manifest(pub.target) or {}).get("generation") != pub.generation:
+    if remove_replaced(pub.target, previous, pub.generation) != pub.generation:
         # another job of this dataset committed over this one just now (an object store has no
         # compare-and-swap): its commit may have looked before this one let go, so this one goes
         storage.delete_tree(gen_dir)
@@ -250,14 +249,15 @@ def in_generation(manifest: dict, generation: str) -> dict:
     return manifest
 
 
-def remove_replaced(target: str, previous: dict | None, generation: str) -> None:
+def remove_replaced(target: str, previous: dict | None, generation: str) -> str | None:
     """After the commit: delete the replaced generation, earlier failed ones, and any another commit
     let go of (never this one, never the one published now). A generation with a holder may belong
     to a run still going: its holders decide (lease.py). A run writes its lease before any other file
     of its generation, so one with files and no holder was let go by a commit: one that another job
     of the dataset, ending at the same moment, committed over before this one read the previous
     manifest. The manifest is read after the holders: a generation seen without a holder had
-    committed by then, so the read names it if it is the one published."""
+    committed by then, so the read names it if it is the one published. Returns that generation
+    (read after this commit let go of its own: if it is not this one, another commit came after)."""
     old = set()
     for path in listed(previous):
         gen = layout.generation_of(path)
@@ -271,3 +271,4 @@ def remove_replaced(target: str, previous: dict | None, generation: str) -> None
             storage.delete_tree(storage.join(target, gen))
         except OSError as exc:
             log.warning("could not remove the replaced %s: %s", storage.join(target, gen), exc)
+    return published
