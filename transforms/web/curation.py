@@ -57,15 +57,14 @@ def terms(words: Iterable[str]) -> re.Pattern:
 # -- error pages ------------------------------------------------------------------------------------
 # A title that *starts* with one of these is an error page (generic words: only at the start).
 ERROR_TITLES = re.compile(
-    r"^\s*(\d{3}\b|error\b|not found|page not found|access denied|forbidden|service unavailable|"
+    # ... except one that starts with "error codes": an appliance's or a program's list of them
+    r"^(?!\s*(error|erro|errore|erreur|fehler|hata|エラー|错误|錯誤|오류)\s*(codes?\b|códigos?|codici|kod\w*|コード|代码|代碼|코드))"
+    r"\s*(\d{3}\b|error\b|not found|page not found|access denied|forbidden|service unavailable|"
     r"bad gateway|internal server error|site can.t be reached|this page isn.t working|"
     r"just a moment|attention required|are you a robot|oops\b|whoops\b|fehler\b|erreur\b|errore\b|"
     r"erro\b|ошибка\b|błąd\b|hata\b|fout\b|エラー|错误|錯誤|오류|خطأ|"
     r"welcome to nginx|apache2? .*default page|index of /|it works!|test page for|iis windows server|"
     r"account suspended|website (is )?(temporarily )?unavailable)", re.I)
-# ... except a title that starts with "error codes": an appliance's or a program's list of them
-ERROR_CODE_TITLES = re.compile(r"^\s*(error|erro|errore|erreur|fehler|hata|エラー|错误|錯誤|오류)\s*"
-                               r"(codes?\b|códigos?|codici|kod\w*|コード|代码|代碼|코드)", re.I)
 # Specific phrasings of "page not found / does not exist / access denied": anywhere in the title or
 # a heading, or in the text of a short page (a soft 404: the server said 200 but the page says 404).
 ERROR_PHRASES = terms([
@@ -223,11 +222,17 @@ def says(pattern: re.Pattern, text: str) -> bool:
     return any(not quoted(text, m.start()) for m in pattern.finditer(text))
 
 
+def _own_host(url: str) -> str | None:
+    """The page's host name without www., or None where it is no domain name (a bare word)."""
+    host = blocklist.host_of(url).removeprefix("www.")
+    return host if "." in host else None
+
+
 def names_its_own_domain(url: str, flat: str, title: str, heads: list[str]) -> bool:
     """The page's title or a heading holds its own host name (without www.), and its text a word for
     "domain": what a parking, for-sale or not-yet-built page of a registrar looks like."""
-    host = blocklist.host_of(url).removeprefix("www.")
-    if "." not in host or not DOMAIN_WORDS.search(flat):
+    host = _own_host(url)
+    if host is None or not DOMAIN_WORDS.search(flat):
         return False
     return any(host in field.lower() for field in [title, *heads])
 
@@ -236,8 +241,8 @@ def is_link_farm(url: str, flat: str, title: str, heads: list[str]) -> bool:
     """A parking service's page of "related searches": its title or a heading is its own host name
     alone, or with those words ("example.com - Related searches"). A shop titled with its name
     ("Example.com: Running shoes") that lists its own related searches is not one."""
-    host = blocklist.host_of(url).removeprefix("www.")
-    if "." not in host or not RELATED_SEARCHES.search(flat):
+    host = _own_host(url)
+    if host is None or not RELATED_SEARCHES.search(flat):
         return False
     for field in [title, *heads]:
         field = field.lower()
@@ -696,9 +701,9 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
     else:
         opening = flat if chars < KIND_PAGE_CHARS else ""
         kind = topic_model.sure_kind(opening, outline, title, heads[0] if heads else "")
-        if kind is None and names_its_own_domain(url, flat, title, heads):
-            kind = next((k for t in (flat[:KIND_PAGE_CHARS], outline, title) if t
-                         for k in [topic_model.judged(t, ("parked",))] if k), None)
+        if kind is None and names_its_own_domain(url, flat, title, heads) and any(
+                topic_model.judged(t, ("parked",)) for t in (flat[:KIND_PAGE_CHARS], outline, title) if t):
+            kind = "parked"
     if kind == "error" and discusses_errors(title, heads):
         return None
     return {"error": "error_page"}.get(kind, kind)
@@ -727,7 +732,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if listed:
         return listed
     title, heads = page.get("title") or "", headings(page)     # headings read once: from HTML, a scan of it
-    if (((ERROR_TITLES.search(title) and not ERROR_CODE_TITLES.search(title)) or any(p.search(t) for p in (ERROR_PHRASES, GONE_PHRASES) for t in (title, *heads)))
+    if ((ERROR_TITLES.search(title) or any(p.search(t) for p in (ERROR_PHRASES, GONE_PHRASES) for t in (title, *heads)))
             and not is_article(page) and not discusses_errors(title, heads)):
         return "error_page"
     body = body_text(page)
