@@ -1,6 +1,7 @@
 """A bad piece of input, as plain data: domain functions yield it without importing Beam."""
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,3 +33,15 @@ class Skipped:
 
     reason: str
     count: int = 1
+
+
+def describe(exc: BaseException) -> str:
+    """A dead letter's reason for an exception: its message and where it was raised."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
+    return f"{exc}{where}"
+
+
+def rejected(exc: BaseException, element: Any) -> Rejected:
+    """The Rejected a stage makes of an input whose function raised `exc`."""
+    return Rejected(describe(exc), element, type(exc).__name__)

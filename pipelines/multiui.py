@@ -75,6 +75,9 @@ CONFIG = ConfigSpec(check=_check, keys=(
     Key("html_dir", str, None, "a folder (or s3:// / gs:// prefix) of HTML pages, served from a loopback server "
         "on each worker (default when no input is given: the bundled sample site)", optional=True, gridable=False),
     Key("platforms", str, "desktop,mobile", "desktop (Windows 10, H/W 0.5-1.5) and/or mobile (iPhone 12 Pro)"),
+    Key("shared_load", bool, True, "desktop and mobile from one load of a page (mobile is the loaded page "
+        "switched to the phone's user agent, touch and viewport; a live page that varies by user agent is loaded "
+        "again); false: each platform loads the page itself (scripts that read the user agent at load see the phone's)"),
     Key("seed", int, 0, "seed of viewports, link choice, templates and distractors", low=0),
     Key("timeout_s", float, 15.0, "per-page time budget: loading, settling and capture together (and each "
         "followed link its own)", low=0.5),

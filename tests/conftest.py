@@ -70,6 +70,19 @@ def browser():
         b.close()
 
 
+def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+    """A solid RGB PNG, written by hand (no imaging library): an image whose arrival shows in a
+    screenshot."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\0" + bytes(rgb) * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
 def send_body(handler, status: int, ctype: str, body, headers=()) -> None:
     """A test server's whole answer: status, Content-Type, Content-Length, extra headers, body."""
     body = body.encode() if isinstance(body, str) else body

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.conftest import needs_chromium, write_warc
+from tests.conftest import needs_chromium, solid_png, write_warc
 from transforms.web.fetch_policy import FetchPolicy
 from transforms.web.render import Renderer
 from transforms.web.replay import ReplayHandler
@@ -51,14 +51,6 @@ addEventListener('load', () => setTimeout(() => {
 </script>"""
 
 
-def _png() -> bytes:
-    import io
-    from PIL import Image
-    out = io.BytesIO()
-    Image.new("RGB", (4, 4), (200, 30, 30)).save(out, "PNG")
-    return out.getvalue()
-
-
 def _warc(path) -> str:
     html = "text/html; charset=utf-8"
     return write_warc(path, [
@@ -67,7 +59,7 @@ def _warc(path) -> str:
                      links=LINKS if page == "/links" else "", text="A replayed page. " * 20).encode(), date)
         for page, (date, missing) in PAGES.items()] + [
         (SITE + "/late", "200 OK", {"Content-Type": html}, LATE.encode(), "2023-07-14T10:00:00Z"),
-        (SITE + "/late.png", "200 OK", {"Content-Type": "image/png"}, _png(), "2023-07-14T10:00:00Z")])
+        (SITE + "/late.png", "200 OK", {"Content-Type": "image/png"}, solid_png(4, 4, (200, 30, 30)), "2023-07-14T10:00:00Z")])
 
 
 @pytest.fixture(scope="module")

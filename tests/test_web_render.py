@@ -11,21 +11,18 @@ import json
 import pickle
 import random
 import socket
-import struct
 import threading
 import time
-import zlib
 
 import pytest
 
-from tests.conftest import loopback_server, needs_chromium
+from tests.conftest import loopback_server, needs_chromium, send_body, solid_png
 from transforms.web import render as R
 from transforms.io.transient import is_transient
 from transforms.web.fetch_policy import Admission, FetchPolicy
 from transforms.web.page_errors import NameServerDown
 from transforms.web.render import BrowserCrashed, Renderer, RenderError, viewport_for
 from transforms.web.subresources import Subresources
-from tests.conftest import send_body
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
@@ -58,16 +55,7 @@ PNG_1PX = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000
 _release = threading.Event()
 
 
-def _png(width, height, rgb):
-    """A solid RGB PNG: an image whose arrival shows in the screenshot."""
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    rows = b"".join(b"\0" + bytes(rgb) * width for _ in range(height))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
-
-
-RED_PNG = _png(40, 40, (200, 30, 30))
+RED_PNG = solid_png(40, 40, (200, 30, 30))
 # A page whose sub-resources answer at their own pace (server-side random delays): stylesheets and
 # images that load or 404, a redirected image, lazy images in the first screen, lazy images far
 # below (one never answers), and trackers a script requests well after load (one never answers).

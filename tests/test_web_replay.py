@@ -35,7 +35,12 @@ def stage():
 
 
 def _render(capture, target, platform="desktop"):
-    (row,) = capture((target, platform))
+    """The stage's row for one platform; its dead letter raised as the RenderError it was."""
+    from core.rejected import Rejected
+
+    (row,) = capture((target, (platform,)))
+    if isinstance(row, Rejected):
+        raise RenderError(row.reason)
     return row
 
 

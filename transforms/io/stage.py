@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Callable, Iterable
@@ -28,7 +27,7 @@ import pyarrow as pa
 from transforms.io import beam_caches, lease
 from transforms.io.ids import stable_id
 from transforms.io.meter import StageMeter
-from core.rejected import Rejected, Skipped  # noqa: F401 (re-exported: stage functions yield them)
+from core.rejected import Rejected, Skipped, rejected  # noqa: F401 (re-exported: stage functions yield them)
 from transforms.io.result_store import ResultStore, Resume, stage_store
 from transforms.io.transient import BACKOFF, Backoff, Transient, call_with_retries, is_transient
 
@@ -72,12 +71,6 @@ def dead_letter(stage: str, element: Any, error_type: str, message: str) -> dict
     return {"id": stable_id(stage, error_type, message, element), "stage": stage,
             "error_type": error_type, "message": message, "excerpt": excerpt(element),
             "occurrences": 1}
-
-
-def _describe(exc: BaseException) -> str:
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f" (at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
-    return f"{exc}{where}"
 
 
 @dataclass
@@ -174,7 +167,7 @@ class _StageDoFn(BeatingDoFn):
             except Exception as exc:
                 if is_transient(exc):   # it outlasted the retries: the runner retries the bundle, or the run fails
                     raise
-                outputs = [Rejected(_describe(exc), element, type(exc).__name__)]  # bad input: a dead letter
+                outputs = [rejected(exc, element)]  # bad input: a dead letter
             gave_up = next((out for out in outputs if isinstance(out, Rejected) and out.transient), None)
             if gave_up is not None:     # its producer already retried with back-off: no dead letter, raise
                 raise Transient(f"stage {self.name}: {gave_up.error_type}: {gave_up.reason}")

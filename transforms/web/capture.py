@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from core import storage
+from core.rejected import rejected
 from transforms.io.ids import stable_id
 from transforms.web.chromium import CHROMIUM
 from transforms.web.fetch_policy import FetchPolicy
@@ -21,6 +22,7 @@ from transforms.web.glyphs import installed_fonts
 from transforms.web.replay import ReplayHandler
 from transforms.web.targets import LOCAL_BASE, PageTarget
 from transforms.web.local_site import LocalSite
+from transforms.web.page_errors import BrowserCrashed, RenderError
 from transforms.web.render import JS_HEAP_MB, PROCESS_MB, Renderer
 from transforms.web.warc_archive import WarcArchive
 
@@ -40,6 +42,7 @@ class CaptureSettings:
     allow_loopback: bool = False
     subresources: str = "archive"   # replayed pages: "archive" only, or "live" for what it lacks
     restart_after_pages: int = 200
+    shared_load: bool = True        # desktop and mobile from one load of the page (render_platforms)
     chromium: str = CHROMIUM
     tls_roots: str | None = None    # PEM text of extra CA roots for the proxy's TLS verification
     max_image_mpx: float = 40.0     # an image whose header says more megapixels is refused
@@ -74,17 +77,18 @@ def render_identity(settings: CaptureSettings, html_folder: Optional[str]) -> li
     return [shaping, browser, installed_fonts(), folder]
 
 
-def target_identity(job: tuple[PageTarget, str]) -> tuple:
-    """A render's input: the target and platform, and for a WARC record the archive file's version
+def target_identity(job: tuple[PageTarget, tuple[str, ...]]) -> tuple:
+    """A render's input: the target and platforms, and for a WARC record the archive file's version
     (a replaced archive is rendered again). A live URL is its URL: a rerun reuses its render, which
     is what resuming a crawl means (--no-resume fetches again)."""
-    target, platform = job
+    target, platforms = job
     archive = storage.version(target.source_ref.rpartition("#")[0]) if target.source == "warc" else None
-    return (target.url, target.source, target.source_ref, platform, archive)
+    return (target.url, target.source, target.source_ref, tuple(platforms), archive)
 
 
 class CapturePage:
-    """Stage function: (PageTarget, platform) -> a `pages` row (not yet curated)."""
+    """Stage function: (PageTarget, platforms) -> a `pages` row (not yet curated) per platform, or
+    its dead letter (Rejected: the element is (PageTarget, platform), as each platform's row is)."""
 
     def __init__(self, settings: CaptureSettings, html_folder: Optional[str] = None):
         self.settings, self.html_folder = settings, html_folder
@@ -123,8 +127,8 @@ class CapturePage:
         self._archives.move_to_end(path)
         return self._archives[path]
 
-    def __call__(self, job: tuple[PageTarget, str]):
-        target, platform = job
+    def __call__(self, job: tuple[PageTarget, tuple[str, ...]]):
+        target, platforms = job
         self.setup()
         s = self.settings
         url, canonical, handler, clock = target.url, None, None, None
@@ -147,10 +151,21 @@ class CapturePage:
             url, canonical = self._site.from_canonical(target.url), self._site.to_canonical
         else:
             policy = live
-        page = self._renderer.render_page(
-            url, platform, viewport_seed(target, platform, s.seed), route_handler=handler, policy=policy,
-            timeout_ms=s.timeout_ms, max_screenshot_height=s.max_screenshot_height, follow_links=s.follow_links,
-            clock=clock)
+        jobs = tuple((platform, viewport_seed(target, platform, s.seed)) for platform in platforms)
+        try:
+            pages = self._renderer.render_platforms(
+                url, jobs, route_handler=handler, policy=policy, timeout_ms=s.timeout_ms,
+                max_screenshot_height=s.max_screenshot_height, follow_links=s.follow_links, clock=clock,
+                shared_load=s.shared_load)
+        except BrowserCrashed:
+            raise       # transient: the stage tries the page again on a fresh browser
+        except RenderError as e:     # the load failed: every platform of the page is a dead letter
+            pages = [e] * len(platforms)
+        return [rejected(page, (target, platform)) if isinstance(page, Exception)
+                else self._row(target, platform, page, canonical) for platform, page in zip(platforms, pages)]
+
+    def _row(self, target: PageTarget, platform: str, page: dict, canonical) -> dict:
+        """A `pages` row (not yet curated) of a render."""
         page.pop("render_ms", None)       # wall time varies run to run; the manifest has stage timings
         if canonical is not None:        # no port of this worker's server in any row
             page["url"], page["final_url"] = canonical(page["url"]), canonical(page["final_url"])
@@ -160,8 +175,7 @@ class CapturePage:
             page["html"] = page["html"].replace(self._site.base_url, LOCAL_BASE)
         if target.source != "url":
             page["url"] = target.url
-        row = dict(page, id=page_id(target, platform, s), source=target.source, source_ref=target.source_ref,
-                   platform=platform, kept=True, reject_reason=None)
-        return [row]
+        return dict(page, id=page_id(target, platform, self.settings), source=target.source,
+                    source_ref=target.source_ref, platform=platform, kept=True, reject_reason=None)
 
 

@@ -35,7 +35,7 @@ BASE_ARGS = ("--headless", "--hide-scrollbars", "--mute-audio", "--force-color-p
               "--disable-background-timer-throttling", "--disable-backgrounding-occluded-windows",
               "--disable-renderer-backgrounding", "--disable-breakpad", "--password-store=basic",
               "--use-mock-keychain", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-              "--disable-features=HttpsUpgrades", "--block-new-web-contents",
+              "--disable-features=HttpsUpgrades", "--block-new-web-contents", "--disable-font-subpixel-positioning",
               *("--disable-quic", "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
                 "--webrtc-ip-handling-policy=disable_non_proxied_udp",
                 "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"))
@@ -48,6 +48,11 @@ BASE_ARGS = ("--headless", "--hide-scrollbars", "--mute-audio", "--force-color-p
 # WebRTC only through the proxy (no direct UDP, no host candidates), and Chromium's own resolver
 # answers "not found" for every name, so nothing that slips past the proxy can even resolve one.
 # 127.0.0.1 stays reachable: the proxy and DevTools listen there.
+# --disable-font-subpixel-positioning: a renderer picks its glyph positioning by the device scale it
+# first lays a page out at (subpixel at 3, not at 1) and keeps it, so a page loaded as a desktop and
+# switched to a phone (render.py, shared loads) was laid out a pixel apart from the phone's own load
+# (a line with an inline image one pixel shorter); whole-pixel glyph positions at every scale make
+# the two the same (tests/test_shared_load.py).
 
 
 # run before Chromium: each of its processes (browser, renderers, GPU) may hold at most this much

@@ -116,11 +116,12 @@ class MultiuiGraph(beam.PTransform):
                    | ledger.stage("targets", read_sources)
                    | ledger.unique("unique_pages", duplicate_key, keep_order))   # before the costly render
         jobs = (targets
-                | "Platforms" >> beam.FlatMap(lambda t: [(t, p) for p in platforms])
+                | "Platforms" >> beam.Map(lambda t: (t, platforms))
                 | "SpreadJobs" >> beam.Reshuffle())
-        # 2: glyphs_missing; a stored render is a pages row to be, so the table's version is part of its key
+        # 2: glyphs_missing; 3: a job is a page's platforms; a stored render is a pages row to be,
+        # so the table's version is part of its key
         rendered = jobs | ledger.stage("render", CapturePage(s.capture, s.html_folder), resume=Resume(
-            version=2, reads=render_identity(s.capture, s.html_folder) + [schema.PAGES.version], key=target_identity))
+            version=3, reads=render_identity(s.capture, s.html_folder) + [schema.PAGES.version], key=target_identity))
         min_chars, rules = s.min_text_chars, s.curation
         pages = rendered | ledger.stage("curate", lambda page: [curate(page, min_chars, rules)])
         if s.judge is not None and s.backend is not None:

@@ -41,7 +41,9 @@ import json
 import os
 import queue
 import random
+import re
 import shutil
+import struct
 import subprocess
 import threading
 import time
@@ -220,18 +222,35 @@ class Renderer:
                     timeout_ms: int = 15000, max_screenshot_height: int = 4096, follow_links: int = 3,
                     clock: str | None = None) -> dict:
         """Render one page; see `render_page` (module level) for the result."""
-        if platform not in PLATFORMS:
-            raise ValueError(f"platform must be one of {PLATFORMS}, not {platform!r}")
+        (row,) = self.render_platforms(target_url, ((platform, seed),), route_handler=route_handler, policy=policy,
+                                       timeout_ms=timeout_ms, max_screenshot_height=max_screenshot_height,
+                                       follow_links=follow_links, clock=clock)
+        if isinstance(row, Exception):
+            raise row
+        return row
+
+    def render_platforms(self, target_url: str, platforms, *, route_handler=None, policy=None,
+                         timeout_ms: int = 15000, max_screenshot_height: int = 4096, follow_links: int = 3,
+                         clock: str | None = None, shared_load: bool = True) -> list:
+        """Render one page on each of `platforms` ((platform, seed), ...): a row (as `render_page`'s)
+        or the RenderError of that platform, in their order. With `shared_load`, the page is loaded
+        once, as the first platform, and each later platform is that load re-emulated (user agent,
+        touch, viewport and device scale: `emulate`), settled and captured again; a live page whose
+        document varies by user agent (`Vary: User-Agent`) is loaded again for each. A failure of
+        the load fails every platform (RenderError raised, BrowserCrashed for a dead browser)."""
+        for platform, _ in platforms:
+            if platform not in PLATFORMS:
+                raise ValueError(f"platform must be one of {PLATFORMS}, not {platform!r}")
         check_scheme(target_url)
         if policy is not None and route_handler is None:
             reason = policy.check_url(target_url)
             if reason:
                 raise navigation_error(f"refused by fetch policy: {reason}: {target_url}")
-        # the page (loading, settling, capture) and each followed link get timeout_ms; past all of
-        # them (and the slack) the browser is killed
-        budget_s = timeout_ms / 1000 * (3 + follow_links) + self.watchdog_slack_s
-        return self._submit(lambda w: w.render(target_url, platform, seed, route_handler, policy, timeout_ms,
-                                               max_screenshot_height, follow_links, clock), budget_s)
+        # each platform's capture (loading, settling, capture) and each of its followed links get
+        # timeout_ms; past all of them (and the slack) the browser is killed
+        budget_s = len(platforms) * timeout_ms / 1000 * (3 + follow_links) + self.watchdog_slack_s
+        return self._submit(lambda w: w.render(target_url, tuple(platforms), route_handler, policy, timeout_ms,
+                                               max_screenshot_height, follow_links, clock, shared_load), budget_s)
 
     def bare_capture(self, url: str, width: int = DESKTOP_WIDTH, height: int = 900,
                      max_screenshot_height: int = 4096, timeout_ms: int = 15000) -> bytes:
@@ -445,6 +464,7 @@ class _Worker:
             if resp.frame == page.main_frame and resp.request.is_navigation_request():
                 doc["status"] = resp.status
                 doc["content_type"] = (resp.headers.get("content-type") or "").split(";")[0].strip().lower()
+                doc["vary"] = resp.headers.get("vary") or ""
 
         page.on("response", on_response)
         page.on("popup", lambda p: _quietly(p.close))
@@ -478,9 +498,11 @@ class _Worker:
         check_scheme(page.url)
         return resp
 
-    def render(self, url, platform, seed, route_handler, policy, timeout_ms, max_shot_h, follow_links,
-               clock=None) -> dict:
+    def render(self, url, platforms, route_handler, policy, timeout_ms, max_shot_h, follow_links,
+               clock=None, shared_load=True) -> list:
+        """Each of `platforms` ((platform, seed), ...) from one load (Renderer.render_platforms)."""
         t0 = time.perf_counter()
+        (platform, seed), later = platforms[0], platforms[1:]
         doc: dict = {}
         key = site_key(url, platform, policy) if route_handler is None and clock is None else None
         options, kept, proxy = self.context_for(platform, seed, route_handler, policy, key, doc)
@@ -490,6 +512,7 @@ class _Worker:
         self.owner.pages_rendered += 1
         session = None
         reusable = False
+        rows: list = []
         # one deadline for the page: opening, loading, settling and capture, however its time is
         # spent (a main thread busy in chunks answers each step late, never one step too late)
         deadline = time.monotonic() + timeout_ms / 1000
@@ -506,31 +529,65 @@ class _Worker:
             pump = (lambda: page.wait_for_timeout(PUMP_MS)) if route_handler is not None else None
             self.load_page(page, session, url, doc, deadline, timeout_ms, pump)
             world = self.isolated_world(session)
-            row = self.capture(session, options, max_shot_h, deadline, world)
-            row["url"] = url
-            row.update(doc.pop("counts"))
-            # what the proxy refused up to here is the page's; later, a followed link's (below)
-            captured = [len(log.refusals) for log in doc["logs"]]
-            row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
-                                          policy if route_handler is None else None, resize,
-                                          getattr(route_handler, "holds", None), session, world, pump)
-                              if follow_links else [])
+
+            def one(platform, seed, options, viewport, deadline):
+                row = self.capture(session, options, max_shot_h, deadline, world)
+                row["url"] = url
+                row.update(doc["resources"].counts())
+                # what the proxy refused up to here is the page's; later, a followed link's (below)
+                captured = [len(log.refusals) for log in doc["logs"]]
+                row["actions"] = (self.follow(ctx, row, seed, platform, follow_links, timeout_ms,
+                                              policy if route_handler is None else None, viewport,
+                                              getattr(route_handler, "holds", None), session, world, pump)
+                                  if follow_links else [])
+                return row, captured
+
+            rows.append(one(platform, seed, options, resize, deadline))
+            if later and not (shared_load and (route_handler is not None or not _varies_by_agent(doc))):
+                for p in later:     # each platform loads the page itself
+                    try:
+                        rows += self.render(url, (p,), route_handler, policy, timeout_ms, max_shot_h,
+                                            follow_links, clock, False)
+                    except RenderError as e:
+                        rows.append(e)
+                later = ()
+            for platform, seed in later:
+                deadline = time.monotonic() + timeout_ms / 1000
+                options = self.platform_options(platform, seed)
+                try:
+                    self.emulate(session, options, doc["resources"], deadline, pump)
+                    rows.append(one(platform, seed, options, options["viewport"], deadline))
+                except Exception as e:  # noqa: BLE001 - this platform's failure, unless the browser died
+                    failed = self.failure(e, session, timeout_ms)
+                    if isinstance(failed, BrowserCrashed):
+                        raise failed from None
+                    rows.append(failed)
             reusable = key is not None
+        except BrowserCrashed:
+            raise
         except Exception as e:  # noqa: BLE001 - said as a RenderError, or BrowserCrashed if the browser died
             raise self.failure(e, session, timeout_ms) from None
         finally:
             if session is not None and self.conn is not None:
                 self.conn.listen(session, None)
-            if not (reusable and self.keep_context(kept, key, url, row["final_url"], proxy)):
+            final = next((r[0]["final_url"] for r in rows if isinstance(r, tuple)), url)
+            if not (reusable and self.keep_context(kept, key, url, final, proxy)):
                 _quietly(ctx.close)
             if proxy is not None:
                 proxy.close()
-        # a page cut short at its byte budget is not the page; a followed link's document that ran
-        # past what was left of it is a dead link, after the page was captured whole
+        ms = (time.perf_counter() - t0) * 1000 / len(platforms)
+        return [self.finished(r, doc, ms) if isinstance(r, tuple) else r for r in rows]
+
+    @staticmethod
+    def finished(done: tuple, doc: dict, render_ms: float) -> dict | RenderError:
+        """A captured platform's row, or its RenderError: a page cut short at its byte budget is not
+        the page; a followed link's document that ran past what was left of it is a dead link,
+        after the page was captured whole."""
+        row, captured = done
         over = [r for log, n in zip(doc["logs"], captured) for r in log.refusals[:n] if "budget" in r[1]]
         if over:
-            raise RenderError(f"page too large: {over[0][1]} ({over[0][0][:200]})")
-        row["render_ms"] = (time.perf_counter() - t0) * 1000
+            return RenderError(f"page too large: {over[0][1]} ({over[0][0][:200]})")
+        row["render_ms"] = render_ms
         return {k: row[k] for k in RESULT_KEYS}
 
     def context_for(self, platform, seed, route_handler, policy, key, doc: dict):
@@ -539,10 +596,7 @@ class _Worker:
         proxy = None
         try:
             self.ensure_browser()
-            options = viewport_for(platform, seed, self.devices)
-            if platform == "desktop":
-                options["user_agent"] = (f"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
-                                         f"(KHTML, like Gecko) Chrome/{self.ua_version} Safari/537.36")
+            options = self.platform_options(platform, seed)
             kept = self.kept.take(key)
             if kept is not None and kept.spare.is_closed():
                 _quietly(kept.ctx.close)   # its blank tab is gone (closed under it): not the page's fault
@@ -566,10 +620,38 @@ class _Worker:
                 proxy.close()
             raise BrowserCrashed(f"the browser did not start: {_first_line(e)}") from None
 
+    def platform_options(self, platform: str, seed: int) -> dict:
+        """A platform's context options (viewport_for), with the desktop's user agent."""
+        options = viewport_for(platform, seed, self.devices)
+        if platform == "desktop":
+            options["user_agent"] = (f"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
+                                     f"(KHTML, like Gecko) Chrome/{self.ua_version} Safari/537.36")
+        return options
+
+    def emulate(self, session: str, options: dict, resources: Subresources, deadline: float,
+                pump: Callable[[], None] | None = None) -> None:
+        """Turn the loaded page into another platform's: its user agent (and client hints), touch,
+        viewport, screen and device scale, as a context made with `options` has them from the start;
+        then settle as a load does (two animation frames, then the outcomes of the stylesheets and
+        images the new layout asked for: they join the load's counts)."""
+        send = self.conn.send
+        ua = options.get("user_agent") or ""
+        resources.restart(self.conn, session, _left(deadline))
+        for f in [send("Emulation.setUserAgentOverride", {"userAgent": ua, "userAgentMetadata": _ua_metadata(
+                      ua, bool(options.get("is_mobile")))}, session),
+                  send("Emulation.setTouchEmulationEnabled", {"enabled": bool(options.get("has_touch"))}, session),
+                  send("Emulation.setDeviceMetricsOverride", _metrics(options), session)]:
+            f.result(_left(deadline))
+        resources.mark_settle(self.conn, session, _left(deadline))
+        if not resources.wait(deadline, pump):
+            raise RenderError("timeout: the page did not settle after its switch to another platform "
+                              "(two animation frames); a script that does not stop?")
+        resources.stop(self.conn, session)
+
     def load_page(self, page, session: str, url: str, doc: dict, deadline: float, timeout_ms: int,
                   pump: Callable[[], None] | None = None) -> None:
         """Navigate and wait until the page and its subresources settle, by `deadline` (time.monotonic);
-        their counts go to doc["counts"]. `pump`: called while waiting, for a routed page (render)."""
+        the counter goes to doc["resources"]. `pump`: called while waiting, for a routed page (render)."""
         resources = Subresources()
         resources.start(self.conn, session, _left(deadline))
         conn = self.conn
@@ -586,7 +668,7 @@ class _Worker:
                               "animation frames); a script that does not stop?")
         resources.stop(self.conn, session)
         self.check_document(resources, doc)
-        doc["counts"] = resources.counts()
+        doc["resources"] = resources
 
     def failure(self, e: Exception, session, timeout_ms: int) -> Exception:
         """What a failed page raises, once the browser is recovered: BrowserCrashed where the browser
@@ -641,14 +723,10 @@ class _Worker:
         send = self.conn.send
         dsf = float(options.get("device_scale_factor") or 1)
         vw, vh = options["viewport"]["width"], options["viewport"]["height"]
-        screen = options.get("screen") or options["viewport"]
         # This session's own copy of the context's device metrics: captureBeyondViewport restores
         # the metrics of the session that asked for the screenshot, and without them it would
         # reset Playwright's emulation (device scale 3 -> 1) under the capture.
-        send("Emulation.setDeviceMetricsOverride", {
-            "width": vw, "height": vh, "deviceScaleFactor": dsf, "mobile": bool(options.get("is_mobile")),
-            "screenWidth": screen["width"], "screenHeight": screen["height"],
-            "screenOrientation": {"angle": 0, "type": "portraitPrimary"}}, session)
+        send("Emulation.setDeviceMetricsOverride", _metrics(options), session)
         st = send("Runtime.evaluate", {"expression": _PAGE_STATE_JS, "returnByValue": True,
                                        **({"contextId": world} if world else {})}, session).result(_left(deadline))
         if "exceptionDetails" in st:
@@ -664,7 +742,9 @@ class _Worker:
         if options.get("is_mobile") and layout_w * page_scale > vw + 0.5:
             # content wider than the phone: the phone shows it zoomed out to the screen width, so
             # does the screenshot (a viewport-wide image, whatever the page's layout width)
-            page_scale = vw / layout_w
+            # in single precision, as the browser keeps a scale: the same number whether the phone
+            # zoomed the page out as it loaded or the page was switched to the phone after its load
+            page_scale = struct.unpack("f", struct.pack("f", vw / layout_w))[0]
         scale = page_scale * dsf
         css_h = max(1.0, min(float(st["h"]), max_shot_h / scale))
         shot_f = send("Page.captureScreenshot", {
@@ -820,6 +900,31 @@ class _Worker:
                                    timeout=timeout_ms)
         finally:
             _quietly(ctx.close)
+
+
+def _metrics(options: dict) -> dict:
+    """Emulation.setDeviceMetricsOverride's parameters for context options (viewport_for)."""
+    screen = options.get("screen") or options["viewport"]
+    return {"width": options["viewport"]["width"], "height": options["viewport"]["height"],
+            "deviceScaleFactor": float(options.get("device_scale_factor") or 1), "mobile": bool(options.get("is_mobile")),
+            "screenWidth": screen["width"], "screenHeight": screen["height"],
+            "screenOrientation": {"angle": 0, "type": "portraitPrimary"}}
+
+
+def _ua_metadata(ua: str, mobile: bool) -> dict:
+    """User-agent client hints for `ua`, as Playwright derives them for a context's user agent."""
+    found = re.search(r"iPhone OS (\d+(?:_\d+)?)", ua) or re.search(r"Android (\d+(?:\.\d+)*)", ua)
+    if found:
+        return {"platform": "iOS" if "iPhone" in found.group(0) else "Android", "platformVersion": found.group(1),
+                "architecture": "arm", "model": "", "mobile": mobile}
+    return {"platform": "Windows", "platformVersion": "", "architecture": "x86", "model": "", "mobile": mobile}
+
+
+def _varies_by_agent(doc: dict) -> bool:
+    """Whether the page's document said it differs by user agent (its server may send another
+    document to a phone), so that each platform loads it."""
+    vary = {v.strip().lower() for v in doc.get("vary", "").split(",")}
+    return bool(vary & {"user-agent", "*"})
 
 
 def _link_candidates(row: dict, policy) -> list[tuple[int, str]]:

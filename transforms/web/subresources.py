@@ -30,8 +30,8 @@ COUNTED_TYPES = {"Stylesheet": "stylesheets", "Image": "images"}   # CDP Network
 COUNT_KEYS = tuple(f"{kind}_{state}" for kind in COUNTED_TYPES.values() for state in ("loaded", "missing"))
 _WORLD = "shardsmith-settle"
 _BINDING = "__shardsmithSettled"
-_SETTLE_JS = (f"if (window === window.top) addEventListener('load', () => requestAnimationFrame(() => "
-              f"requestAnimationFrame(() => {_BINDING}(''))), {{once: true}});")
+_MARK_JS = f"requestAnimationFrame(() => requestAnimationFrame(() => {_BINDING}('')))"
+_SETTLE_JS = f"if (window === window.top) addEventListener('load', () => {_MARK_JS}, {{once: true}});"
 
 
 class Subresources:
@@ -62,6 +62,25 @@ class Subresources:
                   conn.send("Page.addScriptToEvaluateOnNewDocument", {"source": _SETTLE_JS, "worldName": _WORLD},
                             session)]:
             f.result(timeout_s)
+
+    def restart(self, conn, session: str, timeout_s: float) -> None:
+        """Listen again after `stop`, for what a change of the loaded page (another platform's
+        viewport: render.py's `emulate`) asks for; its requests join the counts, up to the settle
+        point `mark_settle` plants."""
+        self.settled = False
+        conn.listen(session, self.on_event)
+        for f in [conn.send("Network.enable", {}, session), conn.send("Page.enable", {}, session),
+                  conn.send("Runtime.enable", {}, session),
+                  conn.send("Runtime.addBinding", {"name": _BINDING, "executionContextName": _WORLD}, session)]:
+            f.result(timeout_s)
+
+    def mark_settle(self, conn, session: str, timeout_s: float) -> None:
+        """The settle point of a change: two animation frames from now, marked from the page's main
+        frame as the load's is (the change's layout asks for its images before then)."""
+        frame = conn.call("Page.getFrameTree", {}, session, timeout=timeout_s)["frameTree"]["frame"]["id"]
+        world = conn.call("Page.createIsolatedWorld", {"frameId": frame, "worldName": _WORLD},
+                          session, timeout=timeout_s)["executionContextId"]
+        conn.call("Runtime.evaluate", {"expression": _MARK_JS, "contextId": world}, session, timeout=timeout_s)
 
     def on_event(self, msg: dict) -> None:
         method, params = msg.get("method"), msg.get("params") or {}
