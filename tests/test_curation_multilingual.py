@@ -90,11 +90,13 @@ FLOORS = {"curation_multilingual": (64 / 64, 64 / 64), "curation_multilingual2":
           "curation_multilingual9": (63 / 66, 63 / 64), "curation_multilingual10": (64 / 64, 64 / 64),
           "curation_multilingual11": (62 / 64, 62 / 64), "curation_multilingual12": (62 / 63, 62 / 64),
           "curation_multilingual13": (61 / 64, 61 / 64), "curation_multilingual14": (63 / 66, 63 / 64),
-          "curation_multilingual15": (62 / 68, 62 / 64)}
-HELD_OUT = "curation_multilingual15"
+          "curation_multilingual15": (62 / 68, 62 / 64), "curation_multilingual16": (63 / 65, 63 / 64)}
+HELD_OUT = "curation_multilingual16"
+# not in the fit; the fifteenth's figures were read, not its pages
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
             "curation_multilingual9", "curation_multilingual10", "curation_multilingual11",
-            "curation_multilingual12", "curation_multilingual13", "curation_multilingual14")   # not in the fit
+            "curation_multilingual12", "curation_multilingual13", "curation_multilingual14",
+            "curation_multilingual15")
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -152,9 +154,9 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the fifteenth), CJK 0.92 / 1.00, Cyrillic "
-                                       "0.80 / 1.00, English 0.67 / 1.00, Latin European 0.94 / 0.97, Southeast Asian "
-                                       "1.00 / 0.88 (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the sixteenth), Southeast Asian 0.89 / 1.00 "
+                                       "(one false drop of nine); every other group at least 0.97 / 0.97 "
+                                       "(docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured
