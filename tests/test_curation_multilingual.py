@@ -1,10 +1,10 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Fifteen sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Seventeen sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 15/ (128 each, with two hard negatives and two gambling pages a
+curation_multilingual3/ to 17/ (128 each, with two hard negatives and two gambling pages a
 language; the seventh's to fifteenth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
@@ -13,8 +13,8 @@ row (curation's fallback), a page served with status >= 400 a drop (as the rende
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
 is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
 longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
-content that is gone; the twelfth to fourteenth were tuned on (their misses named), the fifteenth is
-held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
+content that is gone; the twelfth to fifteenth were tuned on (their misses named), the sixteenth's
+figures were read (not its pages), the seventeenth is held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
 (error and parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
@@ -32,7 +32,9 @@ held out from everything. Precision / recall of "drop", 2026-12-06, with the hea
     curation_multilingual12                                                      0.98 / 0.97  (tuned on)
     curation_multilingual13                                                      0.95 / 0.95  (tuned on)
     curation_multilingual14                                                      0.95 / 0.98  (tuned on)
-    curation_multilingual15                                                      0.91 / 0.97  (held out)
+    curation_multilingual15                                                      0.96 / 1.00  (tuned on, 2026-12-07)
+    curation_multilingual16                                                      0.97 / 0.98  (figures read)
+    curation_multilingual17                                                      0.94 / 0.95  (held out)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
@@ -90,13 +92,14 @@ FLOORS = {"curation_multilingual": (64 / 64, 64 / 64), "curation_multilingual2":
           "curation_multilingual9": (63 / 66, 63 / 64), "curation_multilingual10": (64 / 64, 64 / 64),
           "curation_multilingual11": (62 / 64, 62 / 64), "curation_multilingual12": (62 / 63, 62 / 64),
           "curation_multilingual13": (61 / 64, 61 / 64), "curation_multilingual14": (63 / 66, 63 / 64),
-          "curation_multilingual15": (62 / 68, 62 / 64), "curation_multilingual16": (63 / 65, 63 / 64)}
-HELD_OUT = "curation_multilingual16"
-# not in the fit; the fifteenth's figures were read, not its pages
+          "curation_multilingual15": (64 / 67, 64 / 64), "curation_multilingual16": (63 / 65, 63 / 64),
+          "curation_multilingual17": (61 / 65, 61 / 64)}
+HELD_OUT = "curation_multilingual17"
+# not in the fit; the sixteenth's figures were read, not its pages
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
             "curation_multilingual9", "curation_multilingual10", "curation_multilingual11",
             "curation_multilingual12", "curation_multilingual13", "curation_multilingual14",
-            "curation_multilingual15")
+            "curation_multilingual15", "curation_multilingual16")
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -137,7 +140,8 @@ def measured(request):
                                                 ("curation_multilingual9", 8), ("curation_multilingual10", 8),
                                                 ("curation_multilingual11", 8), ("curation_multilingual12", 8),
                                                 ("curation_multilingual13", 8), ("curation_multilingual14", 8),
-                                                ("curation_multilingual15", 8)])
+                                                ("curation_multilingual15", 8), ("curation_multilingual16", 8),
+                                                ("curation_multilingual17", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -154,8 +158,8 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the sixteenth), Southeast Asian 0.89 / 1.00 "
-                                       "(one false drop of nine); every other group at least 0.97 / 0.97 "
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the seventeenth), Southeast Asian 0.75 / 0.75, "
+                                       "CJK 0.92 / 0.92; Arabic, Cyrillic, English 1.00 / 1.00, Latin European 0.97 / 1.00 "
                                        "(docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):

@@ -555,3 +555,34 @@ def test_html_rows_count_the_title_once_and_read_headings():
     assert curation.headings(row) == ["The Nude in Drawing"]
     soft = dict(row, html=html.replace("<h1>The Nude in Drawing</h1>", "<h1>Oops, we can't find that.</h1>"))
     assert curation.rule_reason(soft) == "error_page"
+
+
+def test_a_quotation_reaches_back_to_its_opening_quote():
+    """A help thread that quotes the parking page it sees reports it; the page that says it is one."""
+    thread = 'Site shows "This domain is parked" after I moved hosting - Help!'
+    assert not curation.says(curation.PARKED, thread)
+    assert curation.says(curation.PARKED, 'This domain is parked. "Contact" the owner.')
+    assert not curation.says(curation.PARKED, "La page indique « Ce domaine a expiré » après le transfert")
+    assert curation.says(curation.PARKED, "„Kontakt“ · Diese Domain steht zum Verkauf")   # a closed German quote
+    assert curation.unquoted(thread) == "Site shows … after I moved hosting - Help!"
+    assert curation.unquoted('The "x" and «y» stay out') == "The … and … stay out"
+    page = _page(title='Soft 404s explained: why "Page Not Found" with a 200 status hurts', text=ARTICLE)
+    assert curation.rule_reason(page) is None
+    assert curation.rule_reason(_page(title="Page Not Found", text=ARTICLE)) == "error_page"
+
+
+def test_an_error_code_list_anywhere_in_the_title_is_a_manual():
+    for title in ("ルームエアコン｜ランプ点滅・エラーコード（お知らせコード）一覧｜サポート", "Kody błędów pralki Amica",
+                  "燃气热水器故障代码大全"):
+        assert curation.discusses_errors(title, []), title
+    for title in ("エラーコード：500", "Error 404 - Acme"):
+        assert not curation.discusses_errors(title, []), title
+
+
+@pytest.mark.parametrize("title,heading", [("Thread Tidak Ditemukan | Forum Otomotif",
+                                            "Maaf, thread yang Anda cari tidak ditemukan"),
+                                           ("Ogłoszenie nieaktualne – DomGratka", "To ogłoszenie jest już nieaktualne")])
+def test_gone_content_in_indonesian_and_polish(title, heading):
+    page = _page(title=title, text=ARTICLE)
+    page["nodes"].insert(0, {"name": heading, "role": "heading"})
+    assert curation.rule_reason(page) == "error_page"

@@ -139,7 +139,8 @@ GONE_PHRASES = terms([
     r"(ilan|içerik) (kaldırıldı|silindi|sona erdi)", r"больше не (доступ\w*|существует)", r"снят\w* с публикации",
     r"(объявление|вакансия|тема|статья|товар) (был[аои]? )?(удален\w*|удалён\w*|снят\w*|не найден\w*)",
     r"не существует", r"không (còn )?tồn tại", r"đã bị (xóa|xoá|gỡ)", r"không còn khả dụng",
-    r"tidak (lagi )?tersedia", r"(telah|sudah) dihapus",
+    r"tidak (lagi )?tersedia", r"(telah|sudah) dihapus", r"tidak ditemukan",
+    r"(ogłoszenie|oferta|strona) (jest )?(już )?nieaktualn\w*",
     # zh, ja, ko, ar
     "不存在或已被删除", "已被删除", "已被刪除", "已下架", "帖子不存在", "主题不存在", "主題不存在", "文章不存在",
     "削除されました", "掲載終了", "公開終了", "販売終了", "삭제되었습니다", "삭제된 게시물", "판매가 종료", "존재하지 않는",
@@ -207,13 +208,44 @@ DOMAIN_WORDS = terms([
 ])
 
 
-_OPENING_QUOTES = "\"'“„«‘‚「『‹"
+_SAME_QUOTES = "\""                    # opens and closes alike
+_OPENING_QUOTES = "“„«‘‚「『‹"
+_CLOSING_QUOTES = "”»’」』›"
+_SENTENCE_STOP = re.compile(r"[.!?。！？\n]\s")
+QUOTE_REACH = 80
 
 
 def quoted(text: str, start: int) -> bool:
-    """Whether the words at `start` open a quotation (an opening quote just before them)."""
-    before = text[max(0, start - 3):start].rstrip()
-    return bool(before) and before[-1] in _OPENING_QUOTES
+    """Whether the words at `start` stand inside a quotation: a quote opened before them in the same
+    sentence (QUOTE_REACH characters back at most) and not closed again ('Site shows "This domain is
+    parked" after I moved', « Ce domaine a expiré »)."""
+    before = _SENTENCE_STOP.split(text[max(0, start - QUOTE_REACH):start])[-1]
+    opener = None
+    for ch in before:
+        if opener is None and (ch in _OPENING_QUOTES or ch in _SAME_QUOTES):
+            opener = ch
+        elif opener is not None and (ch in _CLOSING_QUOTES or ch in _SAME_QUOTES or (opener == "„" and ch == "“")):
+            opener = None
+    return opener is not None
+
+
+def unquoted(text: str) -> str:
+    """`text` with what it quotes cut out (quoted's quotations, up to QUOTE_REACH characters each):
+    the page's own words, which the model judges. A help thread titled 'Site shows "This domain is
+    parked" after I moved' reports a parking page; it is not one."""
+    out, opener, start = [], None, 0
+    for i, ch in enumerate(text):
+        if opener is None and (ch in _OPENING_QUOTES or ch in _SAME_QUOTES):
+            opener, start = ch, i
+        elif opener is not None and (ch in _CLOSING_QUOTES or ch in _SAME_QUOTES or (opener == "„" and ch == "“")):
+            if i - start <= QUOTE_REACH:
+                out.append((start, i + 1))
+            opener = None
+        elif opener is not None and i - start > QUOTE_REACH:
+            opener = None
+    for a, b in reversed(out):
+        text = text[:a] + "…" + text[b:]
+    return text
 
 
 def says(pattern: re.Pattern, text: str) -> bool:
@@ -566,9 +598,22 @@ def is_article(page: dict) -> bool:
 HTTP_ERRORS = re.compile(r"(?<!\d)(400|401|403|404|405|408|410|429|500|502|503|504)(?!\d)")
 
 
+# a list of a device's or a program's error codes names them in its title or a heading: it is their
+# manual, not an error
+ERROR_CODE_LISTS = terms([
+    r"error codes", r"(list|table) of error codes", r"c[óo]digos de erro(r)?", r"codes d.erreur", r"fehlercodes",
+    r"codici (di )?errore", r"foutcodes", r"kody błędów", r"hata kodlar\w*", r"коды ошиб\w*", r"таблица ошибок",
+    r"(bảng|danh sách) mã lỗi", r"(daftar|tabel) kode (error|kesalahan)", "エラーコード.{0,12}(一覧|表)",
+    "(错误|故障)代码.{0,8}(大全|表|一览|列表)", "(錯誤|故障)代碼.{0,8}(大全|表|一覽|列表)", "(오류|에러) ?코드.{0,8}(목록|표|모음)",
+    "رموز الأخطاء", "أكواد الأخطاء",
+])
+
+
 def discusses_errors(title: str, heads: list[str]) -> bool:
-    """Whether the title and headings together name two or more HTTP errors (HTTP_ERRORS)."""
-    return len({m for field in (title, *heads) for m in HTTP_ERRORS.findall(field)}) >= 2
+    """Whether the title and headings are about errors, not one: they name two or more HTTP errors
+    (HTTP_ERRORS), or a list of error codes (ERROR_CODE_LISTS)."""
+    return (len({m for field in (title, *heads) for m in HTTP_ERRORS.findall(field)}) >= 2
+            or any(ERROR_CODE_LISTS.search(field) for field in (title, *heads)))
 
 
 def effective_chars(page: dict, text: str) -> int:
@@ -675,7 +720,7 @@ CONTENT_ONLY = Rules(languages=None, blocklists=())
 def _short_page_reason(url: str, title: str, heads: list[str], flat: str) -> Optional[str]:
     """What a short page (under SOFT_404_CHARS) may be besides content, by its words: an error page,
     a parked domain, a placeholder or a sign-in wall."""
-    if ERROR_PHRASES.search(flat):
+    if says(ERROR_PHRASES, flat):
         return "error_page"
     if PARKED_SHORT.search(flat) or names_its_own_domain(url, flat, title, heads):
         return "parked"
@@ -695,6 +740,7 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
     broker's or host's page for that domain wrapped in their offers (a shop's or a registrar's own
     pages rarely name themselves so and are judged as any page). A page whose title and headings
     name two HTTP errors or more is about them, not one (discusses_errors)."""
+    title, heads = unquoted(title), [unquoted(h) for h in heads]
     outline = " . ".join([title, *heads]).strip(" .")
     if chars < SOFT_404_CHARS:
         kind = topic_model.judged(flat, topic_model.KINDS)
@@ -732,7 +778,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if listed:
         return listed
     title, heads = page.get("title") or "", headings(page)     # headings read once: from HTML, a scan of it
-    if ((ERROR_TITLES.search(title) or any(p.search(t) for p in (ERROR_PHRASES, GONE_PHRASES) for t in (title, *heads)))
+    if ((ERROR_TITLES.search(title) or any(says(p, t) for p in (ERROR_PHRASES, GONE_PHRASES) for t in (title, *heads)))
             and not is_article(page) and not discusses_errors(title, heads)):
         return "error_page"
     body = body_text(page)
