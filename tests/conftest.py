@@ -102,6 +102,25 @@ def websocket_accept(key: str) -> str:
     return base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
 
 
+def websocket_payloads(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(mask key, unmasked payload) of each whole client frame in `data` (RFC 6455): what a server
+    reads from a browser's side of a WebSocket."""
+    out, i = [], 0
+    while i + 2 <= len(data):
+        n, at = data[i + 1] & 0x7F, i + 2
+        if n == 126:
+            n, at = int.from_bytes(data[at:at + 2], "big"), at + 2
+        elif n == 127:
+            n, at = int.from_bytes(data[at:at + 8], "big"), at + 8
+        key = data[at:at + 4] if data[i + 1] & 0x80 else b"\0\0\0\0"
+        at += 4 if data[i + 1] & 0x80 else 0
+        if at + n > len(data):
+            break
+        out.append((key, bytes(b ^ key[j % 4] for j, b in enumerate(data[at:at + n]))))
+        i = at + n
+    return out
+
+
 def websocket_frame(message: bytes, deflate: bool = False) -> bytes:
     """One unmasked text frame from a server; with `deflate`, the payload compressed as
     permessage-deflate sends it and RSV1 set."""

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.conftest import needs_chromium, send_body, websocket_accept, websocket_frame
+from tests.conftest import needs_chromium, send_body, websocket_accept, websocket_frame, websocket_payloads
 from transforms.web.fetch_policy import Admission, FetchPolicy
 from transforms.web.policy_proxy import PolicyProxy
 from transforms.web.tls_authority import TlsAuthority
@@ -341,8 +341,8 @@ def test_every_request_in_a_tunnel_is_judged_by_its_own_url(pki, servers, site_r
 
 def test_bytes_written_behind_a_handshake_go_on_only_as_frames():
     """What a client writes right behind its WebSocket handshake is held until the server switches,
-    then checked as frames like everything after: a masked frame goes on, an HTTP request written
-    there never reaches the server (a server that reads HTTP after its own 101 would serve it)."""
+    then checked as frames like everything after: a masked frame goes on (masked again, with the
+    proxy's own key), an HTTP request written there never reaches the server (a server that reads HTTP after its own 101 would serve it)."""
     server = socket.create_server((HOST, 0))
     port, received = server.getsockname()[1], []
 
@@ -389,7 +389,10 @@ def test_bytes_written_behind_a_handshake_go_on_only_as_frames():
         thread.join(10)
     finally:
         server.close()
-    assert received == [frame, b""], received
+    (got, nothing) = received
+    assert nothing == b"" and len(got) == len(frame), received
+    ((key, payload),) = websocket_payloads(got)
+    assert payload == b"hello" and key != mask        # the proxy's own mask, not the client's
 
 
 def test_the_authority_is_private_to_its_crawl():

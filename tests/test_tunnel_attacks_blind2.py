@@ -5,13 +5,14 @@ and tests/conftest.py were read, for the API.
 406 tests: 1 self-check of the lenient reader and 405 vectors (most run over three transports:
 absolute-form to the proxy, a plain CONNECT tunnel, CONNECT + the proxy's TLS). Measured blind,
 before any fix: 90 vectors got through (FOUND_BLIND says how), in 13 kinds. Fixed since, the same
-day, all but the last kind (2 vectors, strict xfails, OPEN): the proxy judges every reading of a
+day, all but the last kind, and that one the next day: the proxy judges every reading of a
 path a lenient server may make (escapes decoded again until stable, %uXXXX, overlong UTF-8, NFKC and
 slash look-alikes, control characters dropped, lower case), reads absolute-form through the URL
 parser first, switches only on a 101 with a single Upgrade: websocket, checks that the browser's
 side of a WebSocket sends masked frames, refuses a GET or HEAD with a body, and passes on no
-Expect or path-override header. The last kind is left: only a raw client picks its own mask (a
-browser's page cannot), and a server that reads HTTP after its own 101 is broken. The 13 kinds:
+Expect or path-override header. The last kind (a zero mask: only a raw client picks its own mask, a
+browser's page cannot) was left open at first: the proxy now masks every frame of the browser's side
+again with a key of its own, so no client chooses the bytes on the server's wire. The 13 kinds:
   within the claim's own words:
   - absolute-form with one slash or none, "GET http:/127.0.0.2:P/%73ecret": the server gets /%73ecret
     (and /x/..%5csecret) unrefused: that form is not read as the lenient server reads it (3 vectors);
@@ -67,7 +68,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.conftest import websocket_accept
+from tests.conftest import websocket_accept, websocket_payloads
 from tests.test_tls_proxy import _cert
 from transforms.web.fetch_policy import Admission, FetchPolicy
 from transforms.web.policy_proxy import PolicyProxy
@@ -537,7 +538,7 @@ FOUND_BLIND = {   # how each got through before the fix
     ("raw101", "101-ws", "connect"): _RAW101, ("raw101", "101-ws", "tls"): _RAW101,
     ("zero", "-", "connect"): _ZERO, ("zero", "-", "tls"): _ZERO,
 }
-OPEN = {("zero", "-", "connect"), ("zero", "-", "tls")}   # not fixed: see the module docstring
+OPEN: set = set()   # every kind fixed: see the module docstring
 
 
 def _cases(key, values, transports=TRANSPORTS):
@@ -1035,7 +1036,8 @@ def test_control_a_real_switch_relays_frames(env, make, transport):
     got = _send(env, server, transport, _handshake(server, transport), _masked(b"hello", b"\x01\x02\x03\x04"),
                 wait_first=True)
     assert b" 101 " in got.split(b"\r\n", 1)[0], got[:200]
-    assert _masked(b"hello", b"\x01\x02\x03\x04")[6:] in bytes(server.raw)   # the frame went through
+    frames = websocket_payloads(bytes(server.raw).partition(b"\r\n\r\n")[2])
+    assert [payload for _, payload in frames] == [b"hello"], frames     # the frame went through, masked anew
     _clean(server)
 
 

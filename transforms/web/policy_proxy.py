@@ -52,6 +52,7 @@ simple; on loopback the extra connections cost little.
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import select
 import socket
@@ -399,8 +400,7 @@ class PolicyProxy:
         checks[upstream].feed(rest)
         client.sendall(data)
         if early:
-            checks[client].feed(early)
-            upstream.sendall(early)
+            upstream.sendall(checks[client].feed(early))
         self._relay(client, upstream, url, checks)
 
     def _relay(self, client, upstream, url: str, checks: dict | None = None, one_way: bool = False) -> None:
@@ -429,7 +429,7 @@ class PolicyProxy:
                 if s is upstream:
                     self._charge(len(data), url)
                 if s in checks:
-                    checks[s].feed(data)
+                    data = checks[s].feed(data)
                 pair[s].sendall(data)
 
 
@@ -560,11 +560,14 @@ class _Frames:
         self.frame = b""          # the frame header read so far
         self.skip = 0             # payload bytes left of the current frame
 
-    def feed(self, data: bytes) -> None:
-        i = 0
+    def feed(self, data: bytes) -> bytes:
+        """What goes on of `data`: a frame's header once it is whole (`_header` may rewrite it), its
+        payload as it comes (through `_payload`)."""
+        out, i = bytearray(), 0
         while i < len(data):
             if self.skip:
                 n = min(self.skip, len(data) - i)
+                out += self._payload(data[i:i + n])
                 self.skip -= n
                 i += n
                 continue
@@ -574,11 +577,19 @@ class _Frames:
                 self._check(self.frame)
             need = _frame_header_size(self.frame)
             if need is not None and len(self.frame) == need:
+                out += self._header(self.frame)
                 self.skip = _frame_payload_size(self.frame)
                 self.frame = b""
+        return bytes(out)
 
     def _check(self, header: bytes) -> None:
         raise NotImplementedError
+
+    def _header(self, header: bytes) -> bytes:
+        return header
+
+    def _payload(self, piece: bytes) -> bytes:
+        return piece
 
 
 class _ServerFrames(_Frames):
@@ -594,13 +605,30 @@ class _ServerFrames(_Frames):
 class _ClientFrames(_Frames):
     """What the browser sends once the server switched: frames, each masked (a client must mask), no
     RSV bit (no extension was negotiated), a known opcode. Anything else (an HTTP request written
-    into the tunnel after the 101) cuts it before a byte of it goes on."""
+    into the tunnel after the 101) cuts it before a byte of it goes on. Each frame goes on masked
+    again with a key of the proxy's own (RFC 6455 masks so that a client cannot choose the bytes a
+    server's wire carries: a client that picked the key 0 would)."""
 
     OPCODES = {0, 1, 2, 8, 9, 10}
+
+    def __init__(self):
+        super().__init__()
+        self.change, self.at = b"\0\0\0\0", 0      # the client's key XOR ours; the payload's offset
 
     def _check(self, header: bytes) -> None:
         if len(header) == 2 and (header[0] & 0x70 or header[0] & 0x0F not in self.OPCODES or not header[1] & 0x80):
             raise Cut("the browser's side of a WebSocket sent bytes that are no masked frame")
+
+    def _header(self, header: bytes) -> bytes:
+        ours = os.urandom(4)
+        self.change, self.at = bytes(a ^ b for a, b in zip(header[-4:], ours)), 0
+        return header[:-4] + ours
+
+    def _payload(self, piece: bytes) -> bytes:
+        start = self.at % 4
+        key = (self.change[start:] + self.change[:start]) * (len(piece) // 4 + 1)
+        self.at += len(piece)
+        return (int.from_bytes(piece, "big") ^ int.from_bytes(key[:len(piece)], "big")).to_bytes(len(piece), "big")
 
 
 class _ImageProbe:
