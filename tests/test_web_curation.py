@@ -586,3 +586,17 @@ def test_gone_content_in_indonesian_and_polish(title, heading):
     page = _page(title=title, text=ARTICLE)
     page["nodes"].insert(0, {"name": heading, "role": "heading"})
     assert curation.rule_reason(page) == "error_page"
+
+
+def test_a_registrar_article_that_asks_about_its_domains_is_not_parked():
+    """A long page that names its own host and speaks of domains is judged parked as a short one is,
+    unless its title asks a question: a registrar's help article, not a placeholder."""
+    assert curation.asks("Apa yang Terjadi Jika Domain Kedaluwarsa? – Pusat Bantuan NamaWeb.id")
+    assert curation.asks("ドメインの有効期限が切れるとどうなりますか？｜ヘルプ")
+    assert not curation.asks("namaweb.id – Domain ini telah terdaftar")
+    assert not curation.asks("Help centre | Why is my domain parked?")        # the question is not the title's own
+
+
+def test_a_turkish_topic_not_found_is_gone_content():
+    page = _page(title="Konu bulunamadı – OtoMekanik Forum", text=ARTICLE * 3)
+    assert curation.rule_reason(page) == "error_page"

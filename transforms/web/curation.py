@@ -136,7 +136,7 @@ GONE_PHRASES = terms([
     # pl, tr, ru, vi, id
     r"już niedostępn[aey]", r"nie jest już dostępn[aey]", r"(zostało|została|został) usunięt[aey]",
     r"(ogłoszenie|oferta) (wygasł[oa]|zakończon[aey])", r"artık (mevcut|yayında) değil", r"yayından kaldırıl\w*",
-    r"(ilan|içerik) (kaldırıldı|silindi|sona erdi)", r"больше не (доступ\w*|существует)", r"снят\w* с публикации",
+    r"(ilan|içerik) (kaldırıldı|silindi|sona erdi)", r"(konu|başlık|ilan|ürün|içerik|mesaj) bulunamadı", r"больше не (доступ\w*|существует)", r"снят\w* с публикации",
     r"(объявление|вакансия|тема|статья|товар) (был[аои]? )?(удален\w*|удалён\w*|снят\w*|не найден\w*)",
     r"не существует", r"không (còn )?tồn tại", r"đã bị (xóa|xoá|gỡ)", r"không còn khả dụng",
     r"tidak (lagi )?tersedia", r"(telah|sudah) dihapus", r"tidak ditemukan",
@@ -258,6 +258,12 @@ def _own_host(url: str) -> str | None:
     """The page's host name without www., or None where it is no domain name (a bare word)."""
     host = blocklist.host_of(url).removeprefix("www.")
     return host if "." in host else None
+
+
+def asks(title: str) -> bool:
+    """Whether the title's first part (before its site's name) is a question: a help article or a
+    forum thread about a thing ("What happens when a domain expires?"), not the thing."""
+    return bool(re.match(r"[^|–—·]*[?？]", title or ""))
 
 
 def names_its_own_domain(url: str, flat: str, title: str, heads: list[str]) -> bool:
@@ -747,7 +753,7 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
     else:
         opening = flat if chars < KIND_PAGE_CHARS else ""
         kind = topic_model.sure_kind(opening, outline, title, heads[0] if heads else "")
-        if kind is None and names_its_own_domain(url, flat, title, heads) and any(
+        if kind is None and not asks(title) and names_its_own_domain(url, flat, title, heads) and any(
                 topic_model.judged(t, ("parked",)) for t in (flat[:KIND_PAGE_CHARS], outline, title) if t):
             kind = "parked"
     if kind == "error" and discusses_errors(title, heads):
