@@ -20,6 +20,9 @@ from pipelines.run import DEFAULT_MAX_ERROR_RATE
 from pipelines.runners import RUNNERS
 from pipelines.train import train
 from pipelines.validate import inspect, validate
+from pipelines.viewer import gallery, pictures
+from pipelines.viewer.app import listen
+from pipelines.viewer.hosts import is_loopback
 from schemas.manifest import ManifestError
 from transforms.io import result_store
 from transforms.io.shards import PART_BYTES
@@ -257,7 +260,6 @@ def _inspect(args, beam_args) -> int:
     if picture:
         print("\npicture: " + picture)
     if args.pictures is not None:
-        from pipelines.viewer import gallery, pictures   # Flask and the viewer: only for the commands that show
         if pictures.missing():
             raise ConfigError(f"--pictures needs {', '.join(pictures.missing())}: pip install 'shardsmith[train]'")
         try:
@@ -269,8 +271,6 @@ def _inspect(args, beam_args) -> int:
 
 
 def _view(args, beam_args) -> int:
-    from pipelines.viewer.app import listen
-    from pipelines.viewer.hosts import is_loopback
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port}: a port is 0 to 65535 (0 takes any free one)")
     try:
