@@ -566,6 +566,10 @@ def test_a_quotation_reaches_back_to_its_opening_quote():
     assert curation.says(curation.PARKED, "„Kontakt“ · Diese Domain steht zum Verkauf")   # a closed German quote
     assert curation.unquoted(thread) == "Site shows … after I moved hosting - Help!"
     assert curation.unquoted('The "x" and «y» stay out') == "The … and … stay out"
+    ad, brand = 'Jangan tergiur iklan "slot gacor" di media sosial', 'Daftar di "Bandar Slot Gacor 88" sekarang'
+    assert curation.names_a_quoted_term(ad, ad.index("slot gacor"))          # a term quoted as a term
+    assert not curation.names_a_quoted_term(brand, brand.index("Slot Gacor"))  # a brand that offers it
+    assert curation.quoted(brand, brand.index("Slot Gacor"))
     page = _page(title='Soft 404s explained: why "Page Not Found" with a 200 status hurts', text=ARTICLE)
     assert curation.rule_reason(page) is None
     assert curation.rule_reason(_page(title="Page Not Found", text=ARTICLE)) == "error_page"

@@ -215,6 +215,14 @@ _SENTENCE_STOP = re.compile(r"[.!?。！？\n]\s")
 QUOTE_REACH = 80
 
 
+def names_a_quoted_term(text: str, start: int) -> bool:
+    """Whether the word at `start` opens a quotation (a quote mark right before it): a term quoted as
+    a term ("slot gacor" ads), which a page that offers it does not do. Not `quoted`: a brand
+    quoted whole ("Royal Vegas Casino") still offers what it names."""
+    before = text[max(0, start - 3):start].rstrip()
+    return bool(before) and before[-1] in _SAME_QUOTES + "'" + _OPENING_QUOTES
+
+
 def quoted(text: str, start: int) -> bool:
     """Whether the words at `start` stand inside a quotation: a quote opened before them in the same
     sentence (QUOTE_REACH characters back at most) and not closed again ('Site shows "This domain is
@@ -519,7 +527,7 @@ def topic_hits(*texts: str) -> dict[str, tuple[int, int]]:
     change the dict: it is cached, for a page's second platform, whose text is usually the first's."""
     out = {}
     for topic, pattern in PATTERNS.items():
-        found = [(m.group(0), quoted(text, m.start())) for text in texts for m in pattern.finditer(text)]
+        found = [(m.group(0), names_a_quoted_term(text, m.start())) for text in texts for m in pattern.finditer(text)]
         if found:
             out[topic] = (sum(1 for f, q in found if not q and INTENT[topic].fullmatch(f)), len(found))
     return out
