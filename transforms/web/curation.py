@@ -223,36 +223,38 @@ def names_a_quoted_term(text: str, start: int) -> bool:
     return bool(before) and before[-1] in _SAME_QUOTES + "'" + _OPENING_QUOTES
 
 
+def _quotations(text: str):
+    """(start, end, closed) of each quotation in `text`: from its opening mark to past its closing one,
+    or to the end of `text` where none closes it; one left open for QUOTE_REACH characters is none."""
+    opener = None
+    for i, ch in enumerate(text):
+        if opener is None:
+            if ch in _OPENING_QUOTES or ch in _SAME_QUOTES:
+                opener, start = ch, i
+        elif ch in _CLOSING_QUOTES or ch in _SAME_QUOTES or (opener == "„" and ch == "“"):
+            yield start, i + 1, True
+            opener = None
+        elif i - start > QUOTE_REACH:
+            opener = None
+    if opener is not None:
+        yield start, len(text), False
+
+
 def quoted(text: str, start: int) -> bool:
     """Whether the words at `start` stand inside a quotation: a quote opened before them in the same
     sentence (QUOTE_REACH characters back at most) and not closed again ('Site shows "This domain is
     parked" after I moved', « Ce domaine a expiré »)."""
     before = _SENTENCE_STOP.split(text[max(0, start - QUOTE_REACH):start])[-1]
-    opener = None
-    for ch in before:
-        if opener is None and (ch in _OPENING_QUOTES or ch in _SAME_QUOTES):
-            opener = ch
-        elif opener is not None and (ch in _CLOSING_QUOTES or ch in _SAME_QUOTES or (opener == "„" and ch == "“")):
-            opener = None
-    return opener is not None
+    return any(not closed for _, _, closed in _quotations(before))
 
 
 def unquoted(text: str) -> str:
-    """`text` with what it quotes cut out (quoted's quotations, up to QUOTE_REACH characters each):
-    the page's own words, which the model judges. A help thread titled 'Site shows "This domain is
-    parked" after I moved' reports a parking page; it is not one."""
-    out, opener, start = [], None, 0
-    for i, ch in enumerate(text):
-        if opener is None and (ch in _OPENING_QUOTES or ch in _SAME_QUOTES):
-            opener, start = ch, i
-        elif opener is not None and (ch in _CLOSING_QUOTES or ch in _SAME_QUOTES or (opener == "„" and ch == "“")):
-            if i - start <= QUOTE_REACH:
-                out.append((start, i + 1))
-            opener = None
-        elif opener is not None and i - start > QUOTE_REACH:
-            opener = None
-    for a, b in reversed(out):
-        text = text[:a] + "…" + text[b:]
+    """`text` with what it quotes cut out (its closed quotations): the page's own words, which the
+    model judges. A help thread titled 'Site shows "This domain is parked" after I moved' reports a
+    parking page; it is not one."""
+    for a, b, closed in reversed(list(_quotations(text))):
+        if closed:
+            text = text[:a] + "…" + text[b:]
     return text
 
 
