@@ -604,3 +604,9 @@ def test_a_registrar_article_that_asks_about_its_domains_is_not_parked():
 def test_a_turkish_topic_not_found_is_gone_content():
     page = _page(title="Konu bulunamadı – OtoMekanik Forum", text=ARTICLE * 3)
     assert curation.rule_reason(page) == "error_page"
+
+
+@pytest.mark.parametrize("title", ["Akun Ditangguhkan", "Tài khoản đã bị tạm khóa"])
+def test_a_suspended_hosting_account_in_indonesian_and_vietnamese(title):
+    assert curation.rule_reason(_page(title=title, text=ARTICLE * 3)) == "error_page"
+    assert curation.rule_reason(_page(title=f'Apa arti "{title}"? Panduan hosting', text=ARTICLE * 3)) != "error_page"

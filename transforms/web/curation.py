@@ -96,6 +96,8 @@ ERROR_PHRASES = terms([
     # nl, pl, tr, id, vi, sv
     r"pagina niet gevonden", r"nie znaleziono strony", r"strona nie (została znaleziona|istnieje)", r"błąd 404",
     r"sayfa bulunamadı", r"halaman tidak ditemukan", r"không tìm thấy trang", r"sidan (kunde inte hittas|hittades inte)",
+    r"akun (hosting )?(ini )?(telah |sudah )?(ditangguhkan|dinonaktifkan)",
+    r"tài khoản (hosting )?(này )?(đã )?bị (tạm )?(khóa|khoá|đình chỉ|ngưng)",
     # ru, uk
     r"страница не найдена", r"страница не существует", r"ошибка 404", r"доступ (запрещен|запрещён)",
     r"запрашиваемая страница не (найдена|существует)", r"сторінку не знайдено", r"сторінка не знайдена",
