@@ -200,6 +200,14 @@ class CDPConnection:
                                            "(its target closed) before it answered"))
 
 
+def isolated_world(conn: CDPConnection, session: str, name: str, timeout_s: float) -> int:
+    """A new isolated world named `name` in the page's main frame (its execution context id): the
+    page's DOM, none of its scripts' objects."""
+    frame = conn.call("Page.getFrameTree", {}, session, timeout=timeout_s)["frameTree"]["frame"]["id"]
+    return conn.call("Page.createIsolatedWorld", {"frameId": frame, "worldName": name},
+                     session, timeout=timeout_s)["executionContextId"]
+
+
 def _frame(payload: bytes, opcode: int = 0x1) -> bytes:
     """A single masked client frame (RFC 6455 requires clients to mask)."""
     n = len(payload)

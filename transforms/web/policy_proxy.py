@@ -518,14 +518,17 @@ def _unescape(path: str) -> str:
     overlong forms taken for the character they spell."""
     path = _PERCENT_U.sub(lambda m: chr(int(m.group(1), 16)), path)
     raw = unquote_to_bytes(path)
-    raw = _OVERLONG.sub(lambda m: bytes([_overlong(m.group(0))]) if _overlong(m.group(0)) < 0x80 else m.group(0), raw)
+    raw = _OVERLONG.sub(lambda m: _overlong(m.group(0)), raw)
     return raw.decode("utf-8", errors="replace")
 
 
-def _overlong(seq: bytes) -> int:
+def _overlong(seq: bytes) -> bytes:
+    """An overlong UTF-8 sequence as the ASCII character it spells, or as it was where it spells none."""
     if len(seq) == 2:
-        return ((seq[0] & 0x1F) << 6) | (seq[1] & 0x3F)
-    return ((seq[0] & 0x0F) << 12) | ((seq[1] & 0x3F) << 6) | (seq[2] & 0x3F)
+        code = ((seq[0] & 0x1F) << 6) | (seq[1] & 0x3F)
+    else:
+        code = ((seq[0] & 0x0F) << 12) | ((seq[1] & 0x3F) << 6) | (seq[2] & 0x3F)
+    return bytes([code]) if code < 0x80 else seq
 
 
 def _lenient(path: str) -> str:

@@ -51,7 +51,7 @@ from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Callable
 from urllib.parse import urldefrag, urlsplit
 
-from transforms.web import chromium
+from transforms.web import cdp, chromium
 from transforms.web.ax_tree import TEXT_ROLES, SnapshotIndex, build_nodes
 from transforms.web.cdp import CDPConnection, CDPError
 from transforms.web.chromium import CHROMIUM, DEFAULT_ARGS, kill_group
@@ -822,9 +822,7 @@ class _Worker:
         it cannot be made: the page's state is then read in its own world, and every followed link
         is navigated."""
         try:
-            frame = self.conn.call("Page.getFrameTree", {}, session, timeout=5)["frameTree"]["frame"]["id"]
-            return self.conn.call("Page.createIsolatedWorld", {"frameId": frame, "worldName": "shardsmith-capture"},
-                                  session, timeout=5)["executionContextId"]
+            return cdp.isolated_world(self.conn, session, "shardsmith-capture", 5)
         except (CDPError, FutureTimeout, KeyError):
             return None
 

@@ -26,6 +26,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from transforms.web import cdp
+
 COUNTED_TYPES = {"Stylesheet": "stylesheets", "Image": "images"}   # CDP Network.ResourceType
 COUNT_KEYS = tuple(f"{kind}_{state}" for kind in COUNTED_TYPES.values() for state in ("loaded", "missing"))
 _WORLD = "shardsmith-settle"
@@ -54,32 +56,29 @@ class Subresources:
 
     def start(self, conn, session: str, timeout_s: float) -> None:
         """Listen to the page's session and plant the settle marker for the next document."""
-        conn.listen(session, self.on_event)
-        # Page and Runtime enabled: else the isolated world is not made and the binding stays silent
-        for f in [conn.send("Network.enable", {}, session), conn.send("Page.enable", {}, session),
-                  conn.send("Runtime.enable", {}, session),
-                  conn.send("Runtime.addBinding", {"name": _BINDING, "executionContextName": _WORLD}, session),
-                  conn.send("Page.addScriptToEvaluateOnNewDocument", {"source": _SETTLE_JS, "worldName": _WORLD},
-                            session)]:
-            f.result(timeout_s)
+        self._listen(conn, session, timeout_s, conn.send(
+            "Page.addScriptToEvaluateOnNewDocument", {"source": _SETTLE_JS, "worldName": _WORLD}, session))
 
     def restart(self, conn, session: str, timeout_s: float) -> None:
         """Listen again after `stop`, for what a change of the loaded page (another platform's
         viewport: render.py's `emulate`) asks for; its requests join the counts, up to the settle
         point `mark_settle` plants."""
         self.settled = False
+        self._listen(conn, session, timeout_s)
+
+    def _listen(self, conn, session: str, timeout_s: float, *more) -> None:
         conn.listen(session, self.on_event)
+        # Page and Runtime enabled: else the isolated world is not made and the binding stays silent
         for f in [conn.send("Network.enable", {}, session), conn.send("Page.enable", {}, session),
                   conn.send("Runtime.enable", {}, session),
-                  conn.send("Runtime.addBinding", {"name": _BINDING, "executionContextName": _WORLD}, session)]:
+                  conn.send("Runtime.addBinding", {"name": _BINDING, "executionContextName": _WORLD}, session),
+                  *more]:
             f.result(timeout_s)
 
     def mark_settle(self, conn, session: str, timeout_s: float) -> None:
         """The settle point of a change: two animation frames from now, marked from the page's main
         frame as the load's is (the change's layout asks for its images before then)."""
-        frame = conn.call("Page.getFrameTree", {}, session, timeout=timeout_s)["frameTree"]["frame"]["id"]
-        world = conn.call("Page.createIsolatedWorld", {"frameId": frame, "worldName": _WORLD},
-                          session, timeout=timeout_s)["executionContextId"]
+        world = cdp.isolated_world(conn, session, _WORLD, timeout_s)
         conn.call("Runtime.evaluate", {"expression": _MARK_JS, "contextId": world}, session, timeout=timeout_s)
 
     def on_event(self, msg: dict) -> None:
