@@ -218,12 +218,13 @@ def _pool_task(job: tuple) -> dict:
 def baseline_pool(sets: list[str], resolved, out: str, processes: int, part_bytes: int) -> tuple[float, dict]:
     """The plain baseline with the experiments split round-robin over a pool of processes.
     Only the work is timed: the pool is started and warmed up first. The processes get the
-    environment the multiprocess runner gives its SDK workers (one BLAS thread each)."""
+    environment the multiprocess runner gives its SDK workers (one BLAS thread each, its allocators)."""
     n = len(resolved.grid)
     jobs = [(sets, os.path.join(out, f"w{w}"), sorted(range(w, n, processes)), part_bytes)
             for w in range(processes)]
-    # the pool's processes get the BLAS threading the multiprocess runner gives its workers
-    same_env = getattr(runners, "_one_blas_thread_per_worker", contextlib.nullcontext)
+    # the pool's processes get the environment the multiprocess runner gives its workers
+    same_env = getattr(runners, "_worker_environment", None) or getattr(runners, "_one_blas_thread_per_worker",
+                                                                         contextlib.nullcontext)
     with same_env(), multiprocessing.get_context("spawn").Pool(processes) as pool:
         pool.map(resolve, [sets] * processes)  # imports done in every worker
         t0 = time.perf_counter()

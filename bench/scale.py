@@ -83,6 +83,7 @@ def one_run(dataset: str, k: float, workers: int, scratch: str, runner: str = "m
         shutil.rmtree(folder, ignore_errors=True)
     if runner == "local":
         tree["workers"] = [{"pid": os.getpid(), "peak_rss_mb": tree["driver_peak_rss_mb"], "helpers_peak_rss_mb": 0.0,
+                            "with_helpers_peak_rss_mb": tree["driver_peak_rss_mb"],
                             "cpu_s": tree["driver_cpu_s"], "helpers_cpu_s": 0.0, "helper_processes": 0}]
     own = tree["driver_cpu_s"] + tree["workers_cpu_s"] + tree["helpers_cpu_s"] + tree["other_descendants_cpu_s"]
     other = None if busy0 is None or busy1 is None else max(0.0, (busy1 - busy0 - own) / wall)
@@ -118,6 +119,12 @@ def _mean(values: list[float]) -> float:
 
 def _peak(run: dict, key: str = "peak_rss_mb") -> float:
     return max((w[key] for w in run["memory"]["workers"]), default=0.0)
+
+
+def _with_helpers(run: dict) -> float:
+    """The largest resident set of a worker together with its helpers (Chromium, Lean REPLs) at one
+    sample: the worker with its browser."""
+    return _peak(run, "with_helpers_peak_rss_mb")
 
 
 def _judged(base_cpu_s: float, top_cpu_s: float) -> bool:
@@ -156,6 +163,11 @@ def compare(runs: list[dict], baselines: list[dict]) -> dict:
                      "driver_peak_rss_mb": [r["memory"]["driver_peak_rss_mb"] for r in runs],
                      "worker_peak_rss_ratio": rss,
                      "status": {k: ("flat" if v is not None and v <= RSS_TARGET else "MISSED") for k, v in rss.items()}}
+    if any(_peak(r, "helpers_peak_rss_mb") for r in runs):
+        base = _mean([_with_helpers(b) for b in baselines])
+        ratio = {f"{r['scale']:g}": _with_helpers(r) / base for r in runs[1:]}
+        out["memory"].update(with_helpers_peak_rss_mb=[_with_helpers(r) for r in runs], with_helpers_ratio=ratio,
+                             with_helpers_status={k: "flat" if v <= RSS_TARGET else "MISSED" for k, v in ratio.items()})
     total = [(r["stage_cpu_s"] + r["sink_cpu_s"]) / r["units"] for r in runs]
     base_total = [(b["stage_cpu_s"] + b["sink_cpu_s"]) / b["units"] for b in baselines]
     out["cpu_per_unit_total"] = total
@@ -195,6 +207,9 @@ def report(dataset: str, unit: str, runs: list[dict], cmp: dict) -> list[str]:
                  f"(ratios {', '.join(_fmt_ratio(m['worker_peak_rss_ratio'][s]) for s in scales)}); helpers "
                  f"{', '.join(f'{p:.0f}' for p in m['helpers_peak_rss_mb'])}; driver "
                  f"{', '.join(f'{p:.0f}' for p in m['driver_peak_rss_mb'])}")
+    if "with_helpers_ratio" in m:
+        lines.append(f"  worker with its helpers MB {', '.join(f'{p:.0f}' for p in m['with_helpers_peak_rss_mb'])} "
+                     f"(ratios {', '.join(_fmt_ratio(m['with_helpers_ratio'][s]) for s in scales)})")
     for r in runs:
         load = r["other_load_cores"]
         if load is not None and load > BUSY_WARN_CORES:
@@ -299,6 +314,8 @@ def main(argv=None) -> int:
         misses += [f"{dataset}/{name}" for name, c in cmp["stages"].items() if "MISSED" in c["status"].values()]
         misses += [f"{dataset}/write {t}" for t, c in cmp["sink"].items() if "MISSED" in c["status"].values()]
         misses += [f"{dataset}/worker rss" for v in cmp["memory"]["status"].values() if v == "MISSED"][:1]
+        misses += [f"{dataset}/worker+helpers rss" for v in cmp["memory"].get("with_helpers_status", {}).values()
+                   if v == "MISSED"][:1]
     print(f"RESULT scale: {top}x/{scales[0]:g}x " + "; ".join(summary)
           + f"; missed: {', '.join(misses) or 'none'}; {total_s:.0f} s")
     figures = {"date": time.strftime("%Y-%m-%d"), "runner": args.runner, "workers": args.workers,

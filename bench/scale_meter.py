@@ -8,6 +8,8 @@ the `multiprocess` runner is a process whose command line runs `sdk_worker_main`
   as it is read before the worker exits (it is read at every sample, so growth in the last
   fraction of a second of a worker's life can be missed);
 - `helpers_peak_rss_mb`: the largest sum of its helpers' resident sets seen at one sample;
+- `with_helpers_peak_rss_mb`: the largest sum of the worker's and its helpers' resident sets seen
+  at one sample (the worker with its browser);
 - `cpu_s` and `helpers_cpu_s`: CPU seconds of the worker and of its helpers, each process's own
   (user + system) as last seen, so a process living less than a sample's interval is missed.
 
@@ -70,7 +72,8 @@ class TreeMeter:
         self._thread.join()
         self._sample()
         workers = [{"pid": pid, "peak_rss_mb": round(w["hwm"], 1),
-                    "helpers_peak_rss_mb": round(w["helpers_peak"], 1), "cpu_s": round(w["cpu"], 2),
+                    "helpers_peak_rss_mb": round(w["helpers_peak"], 1),
+                    "with_helpers_peak_rss_mb": round(w["with_helpers_peak"], 1), "cpu_s": round(w["cpu"], 2),
                     "helpers_cpu_s": round(sum(w["helpers"].values()), 2), "helper_processes": len(w["helpers"])}
                    for pid, w in sorted(self.workers.items())]
         return {"workers": workers, "driver_peak_rss_mb": round(self.driver_peak_mb, 1),
@@ -96,8 +99,9 @@ class TreeMeter:
                 cmd = proc.cmdline()
                 if any(WORKER_MARK in part for part in cmd) and os.path.basename(cmd[0]) not in SHELLS:
                     w = self.workers.setdefault(proc.pid, {"hwm": 0.0, "helpers_peak": 0.0, "cpu": 0.0,
-                                                           "helpers": {}})
+                                                           "helpers": {}, "with_helpers_peak": 0.0})
                     w["hwm"] = max(w["hwm"], _hwm_mb(proc.pid) or 0.0)
+                    w["rss"] = proc.memory_info().rss / 2**20
                     w["cpu"] = _cpu(proc)
                     owner[proc.pid] = proc.pid
             except psutil.Error:
@@ -117,3 +121,6 @@ class TreeMeter:
                 continue
         for worker, rss in helpers_rss.items():
             self.workers[worker]["helpers_peak"] = max(self.workers[worker]["helpers_peak"], rss)
+        for worker in owner:
+            w = self.workers[worker]
+            w["with_helpers_peak"] = max(w["with_helpers_peak"], w.get("rss", 0.0) + helpers_rss.get(worker, 0.0))

@@ -25,16 +25,22 @@ RUNNERS = {
 }
 
 
-ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# what every worker process the runner starts is given, unless the user's environment says otherwise:
+# one BLAS thread (N workers x N BLAS threads on N cores fight and run slower than N workers alone);
+# Arrow's jemalloc pool and two glibc malloc arenas, which keep a worker's memory flat as its data
+# grows (pyarrow's default pool, mimalloc, and an arena per thread keep what each bundle freed:
+# docs/benchmarks.md, scale.py). Both allocators read these once, as the process starts, so a worker
+# image sets them too (infra/Dockerfile).
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "ARROW_DEFAULT_MEMORY_POOL": "jemalloc", "MALLOC_ARENA_MAX": "2"}
 
 
 @contextlib.contextmanager
-def _one_blas_thread_per_worker():
-    """Worker processes (one per core) each get one BLAS thread unless the user chose otherwise:
-    N workers x N BLAS threads on N cores fight and run slower than N workers alone."""
-    saved = {k: os.environ.get(k) for k in ONE_THREAD}
-    for k in ONE_THREAD:
-        os.environ.setdefault(k, "1")
+def _worker_environment():
+    """WORKER_ENV in os.environ while the runner starts its workers (they inherit it), where unset."""
+    saved = {k: os.environ.get(k) for k in WORKER_ENV}
+    for k, v in WORKER_ENV.items():
+        os.environ.setdefault(k, v)
     try:
         yield
     finally:
@@ -109,7 +115,7 @@ def pipeline_options(runner: str, extra: list[str]):
                 "--default_sdk_harness_log_level=WARNING"]
         if not _has(extra, "--direct_num_workers"):
             args.append(f"--direct_num_workers={os.cpu_count() or 2}")
-        with _one_blas_thread_per_worker():
+        with _worker_environment():
             yield PipelineOptions(args + extra), None
     elif runner == "portable":   # the user's --job_endpoint and --environment_* come later and win
         yield PipelineOptions(["--runner=PortableRunner", "--job_endpoint=embed",
@@ -123,8 +129,8 @@ def pipeline_options(runner: str, extra: list[str]):
         if address is not None:
             yield PipelineOptions([f"--runner={DASK_RUNNER}"] + _dask_partitions(address, extra) + extra), None
             return
-        with LocalCluster(n_workers=os.cpu_count() or 2, threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster:
+        with _worker_environment(), LocalCluster(n_workers=os.cpu_count() or 2, threads_per_worker=1,
+                                                 processes=True, dashboard_address=None) as cluster:
             address = cluster.scheduler_address
             yield PipelineOptions([f"--runner={DASK_RUNNER}", f"--dask_client_address={address}"]
                                   + _dask_partitions(address, extra) + extra), None

@@ -20,13 +20,12 @@ import sys
 import tempfile
 import time
 
+from pipelines.runners import WORKER_ENV
 from tests.processes import alive, group_members
 from tests.stores import start_on_free_port, wait_for_port
 
 BIN = os.path.dirname(sys.executable)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# one BLAS/OpenMP thread per worker process (threads_per_worker is 1): as the multiprocess runner does
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def _dask() -> list[str]:
@@ -55,7 +54,7 @@ class DaskCluster:
 
     def _env(self, home: str) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(ONE_THREAD)
+        env.update(WORKER_ENV)   # what the multiprocess runner and the worker image give a worker
         env.update(self.extra_env)
         tmp = os.path.join(home, "tmp")
         os.makedirs(tmp, exist_ok=True)

@@ -201,7 +201,8 @@ class _SpillFile:
         return self.ids[a - self.first:b - self.first]
 
     def read(self, a: int, b: int) -> pa.Table | None:
-        """Rows [a, b), copied out of the record batches so those can be released."""
+        """Rows [a, b): a record batch read whole is used as read, rows of one in part are copied
+        out of it, so that it can be released."""
         if a >= b:
             return None
         first = int(np.searchsorted(self.starts, a, side="right")) - 1
@@ -211,7 +212,8 @@ class _SpillFile:
             batch = self.reader.get_batch(i)
             lo = max(a - int(self.starts[i]), 0)
             hi = min(b - int(self.starts[i]), batch.num_rows)
-            pieces.append(pc.take(batch, pa.array(np.arange(lo, hi)), memory_pool=_writer_pool()))
+            whole = lo == 0 and hi == batch.num_rows
+            pieces.append(batch if whole else pc.take(batch, pa.array(np.arange(lo, hi)), memory_pool=_writer_pool()))
         return pa.Table.from_batches(pieces)
 
 
@@ -280,6 +282,22 @@ def _writer_pool() -> pa.MemoryPool:
         return pa.default_memory_pool()
 
 
+def row_group(pieces: list[pa.Table]) -> pa.Table:
+    """The pieces of a row group (each sorted by id) as one table sorted by id, chunked as a function
+    of its rows alone: Parquet's bytes follow the chunks it is given, and the same rows must give
+    the same file on every runner, however they were spilled.
+
+    Big rows (a page with its screenshot, a frame's voxels: DICT_ALONE_BYTES or more on average) are
+    one chunk each, laid end to end in id order without a copy: a copy would double what the writer
+    holds. Small rows are sorted into one contiguous chunk."""
+    table = pa.concat_tables(pieces, memory_pool=_writer_pool())
+    if payload_bytes(table) < DICT_ALONE_BYTES * table.num_rows:
+        return pc.take(table, pc.sort_indices(table, [("id", "ascending")]), memory_pool=_writer_pool())
+    rows = sorted(((row_id, piece, i) for piece in pieces for i, row_id in enumerate(piece.column("id").to_pylist())),
+                  key=lambda r: r[0])
+    return pa.concat_tables([piece.slice(i, 1) for _, piece, i in rows])
+
+
 def _write_part(dataset_dir: str, folder: str, spec: TableSpec, part: int, parts: int,
                 sources: list[_SpillFile], low: str, high: str | None) -> dict:
     spans = [source.span(low, high) for source in sources]
@@ -307,8 +325,7 @@ def _write_part(dataset_dir: str, folder: str, spec: TableSpec, part: int, parts
                         pieces.append(piece)
                 if not pieces:
                     continue
-                table = pa.concat_tables(pieces, memory_pool=_writer_pool())
-                table = pc.take(table, pc.sort_indices(table, [("id", "ascending")]), memory_pool=_writer_pool())
+                table = row_group(pieces)
                 if spec.count_repeats:
                     table = _count_repeats(table)
                 writer.write_table(table, row_group_size=table.num_rows)
