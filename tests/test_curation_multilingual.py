@@ -1,10 +1,10 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Seventeen sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Nineteen sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 17/ (128 each, with two hard negatives and two gambling pages a
+curation_multilingual3/ to 19/ (128 each, with two hard negatives and two gambling pages a
 language; the seventh's to fifteenth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
@@ -13,7 +13,7 @@ row (curation's fallback), a page served with status >= 400 a drop (as the rende
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
 is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
 longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
-content that is gone; the twelfth to sixteenth were tuned on (their misses named), the seventeenth is
+content that is gone; the twelfth to eighteenth were tuned on (their misses named), the nineteenth is
 held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
 (error and parked beside the topics):
 
@@ -26,15 +26,17 @@ held out from everything. Precision / recall of "drop", 2026-12-06, with the hea
     curation_multilingual6    0.94 / 0.61                                        0.99 / 0.95  (tuned on)
     curation_multilingual7    0.87 / 0.62                                        0.97 / 0.95  (tuned on)
     curation_multilingual8                                                       1.00 / 1.00  (tuned on)
-    curation_multilingual9                                                       0.95 / 0.98  (tuned on)
+    curation_multilingual9                                                       0.96 / 1.00  (tuned on)
     curation_multilingual10                                                      1.00 / 1.00  (tuned on)
-    curation_multilingual11                                                      0.97 / 0.97  (tuned on)
+    curation_multilingual11                                                      0.98 / 0.97  (tuned on)
     curation_multilingual12                                                      0.98 / 0.97  (tuned on)
-    curation_multilingual13                                                      0.95 / 0.95  (tuned on)
+    curation_multilingual13                                                      0.98 / 0.98  (tuned on)
     curation_multilingual14                                                      0.95 / 0.98  (tuned on)
-    curation_multilingual15                                                      0.96 / 1.00  (tuned on, 2026-12-07)
+    curation_multilingual15                                                      0.97 / 1.00  (tuned on, 2026-12-07)
     curation_multilingual16                                                      0.98 / 1.00  (tuned on, 2026-12-07)
-    curation_multilingual17                                                      0.94 / 0.95  (held out)
+    curation_multilingual17                                                      0.94 / 0.95  (tuned on, 2026-12-07)
+    curation_multilingual18                                                      0.85 / 0.97  (tuned on, 2026-12-07)
+    curation_multilingual19                                                      0.89 / 0.97  (held out)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
@@ -74,6 +76,16 @@ made. The first fourteen: 22 pages more right, none more wrong (the thirteenth 0
 / 0.95, the fourteenth 0.91 / 0.95 -> 0.95 / 0.98). The fifteenth, written blind after the
 fourteenth and scored once on the code before these rules and once after, only its figures read:
 0.90 / 0.95 then 0.91 / 0.97. A change claimed on the fifteenth needs a sixteenth.
+The eighteenth, written blind with hard negatives asked to share the drops' words, scored once on
+the code of 2026-12-07's morning: 0.80 / 0.92 (5 of its 15 false drops sign-in and login pages
+under min_text_chars). Then, chosen on the first eighteen with the eighteenth's misses read: a title
+or heading that says how to fix an error ("cómo solucionar", "怎么解决", "после обновления PHP") is
+about it; an error heading that apologizes ("Rất tiếc, trang ... không tồn tại") makes an error page
+even inside a news site's article-like chrome; an adult word seconds the head at 0.5; a short
+Vietnamese or Indonesian page is not judged by its margin over the English descriptions: 14 pages
+more right, none more wrong, the same verdicts on 2,411 documentation pages. The nineteenth, written
+blind after the eighteenth was read, scored once on the code before these rules and once after, only
+its figures read: 0.89 / 0.97 both times.
 """
 from __future__ import annotations
 
@@ -89,17 +101,19 @@ FLOORS = {"curation_multilingual": (64 / 64, 64 / 64), "curation_multilingual2":
           "curation_multilingual3": (80 / 80, 80 / 80), "curation_multilingual4": (80 / 80, 80 / 80),
           "curation_multilingual5": (79 / 79, 79 / 80), "curation_multilingual6": (77 / 78, 77 / 80),
           "curation_multilingual7": (61 / 63, 61 / 64), "curation_multilingual8": (64 / 64, 64 / 64),
-          "curation_multilingual9": (63 / 66, 63 / 64), "curation_multilingual10": (64 / 64, 64 / 64),
-          "curation_multilingual11": (62 / 64, 62 / 64), "curation_multilingual12": (62 / 63, 62 / 64),
-          "curation_multilingual13": (61 / 64, 61 / 64), "curation_multilingual14": (63 / 66, 63 / 64),
-          "curation_multilingual15": (64 / 67, 64 / 64), "curation_multilingual16": (64 / 65, 64 / 64),
-          "curation_multilingual17": (61 / 65, 61 / 64)}
-HELD_OUT = "curation_multilingual17"
+          "curation_multilingual9": (64 / 67, 64 / 64), "curation_multilingual10": (64 / 64, 64 / 64),
+          "curation_multilingual11": (62 / 63, 62 / 64), "curation_multilingual12": (62 / 63, 62 / 64),
+          "curation_multilingual13": (63 / 64, 63 / 64), "curation_multilingual14": (63 / 66, 63 / 64),
+          "curation_multilingual15": (64 / 66, 64 / 64), "curation_multilingual16": (64 / 65, 64 / 64),
+          "curation_multilingual17": (61 / 65, 61 / 64), "curation_multilingual18": (62 / 73, 62 / 64),
+          "curation_multilingual19": (62 / 70, 62 / 64)}
+HELD_OUT = "curation_multilingual19"
 # not in the fit, and tuned on
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
             "curation_multilingual9", "curation_multilingual10", "curation_multilingual11",
             "curation_multilingual12", "curation_multilingual13", "curation_multilingual14",
-            "curation_multilingual15", "curation_multilingual16")
+            "curation_multilingual15", "curation_multilingual16", "curation_multilingual17",
+            "curation_multilingual18")
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -141,7 +155,8 @@ def measured(request):
                                                 ("curation_multilingual11", 8), ("curation_multilingual12", 8),
                                                 ("curation_multilingual13", 8), ("curation_multilingual14", 8),
                                                 ("curation_multilingual15", 8), ("curation_multilingual16", 8),
-                                                ("curation_multilingual17", 8)])
+                                                ("curation_multilingual17", 8), ("curation_multilingual18", 8),
+                                                ("curation_multilingual19", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -158,9 +173,9 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the seventeenth), Southeast Asian 0.75 / 0.75, "
-                                       "CJK 0.92 / 0.92; Arabic, Cyrillic, English 1.00 / 1.00, Latin European 0.97 / 1.00 "
-                                       "(docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the nineteenth), CJK 0.85 / 0.92, English 0.80 / "
+                                       "1.00, Latin European 0.89 / 1.00, Southeast Asian 0.88 / 0.88; Arabic, Cyrillic "
+                                       "1.00 / 1.00 (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured

@@ -610,3 +610,35 @@ def test_a_turkish_topic_not_found_is_gone_content():
 def test_a_suspended_hosting_account_in_indonesian_and_vietnamese(title):
     assert curation.rule_reason(_page(title=title, text=ARTICLE * 3)) == "error_page"
     assert curation.rule_reason(_page(title=f'Apa arti "{title}"? Panduan hosting', text=ARTICLE * 3)) != "error_page"
+
+
+@pytest.mark.parametrize("title", [
+    "Cómo solucionar el error 404 en WordPress después de cambiar los enlaces permanentes | Centro de ayuda",
+    "Vue3 项目部署到 Nginx 后刷新子页面 404 Not Found 怎么解决？ - 码问社区",
+    "Ошибка 500 Internal Server Error после обновления PHP до 8.2 — Форум «Кузница веба»",
+    "Cara Mengatasi Error 404 Not Found di WordPress – Catatan Ngoding"])
+def test_a_title_that_says_how_to_fix_an_error_heads_a_page_about_it(title):
+    """A help article's or a forum thread's title (its page longer than a bare error page's)."""
+    assert curation.discusses_errors(title, [])
+    assert curation.rule_reason(_page(title=title, text=ARTICLE * 4)) != "error_page"
+    site = title.split(" | ")[-1].split(" - ")[-1].split(" — ")[-1].split(" – ")[-1]
+    error = f"Ошибка 500 — {site}" if "Ошибка" in title else f"404 Not Found - {site}"
+    assert not curation.discusses_errors(error, []) and curation.rule_reason(_page(title=error, text=ARTICLE * 4)) == "error_page"
+
+
+def _article(title, heading):
+    paragraphs = [f"{ARTICLE} ({n})" for n in range(3)]       # an article's paragraphs: a news site's chrome
+    page = _page(title=title, text=paragraphs[0])
+    page["nodes"] += [{"name": p, "role": "paragraph"} for p in paragraphs[1:]]
+    page["nodes"].insert(0, {"name": heading, "role": "heading"})
+    page["text_chars"] = sum(len(n["name"]) for n in page["nodes"])
+    return page
+
+
+def test_an_error_heading_that_apologizes_is_an_error_page_inside_article_chrome():
+    """A news site's soft 404 shows its latest stories around "Sorry, the page does not exist": the
+    page reads as an article, but no article about errors says sorry in its heading."""
+    sorry = _article("Không tìm thấy trang | Báo Nhịp Sống", "Rất tiếc, trang bạn tìm kiếm không tồn tại hoặc đã bị xóa!")
+    assert curation.is_article(sorry) and curation.rule_reason(sorry) == "error_page"
+    about = _article("Không tìm thấy trang | Báo Nhịp Sống", "Trang bạn tìm kiếm không tồn tại: vì sao và cách xử lý")
+    assert curation.rule_reason(about) is None

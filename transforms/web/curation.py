@@ -406,7 +406,7 @@ TOPICS = {
             # zh
             "成人视频", "成人影片", "成人影院", "成人网站", "黄色网站", "黄色视频", "黄片", "无码", "有码", "激情视频",
             "自拍偷拍", "国产自拍", "三级片", "裸聊", "约炮", "乱伦", "亚洲色图", "av女优", "av在线", "日韩av", "成人電影",
-            "無碼", "情色網", "一本道", "成人漫画", "宅男福利", "福利视频", "福利姬", "午夜影院", "草榴",
+            "無碼", "情色網", "一本道", "成人漫画", "宅男福利", "福利视频", "福利姬", "午夜影院", "草榴", "成人影音",
             # ja
             "アダルト動画", "エロ動画", "無修正", "av女優", "エロ画像", "アダルトサイト", "エロ漫画", "エロ同人", "ハメ撮り",
             "中出し", "デリヘル", "ソープランド",
@@ -430,6 +430,7 @@ TOPICS = {
             "telanjang", "mesum", "khiêu dâm", "çıplak", "erotik",
             # zh
             "色情", "偷拍", "做爱", "性爱", "情色", "色情網站", "做愛", "性愛", "人妻", "少妇", "自慰", "美女直播", "裸体",
+            "成人内容", "成人內容", "限制级", "限制級",
             # ja
             "セックス", "出会い系", "人妻", "熟女", "巨乳", "アダルトコンテンツ", "風俗", "痴漢",
             # ko
@@ -627,11 +628,49 @@ ERROR_CODE_LISTS = terms([
 ])
 
 
+# a title or heading that says how to fix an error, or when it comes ("after updating PHP"), heads a
+# help article or a forum thread about one, not an error page
+FIXING_ERRORS = terms([
+    r"how (to|do i|can i) (fix|solve|resolve|repair|get rid of)", r"troubleshoot\w*", r"fix(ing|es)? (it|the|an?|this)",
+    r"after (updating|upgrading|installing|moving|migrating|changing|switching)",
+    r"c[óo]mo (solucionar\w*|resolver\w*|corregir\w*|arreglar\w*)", r"soluci[óo]n(es)?", r"solucionar\w*",
+    r"despu[ée]s de (actualizar|cambiar|migrar|instalar|mudar)", r"como (resolver|corrigir)\w*",
+    r"depois de (atualizar|mudar|migrar)", r"comment (r[ée]soudre|corriger|r[ée]parer)",
+    r"apr[èe]s (la |une )?(mise [àa] jour|migration|installation)", r"beheben", r"wie (behebe|l[öo]se)",
+    r"nach (dem |einem )?(update|upgrade|umzug)", r"come (risolver\w*|correggere)",
+    r"dopo (l.aggiornamento|la migrazione|aver)", r"hoe los je", r"oplossen", r"na (de |een )?(update|upgrade|verhuizing)",
+    r"jak (naprawi[ćc]|rozwi[ąa]za[ćc])", r"po (aktualizacji|migracji|przeniesieniu)",
+    r"nas[ıi]l (çözülür|düzeltilir|giderilir)", r"güncelleme(den)? sonra", r"cara (mengatasi|memperbaiki)",
+    r"setelah (update|upgrade|pindah|migrasi)", r"c[áa]ch (kh[ắa]c ph[ụu]c|s[ửu]a)",
+    r"sau khi (c[ậa]p nh[ậa]t|n[âa]ng c[ấa]p|chuy[ểe]n)", r"как (исправить|решить|устранить)",
+    r"после (обновления|установки|переезда|миграции)",
+    "怎么解决", "如何解决", "解决方法", "解决办法", "怎麼解決", "如何解決", "解決方法", "解決辦法",
+    "(部署|迁移|遷移|升级|升級|更新).{0,20}[后後]", "対処法", "直し方", "解消方法", "해결 ?방법", "해결법", "해결하는",
+    "كيفية (إصلاح|حل)", "حل مشكلة",
+])
+
+
+# "sorry" and its kin: an error page's title or heading apologizes for the missing page
+APOLOGIES = terms([
+    "sorry", r"we apologi[sz]e", "oops", "lo sentimos", "lo siento", "desculpe", "lamentamos", r"d[ée]sol[ée]e?s?",
+    "tut uns leid", "entschuldigung", "hoppla", "spiacenti", "ci dispiace", "excuses", "oeps", "przepraszamy",
+    "üzgünüz", "maalesef", "mohon maaf", "maaf", r"r[ấa]t ti[ếe]c", r"xin l[ỗo]i", "извините", "к сожалению",
+    "抱歉", "对不起", "對不起", "很遗憾", "很遺憾", "申し訳", "すみません", "죄송", "عذرا", "عذراً", "نأسف",
+])
+
+
+def apologizes(title: str, heads: list[str]) -> bool:
+    """A title or heading that says an error or gone phrase and apologizes for it ("Rất tiếc, trang bạn
+    tìm kiếm không tồn tại"): the page's own error, even inside a news site's article-like chrome,
+    where a tutorial about errors never says sorry in its headings."""
+    return any(APOLOGIES.search(t) and (says(ERROR_PHRASES, t) or says(GONE_PHRASES, t)) for t in (title, *heads))
+
+
 def discusses_errors(title: str, heads: list[str]) -> bool:
     """Whether the title and headings are about errors, not one: they name two or more HTTP errors
-    (HTTP_ERRORS), or a list of error codes (ERROR_CODE_LISTS)."""
+    (HTTP_ERRORS), a list of error codes (ERROR_CODE_LISTS), or how to fix one (FIXING_ERRORS)."""
     return (len({m for field in (title, *heads) for m in HTTP_ERRORS.findall(field)}) >= 2
-            or any(ERROR_CODE_LISTS.search(field) for field in (title, *heads)))
+            or any(ERROR_CODE_LISTS.search(field) or FIXING_ERRORS.search(field) for field in (title, *heads)))
 
 
 def effective_chars(page: dict, text: str) -> int:
@@ -761,7 +800,7 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
     title, heads = unquoted(title), [unquoted(h) for h in heads]
     outline = " . ".join([title, *heads]).strip(" .")
     if chars < SOFT_404_CHARS:
-        kind = topic_model.judged(flat, topic_model.KINDS)
+        kind = topic_model.judged(flat, topic_model.KINDS, margins=language.detect(flat) not in topic_model.OUTSIDE)
     else:
         opening = flat if chars < KIND_PAGE_CHARS else ""
         kind = topic_model.sure_kind(opening, outline, title, heads[0] if heads else "")
@@ -797,7 +836,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
         return listed
     title, heads = page.get("title") or "", headings(page)     # headings read once: from HTML, a scan of it
     if ((ERROR_TITLES.search(title) or any(says(p, t) for p in (ERROR_PHRASES, GONE_PHRASES) for t in (title, *heads)))
-            and not is_article(page) and not discusses_errors(title, heads)):
+            and (not is_article(page) or apologizes(title, heads)) and not discusses_errors(title, heads)):
         return "error_page"
     body = body_text(page)
     text = "\n".join([title, body]) if body else title      # page_text, without reading the body twice
@@ -820,7 +859,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
         if intent and hits >= rules.min_hits and not _words_only_report(topic, text, rules):
             return topic
     if rules.by_model:      # where the words found no business, the model may still see one
-        reason = topic_model.judged(flat, topic_model.TOPICS)
+        reason = topic_model.judged(flat, topic_model.TOPICS) or _seconded(body_topics, other_topics, flat, text, rules)
         if reason:
             return reason
     fields = head.fields(page)
@@ -830,6 +869,18 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     found = language.detect(body, rules.languages) if rules.languages is not None else None
     return (language.language_reason(found, rules.languages)
             or head_language_reason(fields, body, found, rules.languages))
+
+
+def _seconded(body_topics: dict, other_topics: dict, flat: str, text: str, rules: Rules) -> Optional[str]:
+    """A topic the model finds likely short of LIKELY (at topic_model.SECONDED) where the page also says
+    one of the topic's words, not in a report about it: the words too few to decide, the model too
+    unsure alone (an erotic-stories site's "racconti erotici" under its age gate)."""
+    scores = topic_model.load().scores(flat)
+    for topic, likely in topic_model.SECONDED.items():
+        hits = body_topics.get(topic, (0, 0))[1] + other_topics.get(topic, (0, 0))[1]
+        if scores[topic] >= likely and hits and not _words_only_report(topic, text, rules):
+            return topic
+    return None
 
 
 def _words_only_report(topic: str, text: str, rules: Rules) -> bool:

