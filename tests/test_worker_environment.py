@@ -40,3 +40,9 @@ def test_the_worker_image_sets_the_worker_environment():
         text = fh.read().replace("\\\n", " ")
     env = dict(pair.split("=", 1) for line in re.findall(r"^ENV (.+)$", text, re.M) for pair in line.split())
     assert {k: env.get(k) for k in WORKER_ENV} == WORKER_ENV
+
+
+def test_the_dask_instructions_export_the_worker_environment():
+    with open(os.path.join(ROOT, "infra", "README.md")) as fh:
+        exported = re.search(r"^export (.+)$", fh.read(), re.M).group(1)
+    assert dict(pair.split("=", 1) for pair in exported.split()) == WORKER_ENV
