@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core.config import ConfigError
@@ -40,7 +41,8 @@ def _worker_environment():
     """WORKER_ENV in os.environ while the runner starts its workers (they inherit it), where unset."""
     saved = {k: os.environ.get(k) for k in WORKER_ENV}
     for k, v in WORKER_ENV.items():
-        os.environ.setdefault(k, v)
+        if k != "ARROW_DEFAULT_MEMORY_POOL" or v in pa.supported_memory_backends():  # macOS wheels lack jemalloc
+            os.environ.setdefault(k, v)
     try:
         yield
     finally:
