@@ -223,9 +223,7 @@ def baseline_pool(sets: list[str], resolved, out: str, processes: int, part_byte
     jobs = [(sets, os.path.join(out, f"w{w}"), sorted(range(w, n, processes)), part_bytes)
             for w in range(processes)]
     # the pool's processes get the environment the multiprocess runner gives its workers
-    same_env = getattr(runners, "_worker_environment", None) or getattr(runners, "_one_blas_thread_per_worker",
-                                                                         contextlib.nullcontext)
-    with same_env(), multiprocessing.get_context("spawn").Pool(processes) as pool:
+    with runners._worker_environment(), multiprocessing.get_context("spawn").Pool(processes) as pool:
         pool.map(resolve, [sets] * processes)  # imports done in every worker
         t0 = time.perf_counter()
         parts = pool.map(_pool_task, jobs, chunksize=1)

@@ -34,6 +34,10 @@ WITH_MODEL = curation.Rules(languages=None, blocklists=())
 WORDS_ONLY = dataclasses.replace(WITH_MODEL, by_model=False)
 
 
+def _lab(name, file):
+    return next(lab for lab in S.labels(name) if lab["file"] == file)
+
+
 @pytest.fixture(scope="module")
 def pages():
     return {(name, lab["file"]): lab for name in ("curation_multilingual", "curation_multilingual2",
@@ -80,7 +84,7 @@ OWN_DOMAIN = [("curation_multilingual12", "h_050.html", "pl"),      # a marketpl
 
 @pytest.mark.parametrize("name, file, lang", OWN_DOMAIN)
 def test_a_long_page_of_its_own_domain_is_judged_as_a_short_one(name, file, lang):
-    lab = next(lab for lab in S.labels(name) if lab["file"] == file)
+    lab = _lab(name, file)
     assert lab["language"] == lang and lab["category"] == "parked"
     row = S.html_row(lab)
     assert curation.rule_reason(row, rules=WITH_MODEL) == "parked"
@@ -138,10 +142,6 @@ def test_fitting_needs_the_labelled_sets(tmp_path, capsys):
     from transforms.web import topic_head
     assert topic_head.main([str(tmp_path)]) == 2
     assert "give the folder holding the labelled sets" in capsys.readouterr().err
-
-
-def _lab(name, file):
-    return next(lab for lab in S.labels(name) if lab["file"] == file)
 
 
 @pytest.mark.parametrize("name, file, lang", [("curation_multilingual18", "h_059.html", "it"),

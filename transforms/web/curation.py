@@ -800,7 +800,10 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
     title, heads = unquoted(title), [unquoted(h) for h in heads]
     outline = " . ".join([title, *heads]).strip(" .")
     if chars < SOFT_404_CHARS:
-        kind = topic_model.judged(flat, topic_model.KINDS, margins=language.detect(flat) not in topic_model.OUTSIDE)
+        kind = topic_model.judged(flat, topic_model.KINDS)
+        by_head = topic_model.judged(flat, topic_model.KINDS, margins=False)
+        if kind != by_head and language.detect(flat) in topic_model.OUTSIDE:   # lingua only where a margin decides
+            kind = by_head
     else:
         opening = flat if chars < KIND_PAGE_CHARS else ""
         kind = topic_model.sure_kind(opening, outline, title, heads[0] if heads else "")
@@ -854,12 +857,13 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
         return "too_little_text"
     body_topics, other_topics = topic_hits(_SPACE.sub(" ", body)), topic_hits(title, url_text(url))
-    for topic in PATTERNS:
-        intent, hits = (a + b for a, b in zip(body_topics.get(topic, (0, 0)), other_topics.get(topic, (0, 0))))
+    counts = {topic: tuple(a + b for a, b in zip(body_topics.get(topic, (0, 0)), other_topics.get(topic, (0, 0))))
+              for topic in PATTERNS}      # (intent terms, all terms) of each topic, in the page and its title and URL
+    for topic, (intent, hits) in counts.items():
         if intent and hits >= rules.min_hits and not _words_only_report(topic, text, rules):
             return topic
     if rules.by_model:      # where the words found no business, the model may still see one
-        reason = topic_model.judged(flat, topic_model.TOPICS) or _seconded(body_topics, other_topics, flat, text, rules)
+        reason = topic_model.judged(flat, topic_model.TOPICS) or _seconded(counts, flat, text, rules)
         if reason:
             return reason
     fields = head.fields(page)
@@ -871,14 +875,13 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
             or head_language_reason(fields, body, found, rules.languages))
 
 
-def _seconded(body_topics: dict, other_topics: dict, flat: str, text: str, rules: Rules) -> Optional[str]:
+def _seconded(counts: dict, flat: str, text: str, rules: Rules) -> Optional[str]:
     """A topic the model finds likely short of LIKELY (at topic_model.SECONDED) where the page also says
-    one of the topic's words, not in a report about it: the words too few to decide, the model too
-    unsure alone (an erotic-stories site's "racconti erotici" under its age gate)."""
+    one of the topic's words (`counts`: rule_reason's), not in a report about it: the words too few to
+    decide, the model too unsure alone (an erotic-stories site's "racconti erotici" under its age gate)."""
     scores = topic_model.load().scores(flat)
     for topic, likely in topic_model.SECONDED.items():
-        hits = body_topics.get(topic, (0, 0))[1] + other_topics.get(topic, (0, 0))[1]
-        if scores[topic] >= likely and hits and not _words_only_report(topic, text, rules):
+        if scores[topic] >= likely and counts[topic][1] and not _words_only_report(topic, text, rules):
             return topic
     return None
 
