@@ -83,6 +83,10 @@ class TreeMeter:
                 "other_descendants_cpu_s": round(sum(self.others_cpu.values()), 2),
                 "wall_s": round(time.perf_counter() - self.t0, 2)}
 
+    @staticmethod
+    def _is_worker(cmd: list[str]) -> bool:
+        return any(WORKER_MARK in part for part in cmd) and os.path.basename(cmd[0]) not in SHELLS
+
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):
             self._sample()
@@ -94,16 +98,19 @@ class TreeMeter:
         except psutil.Error:
             return
         owner: dict[int, int] = {}
+        # a process keeps the part it was first given: a worker that has exited and is not yet reaped
+        # has no command line, and its browser, still closing, would otherwise count twice (as the
+        # worker's helper and, with its whole CPU, as the driver's)
+        helper_of = {h: pid for pid, w in self.workers.items() for h in w["helpers"]}
         for proc in tree:
             try:
-                cmd = proc.cmdline()
-                if any(WORKER_MARK in part for part in cmd) and os.path.basename(cmd[0]) not in SHELLS:
+                if proc.pid in self.workers or self._is_worker(proc.cmdline()):
+                    owner[proc.pid] = proc.pid
                     w = self.workers.setdefault(proc.pid, {"hwm": 0.0, "helpers_peak": 0.0, "cpu": 0.0,
                                                            "helpers": {}, "with_helpers_peak": 0.0})
+                    w["cpu"] = _cpu(proc)
                     w["hwm"] = max(w["hwm"], _hwm_mb(proc.pid) or 0.0)
                     w["rss"] = proc.memory_info().rss / 2**20
-                    w["cpu"] = _cpu(proc)
-                    owner[proc.pid] = proc.pid
             except psutil.Error:
                 continue
         helpers_rss: dict[int, float] = {}
@@ -111,7 +118,7 @@ class TreeMeter:
             if proc.pid in owner:
                 continue
             try:
-                worker = next((p.pid for p in proc.parents() if p.pid in owner), None)
+                worker = helper_of.get(proc.pid) or next((p.pid for p in proc.parents() if p.pid in owner), None)
                 if worker is None:
                     self.others_cpu[proc.pid] = _cpu(proc)
                     continue

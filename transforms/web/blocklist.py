@@ -14,8 +14,9 @@ the datatrove wheel (`datatrove/assets/`):
 
 Domains are held as a sorted array of 64-bit keys (the first 8 bytes of each line's BLAKE2b: about
 36 MB for UT1), not as millions of Python strings. The array is built once per machine (about 2.5
-CPU-s for UT1) and kept in a local cache folder (`cache_folder()`), which every later worker process
-maps read-only: it was built in each worker process before, 1.4-2.7 CPU-s and 36 MB of each. The
+CPU-s for UT1) and kept in this machine's cache folder (core/local_cache.py), which every later
+worker process maps read-only: it was built in each worker process before, 1.4-2.7 CPU-s and 36 MB
+of each. The
 worker image builds it when it is made (`python -m transforms.web.blocklist`). A host matches when
 it or any parent domain is listed (so `www.x.com` matches a listed `x.com`), which covers datatrove's
 registered-domain and full-name checks.
@@ -30,12 +31,13 @@ import os
 import re
 import sys
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from typing import Iterable, Optional
 from urllib.parse import urlsplit
 
 import numpy as np
+
+from core import local_cache
 
 UT1, URL_WORDS, NONE = "ut1", "url_words", "none"
 DEFAULT = f"{UT1},{URL_WORDS}"
@@ -98,40 +100,14 @@ def _key(text: str) -> int:
     return _stable(text.encode("utf-8"))
 
 
-CACHE_VERSION = 1      # of the arrays' format and key: a change makes every cached array stale
-
-
-def cache_folder() -> str:
-    """Where the built arrays are kept: this machine's, never a shared store (a worker maps them)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "shardsmith", "blocklists")
+CACHE = "blocklists"     # this machine's cache folder of the arrays (core.local_cache)
 
 
 def _cached(source: str, part: str, build) -> np.ndarray:
-    """The array `build()` makes from `source` (a file), read from this machine's cache when it holds
-    one for this very file (its path, size and modification time name the entry), else built and
-    kept there for the next process. A cache that cannot be written (a read-only home) costs each
-    process the build, nothing else; an entry that cannot be read is built again."""
-    st = os.stat(source)
-    ident = f"{CACHE_VERSION}:{os.path.abspath(source)}:{st.st_size}:{st.st_mtime_ns}:{part}"
-    path = os.path.join(cache_folder(), hashlib.sha256(ident.encode()).hexdigest()[:24] + ".npy")
-    try:
-        keys = np.load(path, mmap_mode="r", allow_pickle=False)
-        if keys.dtype == np.int64 and keys.ndim == 1:
-            return keys
-    except (OSError, ValueError):
-        pass
-    keys = build()
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, keys, allow_pickle=False)
-        os.chmod(tmp, 0o644)       # readable by a worker that runs as another user than the image's build
-        os.replace(tmp, path)      # whole or absent: a process beside this one reads one or the other
-    except OSError:
-        pass
-    return keys
+    """The sorted keys `build()` makes from `source` (a file), read from this machine's cache when it
+    holds them for this very file, else built and kept there for the next process."""
+    return local_cache.cached_array(CACHE, source, part, build,
+                                    lambda keys: keys.dtype == np.int64 and keys.ndim == 1)
 
 
 def _words(path: str) -> list[str]:
@@ -233,4 +209,4 @@ if __name__ == "__main__":
         for listed in parse(spec):
             loaded = load(listed)
             print(f"blocklist {loaded.name}: {len(loaded.domains):,} domains, {len(loaded.urls):,} URLs "
-                  f"({cache_folder()})")
+                  f"({local_cache.folder(CACHE)})")

