@@ -1,20 +1,23 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Nineteen sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Twenty-one sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 19/ (128 each, with two hard negatives and two gambling pages a
+curation_multilingual3/ to 21/ (128 each, with two hard negatives and two gambling pages a
 language; the seventh's to fifteenth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
-row (curation's fallback), a page served with status >= 400 a drop (as the renderer's RenderError is).
+row (curation's fallback), a page served with status >= 400 a drop (as the renderer's RenderError is),
+a page dropped as too_little_text a keep: min_text_chars is a setting of how much a page holds, not
+a judgement, and must not count for the rules either way (since 2026-12-07; the table's figures
+before that date counted it as a drop).
 
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
 is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
 longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
-content that is gone; the twelfth to eighteenth were tuned on (their misses named), the nineteenth is
-held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
+content that is gone; the twelfth to twentieth were tuned on (their misses named; the nineteenth's
+figures only), the twenty-first is held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
 (error and parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
@@ -36,7 +39,9 @@ held out from everything. Precision / recall of "drop", 2026-12-06, with the hea
     curation_multilingual16                                                      0.98 / 1.00  (tuned on, 2026-12-07)
     curation_multilingual17                                                      0.94 / 0.95  (tuned on, 2026-12-07)
     curation_multilingual18                                                      0.85 / 0.97  (tuned on, 2026-12-07)
-    curation_multilingual19                                                      0.89 / 0.97  (held out)
+    curation_multilingual19                                                      0.89 / 0.97  (held out then)
+    curation_multilingual20                                                      0.86 / 0.97  (tuned on)
+    curation_multilingual21                                                      0.86 / 0.97  (held out)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
@@ -85,7 +90,13 @@ even inside a news site's article-like chrome; an adult word seconds the head at
 Vietnamese or Indonesian page is not judged by its margin over the English descriptions: 14 pages
 more right, none more wrong, the same verdicts on 2,411 documentation pages. The nineteenth, written
 blind after the eighteenth was read, scored once on the code before these rules and once after, only
-its figures read: 0.89 / 0.97 both times.
+its figures read: 0.89 / 0.97 both times. The twentieth and twenty-first, written blind beside each
+other after that, scored 0.86 / 0.97 each on that code; then the measure above, the error and parked
+rules asked before min_text_chars, and two rules chosen on the first twenty with the twentieth's
+misses read (a page of 800 characters or more is parked by the head only where it names its own host
+at its top; a link farm's "sponsored links"): sets 1 to 20 on the new measure 14 pages more right,
+none more wrong (the twentieth 0.92 / 0.95 -> 0.97 / 0.97); the twenty-first, figures only, 0.93 /
+0.97 before them and 0.95 / 0.97 after (docs/papers/multiui.md).
 """
 from __future__ import annotations
 
@@ -100,20 +111,21 @@ from transforms.web import topic_model
 FLOORS = {"curation_multilingual": (64 / 64, 64 / 64), "curation_multilingual2": (64 / 64, 64 / 64),
           "curation_multilingual3": (80 / 80, 80 / 80), "curation_multilingual4": (80 / 80, 80 / 80),
           "curation_multilingual5": (79 / 79, 79 / 80), "curation_multilingual6": (77 / 78, 77 / 80),
-          "curation_multilingual7": (61 / 63, 61 / 64), "curation_multilingual8": (64 / 64, 64 / 64),
-          "curation_multilingual9": (64 / 67, 64 / 64), "curation_multilingual10": (64 / 64, 64 / 64),
-          "curation_multilingual11": (62 / 63, 62 / 64), "curation_multilingual12": (62 / 63, 62 / 64),
-          "curation_multilingual13": (63 / 64, 63 / 64), "curation_multilingual14": (63 / 66, 63 / 64),
-          "curation_multilingual15": (64 / 66, 64 / 64), "curation_multilingual16": (64 / 65, 64 / 64),
-          "curation_multilingual17": (61 / 65, 61 / 64), "curation_multilingual18": (62 / 73, 62 / 64),
-          "curation_multilingual19": (62 / 70, 62 / 64)}
-HELD_OUT = "curation_multilingual19"
+          "curation_multilingual7": (60 / 62, 60 / 64), "curation_multilingual8": (64 / 64, 64 / 64),
+          "curation_multilingual9": (64 / 66, 64 / 64), "curation_multilingual10": (63 / 63, 63 / 64),
+          "curation_multilingual11": (62 / 63, 62 / 64), "curation_multilingual12": (61 / 61, 61 / 64),
+          "curation_multilingual13": (62 / 62, 62 / 64), "curation_multilingual14": (62 / 64, 62 / 64),
+          "curation_multilingual15": (64 / 64, 64 / 64), "curation_multilingual16": (64 / 65, 64 / 64),
+          "curation_multilingual17": (61 / 63, 61 / 64), "curation_multilingual18": (62 / 65, 62 / 64),
+          "curation_multilingual19": (62 / 65, 62 / 64), "curation_multilingual20": (62 / 64, 62 / 64),
+          "curation_multilingual21": (62 / 65, 62 / 64)}
+HELD_OUT = "curation_multilingual21"
 # not in the fit, and tuned on
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
             "curation_multilingual9", "curation_multilingual10", "curation_multilingual11",
             "curation_multilingual12", "curation_multilingual13", "curation_multilingual14",
             "curation_multilingual15", "curation_multilingual16", "curation_multilingual17",
-            "curation_multilingual18")
+            "curation_multilingual18", "curation_multilingual19", "curation_multilingual20")
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -132,7 +144,7 @@ def measured(request):
     group_of = {lang: group for group, langs in GROUPS.items() for lang in langs}
     for lab in S.labels(request.param):
         row = S.html_row(lab) if lab["status"] < 400 else f"HTTP {lab['status']}"
-        dropped, want = S.reason(row, rules) is not None, lab["label"] == "drop"
+        dropped, want = S.reason(row, rules) not in (None, "too_little_text"), lab["label"] == "drop"
         for key in (group_of[lab["language"]], "all"):
             c = counts[key]
             c[0] += want and dropped
@@ -156,7 +168,8 @@ def measured(request):
                                                 ("curation_multilingual13", 8), ("curation_multilingual14", 8),
                                                 ("curation_multilingual15", 8), ("curation_multilingual16", 8),
                                                 ("curation_multilingual17", 8), ("curation_multilingual18", 8),
-                                                ("curation_multilingual19", 8)])
+                                                ("curation_multilingual19", 8), ("curation_multilingual20", 8),
+                                                ("curation_multilingual21", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -173,9 +186,9 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the nineteenth), CJK 0.85 / 0.92, English 0.80 / "
-                                       "1.00, Latin European 0.89 / 1.00, Southeast Asian 0.88 / 0.88; Arabic, Cyrillic "
-                                       "1.00 / 1.00 (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the twenty-first), English 0.80 / 1.00, Latin "
+                                       "European 0.94 / 0.97, Southeast Asian 1.00 / 0.88; Arabic, CJK, Cyrillic 1.00 / "
+                                       "1.00 (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured

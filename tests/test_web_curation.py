@@ -79,6 +79,26 @@ def test_parked_and_thin_pages():
     assert curation.rule_reason(_page(text="Welcome"), min_text_chars=5) is None
 
 
+def test_a_bare_error_page_is_one_not_too_little_text():
+    """too_little_text is a setting (min_text_chars), not a judgement: a page under it that says it is
+    an error or a parked domain is dropped as that."""
+    assert curation.rule_reason(_page(title="Shop", text="Oops! That page can't be found.")) == "error_page"
+    assert curation.rule_reason(_page(title="x", text="This domain is parked free of charge")) == "parked"
+    assert curation.rule_reason(_page(title="Shop", text="Opening hours: 9 to 5")) == "too_little_text"
+
+
+@pytest.mark.parametrize("url, title, text, named", [
+    ("http://kedai-kopi.id/", "kedai-kopi.id", "Domain ini dijual", True),               # its title
+    ("https://www.kedai-kopi.id/", "Dijual", "kedai-kopi.id dijual. Hubungi kami", True),  # its opening words
+    ("https://host.example/", "Hosting plans", "Plans from 2 EUR. Mail sales@host.example today", False),
+    ("https://host.example/", "Hosting plans", "Plans from 2 EUR. " * 30 + "(c) host.example", False),  # its footer
+    ("", "Hosting plans", "Plans from 2 EUR", True),                                     # no domain to look for
+])
+def test_a_parked_page_names_its_host_at_its_top(url, title, text, named):
+    flat = f"{title} {text}"
+    assert curation.names_its_host(url, flat, title, []) is named
+
+
 @pytest.mark.parametrize("sale", ["Tên miền này đang được rao bán! Giá: 25.000.000 đ",
                                   "Bu alan adı satılıktır. Teklif verin", "Domain ini sedang dijual, hubungi kami",
                                   "Ta domena jest na sprzedaż", "Deze domeinnaam is te koop"])
@@ -522,9 +542,11 @@ def test_parked_text_split_over_nodes_and_broker_listings():
 
 def test_placeholders_only_as_headings_or_about_the_site():
     soon = _page(title="Coming soon", text=ARTICLE)
-    assert curation.rule_reason(soon) == "too_little_text"
+    assert curation.rule_reason(soon) == "parked"                 # a domain whose site is not there yet
     building = _page(title="Joinery", text="Sorry, we're doing some work on the site and will be back shortly. " * 4)
-    assert curation.rule_reason(building) == "too_little_text"
+    assert curation.rule_reason(building) == "error_page"         # a site down for maintenance
+    bare = _page(title="Bakery", text="Site under construction")
+    assert curation.rule_reason(bare) == "parked"                  # said, not too little text
     product = _page(title="Bakery", text="Our spring menu is coming soon. " + ARTICLE)
     assert curation.rule_reason(product) is None
 

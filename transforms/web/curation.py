@@ -190,6 +190,11 @@ RELATED_SEARCHES = terms([
     r"verwandte suchanfragen", r"ricerche correlate", r"powiązane wyszukiwania", r"gerelateerde zoekopdrachten",
     r"ilgili aramalar", r"похожие запросы", r"tìm kiếm liên quan", r"pencarian terkait",
     "相关搜索", "相關搜尋", "関連検索", "관련 검색", "عمليات بحث ذات صلة",
+    # or its sponsored links
+    r"sponsored links", r"liens (sponsorisés|commerciaux)", r"enlaces patrocinados", r"links patrocinados",
+    r"gesponserte links", r"link sponsorizzati", r"linki sponsorowane", r"gesponsorde links",
+    r"sponsorlu (bağlantılar|linkler)", r"спонсорские ссылки", r"liên kết (được )?tài trợ", r"tautan (ber)?sponsor",
+    "赞助链接", "贊助連結", "スポンサーリンク", "스폰서 링크", r"روابط (دعائية|ممولة)",
 ])
 # Weaker signs of a registrar's or broker's placeholder, trusted only on a short page (under SOFT_404_CHARS):
 # a broker lists "similar domains for sale"; a registrar's default page is the "future home of" a site.
@@ -287,6 +292,22 @@ def names_its_own_domain(url: str, flat: str, title: str, heads: list[str]) -> b
     return any(host in field.lower() for field in [title, *heads])
 
 
+OPENING_CHARS = 400
+_EMAIL = re.compile(r"\S+@\S+")
+
+
+def names_its_host(url: str, flat: str, title: str, heads: list[str]) -> bool:
+    """The page's own host name (without www.) is in its title, a heading or its opening
+    OPENING_CHARS characters, outside an e-mail address (True where the URL has no domain name to
+    look for). A parked page is about its domain ("example.com is for sale", "example.com has been
+    registered"); a registrar's or host's product page speaks of domains in general and names its
+    own, if at all, in its footer or its e-mail address."""
+    host = _own_host(url)
+    if host is None:
+        return True
+    return host in _EMAIL.sub(" ", flat[:OPENING_CHARS]).lower() or any(host in f.lower() for f in [title, *heads])
+
+
 def is_link_farm(url: str, flat: str, title: str, heads: list[str]) -> bool:
     """A parking service's page of "related searches": its title or a heading is its own host name
     alone, or with those words ("example.com - Related searches"). A shop titled with its name
@@ -303,9 +324,11 @@ def is_link_farm(url: str, flat: str, title: str, heads: list[str]) -> bool:
     return False
 
 
-# A short page that only says the site is not there yet (or not at the moment) is thin, whatever it
-# is called: "site under construction", "down for maintenance", "we'll be back shortly". The bare
-# words ("Coming soon") only count as the title or a heading: in a sentence they may be about a product.
+# A short page that only says the site is not there yet (or not at the moment), whatever it is called:
+# "site under construction", "down for maintenance", "we'll be back shortly". Not there yet is a
+# placeholder of its domain (parked); down for maintenance (MAINTENANCE) is an error page served as
+# a page. The bare words ("Coming soon") only count as the title or a heading: in a sentence they
+# may be about a product.
 PLACEHOLDER_HEADINGS = re.compile(r"^\W*(coming soon|launching soon|under (construction|maintenance)|"
                                   r"(site|website) (coming soon|under construction|under maintenance))\b", re.I)
 PLACEHOLDER = terms([
@@ -324,6 +347,13 @@ PLACEHOLDER = terms([
     r"sitede bakım", r"situs (sedang )?dalam (perbaikan|pemeliharaan)", r"trang web đang (xây dựng|bảo trì)",
     "网站建设中", "网站维护中", "正在建设中", "網站建置中", "準備中", "工事中", "メンテナンス中", "공사중", "준비중", "점검중",
 ])
+
+MAINTENANCE = terms([
+    r"maintenance", r"be back (soon|shortly|online)", r"doing (some )?work on", r"wartung\w*", r"mantenimiento",
+    r"manutenção", r"manutenzione", r"(на )?обслуживании", r"bakım\w*", r"perbaikan", r"pemeliharaan", r"bảo trì",
+    "维护", "維護", "メンテナンス", "점검",
+])
+
 
 # -- sign-in walls ----------------------------------------------------------------------------------
 # A sign-in wall is thin: the content is behind it. A short page (under SOFT_404_CHARS) that says the
@@ -782,7 +812,7 @@ def _short_page_reason(url: str, title: str, heads: list[str], flat: str) -> Opt
     if PARKED_SHORT.search(flat) or names_its_own_domain(url, flat, title, heads):
         return "parked"
     if PLACEHOLDER.search(flat) or any(PLACEHOLDER_HEADINGS.search(h) for h in [title, *heads]):
-        return "too_little_text"
+        return "error_page" if MAINTENANCE.search(flat) else "parked"
     if SIGN_IN_WALL.search(flat):
         return "too_little_text"
     return None
@@ -792,7 +822,9 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
     """An error or parked page however it is worded, in the model's languages: a short page at the
     kinds' own thresholds, a longer one (its site's menus, footers and offers around it) only where
     the head is sure of its opening text (up to KIND_PAGE_CHARS), its title and headings, its
-    title or its first heading. A longer page whose title or a heading names its own host, with a
+    title or its first heading; parked, where it names its own host at its top (names_its_host: the
+    head reads a registrar's or a host's product pages as parked). A longer page whose title or a
+    heading names its own host, with a
     word for "domain" (names_its_own_domain), is judged parked as a short page is: a registrar's,
     broker's or host's page for that domain wrapped in their offers (a shop's or a registrar's own
     pages rarely name themselves so and are judged as any page). A page whose title and headings
@@ -807,6 +839,8 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
     else:
         opening = flat if chars < KIND_PAGE_CHARS else ""
         kind = topic_model.sure_kind(opening, outline, title, heads[0] if heads else "")
+        if kind == "parked" and not names_its_host(url, flat, title, heads):
+            kind = None
         if kind is None and not asks(title) and names_its_own_domain(url, flat, title, heads) and any(
                 topic_model.judged(t, ("parked",)) for t in (flat[:KIND_PAGE_CHARS], outline, title) if t):
             kind = "parked"
@@ -821,7 +855,8 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     language), with the given thresholds.
 
     Reasons: 'rendered without its CSS (N stylesheets missing)', 'blocklist <list>: <what>',
-    error_page, parked, too_little_text (also a placeholder or a sign-in wall), adult, gambling, violent
+    error_page (also a site down for maintenance), parked (also a site not there yet), too_little_text
+    (under min_text_chars, or a sign-in wall: asked after error_page and parked), adult, gambling, violent
     (at least min_hits terms of the topic, one of them an intent term), title_adult, title_gambling,
     description_adult, description_gambling, keywords_adult, keywords_gambling (the head offers what the
     body does not), 'language: xx (not in en)' (of the visible text), 'title_language: xx (page en)',
@@ -847,13 +882,14 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if says(PARKED, flat) or is_link_farm(url, flat, title, heads):
         return "parked"
     chars = effective_chars(page, text)
-    if chars < rules.min_text_chars:
-        return "too_little_text"
     reason = _short_page_reason(url, title, heads, flat) if chars < SOFT_404_CHARS else None
-    if not reason and rules.by_model:
+    sign_in = chars < SOFT_404_CHARS and has_password_field(page)
+    if not reason and rules.by_model and not sign_in:     # a short sign-in form is a page of its own kind
         reason = _kind_reason(url, title, heads, flat, chars)
     if reason:
         return reason
+    if chars < rules.min_text_chars:
+        return "too_little_text"
     if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
         return "too_little_text"
     body_topics, other_topics = topic_hits(_SPACE.sub(" ", body)), topic_hits(title, url_text(url))
