@@ -466,6 +466,7 @@ def test_english_business_vocabulary(topic, words):
     ("adult", ["incontri per adulti", "video di sesso", "escort"]),
     ("adult", ["video bokep", "cerita dewasa", "telanjang"]),
     ("adult", ["phim sex", "clip sex", "khiêu dâm"]),
+    ("adult", ["Video người lớn 18+", "clip người lớn mới", "khiêu dâm"]),
     ("adult", ["porno izle", "seks videoları", "erotik"]),
     ("gambling", ["Situs judi slot gacor", "maxwin", "togel online"]),
     ("gambling", ["nhà cái uy tín", "soi kèo", "cá cược"]),

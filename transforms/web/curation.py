@@ -430,7 +430,7 @@ TOPICS = {
             # id
             "bokep", "video mesum", "cerita (dewasa|sex|seks)", "situs dewasa", "ngentot", "memek",
             # vi
-            "phim sex", "phim (người lớn|cấp 3|heo)", "clip sex", "gái gọi", "phim khiêu dâm",
+            "phim sex", "phim (người lớn|cấp 3|heo)", "(video|clip) người lớn", "clip sex", "gái gọi", "phim khiêu dâm",
             # tr
             "sikiş", r"seks (videoları|izle|filmi)", "porno izle", "sex izle", "escort (bayan|kız)",
             # zh
