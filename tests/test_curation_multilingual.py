@@ -1,10 +1,10 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Twenty-one sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Twenty-three sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 21/ (128 each, with two hard negatives and two gambling pages a
+curation_multilingual3/ to 23/ (128 each, with two hard negatives and two gambling pages a
 language; the seventh's to fifteenth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
@@ -16,8 +16,8 @@ before that date counted it as a drop).
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
 is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
 longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
-content that is gone; the twelfth to twentieth were tuned on (their misses named; the nineteenth's
-figures only), the twenty-first is held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
+content that is gone; the twelfth to twenty-second were tuned on (their misses named; the
+nineteenth's figures only), the twenty-third is held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
 (error and parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
@@ -41,7 +41,9 @@ figures only), the twenty-first is held out from everything. Precision / recall 
     curation_multilingual18                                                      0.85 / 0.97  (tuned on, 2026-12-07)
     curation_multilingual19                                                      0.89 / 0.97  (held out then)
     curation_multilingual20                                                      0.86 / 0.97  (tuned on)
-    curation_multilingual21                                                      0.86 / 0.97  (held out)
+    curation_multilingual21                                                      0.86 / 0.97  (held out, then tuned on)
+    curation_multilingual22                                                      0.98 / 0.95  (tuned on; new measure)
+    curation_multilingual23                                                      0.91 / 0.95  (held out; new measure)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
@@ -96,7 +98,13 @@ rules asked before min_text_chars, and two rules chosen on the first twenty with
 misses read (a page of 800 characters or more is parked by the head only where it names its own host
 at its top; a link farm's "sponsored links"): sets 1 to 20 on the new measure 14 pages more right,
 none more wrong (the twentieth 0.92 / 0.95 -> 0.97 / 0.97); the twenty-first, figures only, 0.93 /
-0.97 before them and 0.95 / 0.97 after (docs/papers/multiui.md).
+0.97 before them and 0.95 / 0.97 after (docs/papers/multiui.md). The twenty-second and twenty-third,
+written blind beside each other after that, scored once on that code (new measure): 0.98 / 0.95 and
+0.91 / 0.95. Then, with the twenty-first's and twenty-second's misses read, five rules chosen on the
+first twenty-two (a title or heading that is only a maintenance notice is an error page at any
+length; a short page with a form of two fields or more, or with a price list, is not an error or a
+placeholder by the model; a link farm's "related links"; Vietnamese lottery predictions): 11 pages
+more right, none more wrong; the twenty-third, scored once after them: 0.98 / 0.97.
 """
 from __future__ import annotations
 
@@ -116,16 +124,18 @@ FLOORS = {"curation_multilingual": (64 / 64, 64 / 64), "curation_multilingual2":
           "curation_multilingual11": (62 / 63, 62 / 64), "curation_multilingual12": (61 / 61, 61 / 64),
           "curation_multilingual13": (62 / 62, 62 / 64), "curation_multilingual14": (62 / 64, 62 / 64),
           "curation_multilingual15": (64 / 64, 64 / 64), "curation_multilingual16": (64 / 65, 64 / 64),
-          "curation_multilingual17": (61 / 63, 61 / 64), "curation_multilingual18": (62 / 65, 62 / 64),
-          "curation_multilingual19": (62 / 65, 62 / 64), "curation_multilingual20": (62 / 64, 62 / 64),
-          "curation_multilingual21": (62 / 65, 62 / 64)}
-HELD_OUT = "curation_multilingual21"
+          "curation_multilingual17": (61 / 63, 61 / 64), "curation_multilingual18": (62 / 64, 62 / 64),
+          "curation_multilingual19": (63 / 66, 63 / 64), "curation_multilingual20": (63 / 64, 63 / 64),
+          "curation_multilingual21": (64 / 64, 64 / 64), "curation_multilingual22": (63 / 63, 63 / 64),
+          "curation_multilingual23": (62 / 63, 62 / 64)}
+HELD_OUT = "curation_multilingual23"
 # not in the fit, and tuned on
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
             "curation_multilingual9", "curation_multilingual10", "curation_multilingual11",
             "curation_multilingual12", "curation_multilingual13", "curation_multilingual14",
             "curation_multilingual15", "curation_multilingual16", "curation_multilingual17",
-            "curation_multilingual18", "curation_multilingual19", "curation_multilingual20")
+            "curation_multilingual18", "curation_multilingual19", "curation_multilingual20",
+            "curation_multilingual21", "curation_multilingual22")
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -169,7 +179,8 @@ def measured(request):
                                                 ("curation_multilingual15", 8), ("curation_multilingual16", 8),
                                                 ("curation_multilingual17", 8), ("curation_multilingual18", 8),
                                                 ("curation_multilingual19", 8), ("curation_multilingual20", 8),
-                                                ("curation_multilingual21", 8)])
+                                                ("curation_multilingual21", 8), ("curation_multilingual22", 8),
+                                                ("curation_multilingual23", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -186,9 +197,9 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the twenty-first), English 0.80 / 1.00, Latin "
-                                       "European 0.94 / 0.97, Southeast Asian 1.00 / 0.88; Arabic, CJK, Cyrillic 1.00 / "
-                                       "1.00 (docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the twenty-third), Southeast Asian 1.00 / 0.75; "
+                                       "Arabic, CJK, Cyrillic, English 1.00 / 1.00, Latin European 0.97 / 1.00 "
+                                       "(docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured

@@ -665,3 +665,36 @@ def test_an_error_heading_that_apologizes_is_an_error_page_inside_article_chrome
     assert curation.is_article(sorry) and curation.rule_reason(sorry) == "error_page"
     about = _article("Không tìm thấy trang | Báo Nhịp Sống", "Trang bạn tìm kiếm không tồn tại: vì sao và cách xử lý")
     assert curation.rule_reason(about) is None
+
+
+@pytest.mark.parametrize("title, heads, notice", [
+    ("Przerwa techniczna – Sklep Ogrodowy 24", ["Trwa przerwa techniczna"], True),
+    ("Boutique en maintenance – Lin & Lavande", [], True),
+    ("Home", ["We're currently performing scheduled maintenance."], True),
+    ("サーバーメンテナンス中", [], True),
+    ("Przerwa techniczna w systemie banku w nocy – Gazeta", [], False),   # news about one says more
+    ("Building maintenance services | Acme", ["Maintenance contracts"], False),
+])
+def test_a_maintenance_notice_is_the_whole_title_or_heading(title, heads, notice):
+    assert curation.maintenance_notice(title, heads) is notice
+
+
+def test_a_long_maintenance_page_is_an_error_page():
+    html = ("<html><head><title>Boutique en maintenance – Lin & Lavande</title></head><body><nav>"
+            + "".join(f"<a href='/{i}'>Rayon {i}</a>" for i in range(8)) + "</nav><h1>Notre boutique est en "
+            "maintenance</h1><p>" + ("Nous mettons à jour notre site pour une meilleure expérience. " * 20) + "</p></body></html>")
+    assert curation.rule_reason({"id": "m", "title": "Boutique en maintenance – Lin & Lavande", "html": html,
+                                 "nodes": []}) == "error_page"
+
+
+def test_fields_to_fill_and_price_lists():
+    contact = {"html": "<form><input name=n><input type=email name=e><textarea></textarea>"
+                       "<input type=hidden name=t><input type=submit></form>"}
+    assert curation.form_fields(contact) == 3
+    assert curation.form_fields({"html": "<form><input type=search name=q><button>Go</button></form>"}) == 0
+    tree = {"nodes": [{"role": "textbox", "name": "Name"}, {"role": "combobox", "name": "Guests"},
+                      {"role": "searchbox", "name": "Search"}]}
+    assert curation.form_fields(tree) == 2
+    assert curation.lists_prices("Starter $4.95 Growth $9.95 Agency $24.95")
+    assert curation.lists_prices("Cá nhân 39.000đ/tháng Doanh nghiệp 89.000đ Thương mại 189.000đ")
+    assert not curation.lists_prices("This domain may be for sale: 2,999 USD. Make an offer")

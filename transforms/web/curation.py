@@ -191,7 +191,7 @@ RELATED_SEARCHES = terms([
     r"ilgili aramalar", r"похожие запросы", r"tìm kiếm liên quan", r"pencarian terkait",
     "相关搜索", "相關搜尋", "関連検索", "관련 검색", "عمليات بحث ذات صلة",
     # or its sponsored links
-    r"sponsored links", r"liens (sponsorisés|commerciaux)", r"enlaces patrocinados", r"links patrocinados",
+    r"sponsored (links|listings)", r"related links", r"liens (sponsorisés|commerciaux)", r"enlaces patrocinados", r"links patrocinados",
     r"gesponserte links", r"link sponsorizzati", r"linki sponsorowane", r"gesponsorde links",
     r"sponsorlu (bağlantılar|linkler)", r"спонсорские ссылки", r"liên kết (được )?tài trợ", r"tautan (ber)?sponsor",
     "赞助链接", "贊助連結", "スポンサーリンク", "스폰서 링크", r"روابط (دعائية|ممولة)",
@@ -292,6 +292,18 @@ def names_its_own_domain(url: str, flat: str, title: str, heads: list[str]) -> b
     return any(host in field.lower() for field in [title, *heads])
 
 
+# A price list (three prices or more: a host's plans, a shop's products) is an offer of the site's own,
+# which the head, on a short page, reads as a placeholder when the offer is hosting or domains.
+PRICE_LIST = 3
+_CURRENCY = (r"(?:€|\$|£|¥|₩|₫|đ|zł|TL|₺|руб\.?|₽|Rp\.?|R\$|kr|CHF|EUR|USD|GBP|PLN|TRY|VND|IDR|원|円|元|"
+             r"ريال|درهم|دينار|ج\.م)")
+_PRICE = re.compile(rf"{_CURRENCY}\s?\d[\d.,\s]*\d|\d[\d.,]*\s?{_CURRENCY}(?!\w)", re.I)
+
+
+def lists_prices(flat: str) -> bool:
+    return len(_PRICE.findall(flat)) >= PRICE_LIST
+
+
 OPENING_CHARS = 400
 _EMAIL = re.compile(r"\S+@\S+")
 
@@ -355,6 +367,39 @@ MAINTENANCE = terms([
 ])
 
 
+# A title (its part before the site's name) or a heading that is only the notice that the site is down
+# for maintenance ("Boutique en maintenance", "Trwa przerwa techniczna"): at any length, in the site's
+# chrome, an error page. The whole field must be the notice: a news headline about a bank's
+# maintenance says more ("Przerwa techniczna w systemie banku w nocy").
+MAINTENANCE_NOTICE = re.compile(r"(?:" + "|".join([
+    r"(?:(?:our|the) )?(?:site|website|shop|store) (?:is )?(?:currently |temporarily )?"
+    r"(?:down for|under|undergoing|in) (?:scheduled )?maintenance", r"(?:scheduled )?maintenance in progress",
+    r"we(?:'re| are) (?:currently )?(?:down for|undergoing|performing|doing) (?:some )?(?:scheduled )?maintenance",
+    r"(?:notre |le |la )?(?:site|boutique) (?:est )?(?:actuellement |temporairement )?en (?:cours de )?maintenance",
+    r"(?:(?:unsere|die) )?(?:seite|website|webseite|shop|onlineshop) (?:ist )?(?:gerade |derzeit |vorübergehend )?"
+    r"(?:in|im) wartung(?:smodus)?", r"wartungsarbeiten",
+    r"(?:(?:el|la|nuestra|nuestro) )?(?:sitio|tienda|web|página)(?: web)? (?:está )?en mantenimiento",
+    r"estamos en mantenimiento",
+    r"(?:il |il nostro |lo )?(?:sito|negozio|shop) (?:è )?(?:temporaneamente )?in manutenzione", r"manutenzione in corso",
+    r"(?:o |a |nossa |nosso )?(?:site|loja) (?:está )?em manutenção", r"estamos em manutenção",
+    r"(?:onze |de )?(?:website|webshop|site|winkel) (?:is )?(?:tijdelijk )?in onderhoud", r"we zijn (?:even )?in onderhoud",
+    r"(?:trwa )?przerwa techniczna", r"(?:sklep|strona|serwis) w trakcie prac technicznych",
+    r"(?:sitemiz|mağazamız|site) bakımda", r"bakım çalışması",
+    r"(?:сайт|магазин) (?:временно )?на (?:техническом )?обслуживании", r"(?:ведутся|проводятся) технические работы",
+    r"(?:website |trang web |cửa hàng )?đang (?:được )?bảo trì", r"(?:situs|website|toko) sedang (?:dalam )?"
+    r"(?:perbaikan|pemeliharaan|maintenance)",
+    r"(?:网站|系统|系統|網站)?(?:维护|維護)中", r"(?:ただいま)?(?:サーバー|システム)?メンテナンス中", r"(?:서버|시스템|사이트) ?점검 ?중",
+    r"(?:الموقع )?(?:قيد|تحت) الصيانة",
+]) + r")", re.I)
+_TITLE_PARTS = re.compile(r"\s+[|–—·-]\s+")
+
+
+def maintenance_notice(title: str, heads: list[str]) -> bool:
+    """The title's first part or a heading is only the notice that the site is down for maintenance."""
+    fields = [_TITLE_PARTS.split(title or "")[0], *heads]
+    return any(MAINTENANCE_NOTICE.fullmatch(f.strip(" \t!.…:。！")) for f in fields if f)
+
+
 # -- sign-in walls ----------------------------------------------------------------------------------
 # A sign-in wall is thin: the content is behind it. A short page (under SOFT_404_CHARS) that says the
 # content needs a sign-in ("You must be signed in to view this page") is one; so is a page with a
@@ -378,6 +423,23 @@ SIGN_IN_WALL = terms([
     r"faça login para (continuar|ver|acessar)", r"accedi per (continuare|vedere)", r"войдите,? чтобы", "请登录后", "登录后查看",
     "ログインしてください", "로그인이 필요",
 ])
+
+
+# A form with fields to fill (a contact, booking or sign-in form) is a page of its own: a short one is
+# not an error page or a placeholder for the model's kinds, which read such pages so (a farm stay's
+# availability request, a printer's contact form). An error page's one search box, a placeholder's
+# one e-mail box for news of the launch, are one field.
+FORM_FIELDS = 2
+_FILL_ROLES = ("textbox", "combobox", "spinbutton")
+_FILL_INPUT = re.compile(r"<(textarea|select)\b|<input\b(?![^>]*\btype\s*=\s*[\"']?"
+                         r"(hidden|submit|button|checkbox|radio|image|reset|search)\b)", re.I)
+
+
+def form_fields(page: dict) -> int:
+    """How many fields the page asks a reader to fill in: textboxes, lists and numbers of its tree,
+    or of its HTML (a row without a tree), not search boxes or buttons."""
+    in_tree = sum(1 for n in page.get("nodes") or () if n.get("role") in _FILL_ROLES)
+    return max(in_tree, len(_FILL_INPUT.findall(page.get("html") or "")))
 
 
 def has_password_field(page: dict) -> bool:
@@ -501,6 +563,7 @@ TOPICS = {
             # vi (and the picks of illegal lô đề prediction sites)
             "nhà cái uy tín", "kèo nhà cái", "nổ hũ", "soi kèo", r"(game )?bài đổi thưởng", "khuyến mãi nạp đầu",
             r"soi cầu (lô|xsmb|xsmn|xsmt|miền)", r"(bạch|song) thủ lô", "dàn đề", "lô xiên", r"đánh (lô|đề|lô đề) online",
+            r"dự đoán (lô|đề|xsmb|xsmn|xsmt|xổ số)", "lô gan",
             # tr
             "bahis siteleri", "deneme bonusu", "bedava bahis", "yatırım bonusu", "kayıt bonusu", "casino siteleri",
             # zh
@@ -823,7 +886,8 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
     kinds' own thresholds, a longer one (its site's menus, footers and offers around it) only where
     the head is sure of its opening text (up to KIND_PAGE_CHARS), its title and headings, its
     title or its first heading; parked, where it names its own host at its top (names_its_host: the
-    head reads a registrar's or a host's product pages as parked). A longer page whose title or a
+    head reads a registrar's or a host's product pages as parked), and a short page not where it lists
+    prices (a host's plans). A longer page whose title or a
     heading names its own host, with a
     word for "domain" (names_its_own_domain), is judged parked as a short page is: a registrar's,
     broker's or host's page for that domain wrapped in their offers (a shop's or a registrar's own
@@ -836,6 +900,8 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
         by_head = topic_model.judged(flat, topic_model.KINDS, margins=False)
         if kind != by_head and language.detect(flat) in topic_model.OUTSIDE:   # lingua only where a margin decides
             kind = by_head
+        if kind == "parked" and lists_prices(flat):
+            kind = None
     else:
         opening = flat if chars < KIND_PAGE_CHARS else ""
         kind = topic_model.sure_kind(opening, outline, title, heads[0] if heads else "")
@@ -876,6 +942,8 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
     if ((ERROR_TITLES.search(title) or any(says(p, t) for p in (ERROR_PHRASES, GONE_PHRASES) for t in (title, *heads)))
             and (not is_article(page) or apologizes(title, heads)) and not discusses_errors(title, heads)):
         return "error_page"
+    if maintenance_notice(title, heads):
+        return "error_page"
     body = body_text(page)
     text = "\n".join([title, body]) if body else title      # page_text, without reading the body twice
     flat = _SPACE.sub(" ", text)        # a sentence split over several nodes ("The domain name / x.com / is for sale")
@@ -883,8 +951,8 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
         return "parked"
     chars = effective_chars(page, text)
     reason = _short_page_reason(url, title, heads, flat) if chars < SOFT_404_CHARS else None
-    sign_in = chars < SOFT_404_CHARS and has_password_field(page)
-    if not reason and rules.by_model and not sign_in:     # a short sign-in form is a page of its own kind
+    a_form = chars < SOFT_404_CHARS and (form_fields(page) >= FORM_FIELDS or has_password_field(page))
+    if not reason and rules.by_model and not a_form:
         reason = _kind_reason(url, title, heads, flat, chars)
     if reason:
         return reason
