@@ -1,10 +1,10 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Twenty-three sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Twenty-five sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 23/ (128 each, with two hard negatives and two gambling pages a
+curation_multilingual3/ to 25/ (128 each, with two hard negatives and two gambling pages a
 language; the seventh's to fifteenth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
@@ -17,7 +17,7 @@ The first five (and the English sets) are what curation's topic head (transforms
 is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
 longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
 content that is gone; the twelfth to twenty-second were tuned on (their misses named; the
-nineteenth's figures only), the twenty-third is held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
+nineteenth's figures only), the twenty-third to twenty-fifth are held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
 (error and parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
@@ -44,6 +44,8 @@ nineteenth's figures only), the twenty-third is held out from everything. Precis
     curation_multilingual21                                                      0.86 / 0.97  (held out, then tuned on)
     curation_multilingual22                                                      0.98 / 0.95  (tuned on; new measure)
     curation_multilingual23                                                      0.91 / 0.95  (held out; new measure)
+    curation_multilingual24                                                      0.93 / 1.00  (held out; final code)
+    curation_multilingual25                                                      0.97 / 0.98  (held out; final code)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
@@ -104,7 +106,11 @@ written blind beside each other after that, scored once on that code (new measur
 first twenty-two (a title or heading that is only a maintenance notice is an error page at any
 length; a short page with a form of two fields or more, or with a price list, is not an error or a
 placeholder by the model; a link farm's "related links"; Vietnamese lottery predictions): 11 pages
-more right, none more wrong; the twenty-third, scored once after them: 0.98 / 0.97.
+more right, none more wrong; the twenty-third, scored once after them: 0.98 / 0.97. The twenty-fourth
+and twenty-fifth, written blind after that (Vietnamese and Indonesian pages asked to be true to
+their sites), scored once on the same code: 0.93 / 1.00 and 0.97 / 0.98; the three held-out sets
+together (384 pages): 0.96 / 0.98, every group at the target but English precision (0.92, one false
+drop of thirteen).
 """
 from __future__ import annotations
 
@@ -127,8 +133,10 @@ FLOORS = {"curation_multilingual": (64 / 64, 64 / 64), "curation_multilingual2":
           "curation_multilingual17": (61 / 63, 61 / 64), "curation_multilingual18": (62 / 64, 62 / 64),
           "curation_multilingual19": (63 / 66, 63 / 64), "curation_multilingual20": (63 / 64, 63 / 64),
           "curation_multilingual21": (64 / 64, 64 / 64), "curation_multilingual22": (63 / 63, 63 / 64),
-          "curation_multilingual23": (62 / 63, 62 / 64)}
+          "curation_multilingual23": (62 / 63, 62 / 64), "curation_multilingual24": (64 / 69, 64 / 64),
+          "curation_multilingual25": (63 / 65, 63 / 64)}
 HELD_OUT = "curation_multilingual23"
+ALSO_HELD_OUT = ("curation_multilingual24", "curation_multilingual25")   # scored once, figures only
 # not in the fit, and tuned on
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
             "curation_multilingual9", "curation_multilingual10", "curation_multilingual11",
@@ -180,7 +188,8 @@ def measured(request):
                                                 ("curation_multilingual17", 8), ("curation_multilingual18", 8),
                                                 ("curation_multilingual19", 8), ("curation_multilingual20", 8),
                                                 ("curation_multilingual21", 8), ("curation_multilingual22", 8),
-                                                ("curation_multilingual23", 8)])
+                                                ("curation_multilingual23", 8), ("curation_multilingual24", 8),
+                                                ("curation_multilingual25", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -208,5 +217,7 @@ def test_every_language_group_meets_the_target(measured):
 
 
 def test_the_held_out_set_is_not_in_the_heads_fit():
-    assert HELD_OUT not in topic_model.TRAINING_SETS and not set(TUNED_ON) & set(topic_model.TRAINING_SETS)
-    assert set(FLOORS) - {HELD_OUT} - set(TUNED_ON) <= set(topic_model.TRAINING_SETS)
+    held_out = {HELD_OUT, *ALSO_HELD_OUT}
+    assert not held_out & set(topic_model.TRAINING_SETS) and not set(TUNED_ON) & set(topic_model.TRAINING_SETS)
+    assert not held_out & set(TUNED_ON)
+    assert set(FLOORS) - held_out - set(TUNED_ON) <= set(topic_model.TRAINING_SETS)
