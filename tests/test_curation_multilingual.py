@@ -17,7 +17,7 @@ The first five (and the English sets) are what curation's topic head (transforms
 is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
 longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
 content that is gone; the twelfth to twenty-second were tuned on (their misses named; the
-nineteenth's figures only), the twenty-third to twenty-fifth are held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
+nineteenth's figures only), the twenty-fourth and twenty-fifth are held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
 (error and parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
@@ -43,7 +43,7 @@ nineteenth's figures only), the twenty-third to twenty-fifth are held out from e
     curation_multilingual20                                                      0.86 / 0.97  (tuned on)
     curation_multilingual21                                                      0.86 / 0.97  (held out, then tuned on)
     curation_multilingual22                                                      0.98 / 0.95  (tuned on; new measure)
-    curation_multilingual23                                                      0.91 / 0.95  (held out; new measure)
+    curation_multilingual23                                                      0.91 / 0.95  (held out, then tuned on)
     curation_multilingual24                                                      0.93 / 1.00  (held out; final code)
     curation_multilingual25                                                      0.97 / 0.98  (held out; final code)
 
@@ -110,7 +110,9 @@ more right, none more wrong; the twenty-third, scored once after them: 0.98 / 0.
 and twenty-fifth, written blind after that (Vietnamese and Indonesian pages asked to be true to
 their sites), scored once on the same code: 0.93 / 1.00 and 0.97 / 0.98; the three held-out sets
 together (384 pages): 0.96 / 0.98, every group at the target but English precision (0.92, one false
-drop of thirteen).
+drop of thirteen). Then the twenty-third's misses were read and two Vietnamese and Indonesian word
+sets chosen on the first twenty-three (an adult site's age gate; lottery results' abbreviations):
+4 pages more right, none more wrong; the twenty-fourth and twenty-fifth, scored again: the same.
 """
 from __future__ import annotations
 
@@ -127,23 +129,23 @@ FLOORS = {"curation_multilingual": (64 / 64, 64 / 64), "curation_multilingual2":
           "curation_multilingual5": (79 / 79, 79 / 80), "curation_multilingual6": (77 / 78, 77 / 80),
           "curation_multilingual7": (60 / 62, 60 / 64), "curation_multilingual8": (64 / 64, 64 / 64),
           "curation_multilingual9": (64 / 66, 64 / 64), "curation_multilingual10": (63 / 63, 63 / 64),
-          "curation_multilingual11": (62 / 63, 62 / 64), "curation_multilingual12": (61 / 61, 61 / 64),
-          "curation_multilingual13": (62 / 62, 62 / 64), "curation_multilingual14": (62 / 64, 62 / 64),
+          "curation_multilingual11": (62 / 63, 62 / 64), "curation_multilingual12": (62 / 62, 62 / 64),
+          "curation_multilingual13": (62 / 62, 62 / 64), "curation_multilingual14": (63 / 65, 63 / 64),
           "curation_multilingual15": (64 / 64, 64 / 64), "curation_multilingual16": (64 / 65, 64 / 64),
           "curation_multilingual17": (61 / 63, 61 / 64), "curation_multilingual18": (62 / 64, 62 / 64),
           "curation_multilingual19": (63 / 66, 63 / 64), "curation_multilingual20": (63 / 64, 63 / 64),
           "curation_multilingual21": (64 / 64, 64 / 64), "curation_multilingual22": (63 / 63, 63 / 64),
-          "curation_multilingual23": (62 / 63, 62 / 64), "curation_multilingual24": (64 / 69, 64 / 64),
+          "curation_multilingual23": (64 / 65, 64 / 64), "curation_multilingual24": (64 / 69, 64 / 64),
           "curation_multilingual25": (63 / 65, 63 / 64)}
-HELD_OUT = "curation_multilingual23"
-ALSO_HELD_OUT = ("curation_multilingual24", "curation_multilingual25")   # scored once, figures only
+HELD_OUT = "curation_multilingual24"
+ALSO_HELD_OUT = ("curation_multilingual25",)   # figures only
 # not in the fit, and tuned on
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
             "curation_multilingual9", "curation_multilingual10", "curation_multilingual11",
             "curation_multilingual12", "curation_multilingual13", "curation_multilingual14",
             "curation_multilingual15", "curation_multilingual16", "curation_multilingual17",
             "curation_multilingual18", "curation_multilingual19", "curation_multilingual20",
-            "curation_multilingual21", "curation_multilingual22")
+            "curation_multilingual21", "curation_multilingual22", "curation_multilingual23")
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
@@ -206,9 +208,9 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the twenty-third), Southeast Asian 1.00 / 0.75; "
-                                       "Arabic, CJK, Cyrillic, English 1.00 / 1.00, Latin European 0.97 / 1.00 "
-                                       "(docs/papers/multiui.md)")
+@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the twenty-fourth), CJK 0.92 / 1.00, English "
+                                       "0.80 / 1.00, Latin European 0.91 / 1.00; Arabic, Cyrillic, Southeast Asian 1.00 / "
+                                       "1.00 (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured

@@ -470,6 +470,8 @@ def test_english_business_vocabulary(topic, words):
     ("adult", ["porno izle", "seks videoları", "erotik"]),
     ("gambling", ["Situs judi slot gacor", "maxwin", "togel online"]),
     ("gambling", ["nhà cái uy tín", "soi kèo", "cá cược"]),
+    ("gambling", ["KQXS hôm nay", "Soi cầu XSMB", "Lô gan"]),
+    ("adult", ["Phim Người Lớn VIP", "Tôi đã đủ 18 tuổi", "nội dung người lớn"]),
     ("gambling", ["deneme bonusu", "bahis siteleri", "canlı bahis"]),
     ("gambling", ["Willkommensbonus", "Gratiswette", "Sportwetten"]),
     ("gambling", ["bonus di benvenuto", "giri gratis", "scommesse"]),

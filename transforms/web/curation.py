@@ -520,6 +520,9 @@ TOPICS = {
             "анкеты девушек",
             # id, vi, tr
             "telanjang", "mesum", "khiêu dâm", "çıplak", "erotik",
+            # an adult site's age gate in the languages outside the encoder's ("I am 18", "adult content")
+            r"(tôi )?đã đủ 18 tuổi", r"nội dung (dành cho )?người lớn", r"(saya )?sudah berusia 18 tahun",
+            "konten dewasa",
             # zh
             "色情", "偷拍", "做爱", "性爱", "情色", "色情網站", "做愛", "性愛", "人妻", "少妇", "自慰", "美女直播", "裸体",
             "成人内容", "成人內容", "限制级", "限制級",
@@ -591,6 +594,7 @@ TOPICS = {
             "джекпот", "игровые слоты", "онлайн казино",
             # id, vi, tr
             "judi", "judi online", "situs judi", "togel", "slot online", "taruhan", "sabung ayam", "cá cược", "cờ bạc", "lô đề", "tài xỉu",
+            "kết quả xổ số", "kqxs", r"xs(mb|mn|mt)",
             "bahis", "canlı bahis", "kumar", "rulet",
             # zh
             "赌场", "赌博", "博彩", "六合彩", "百家乐", "老虎机", "彩票投注", "体育投注", "购彩", "投注", "下注", "开奖", "棋牌", "竞彩",
