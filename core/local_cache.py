@@ -8,6 +8,8 @@ worker pays for it (infra/Dockerfile).
 """
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import os
 import shutil
@@ -17,7 +19,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-VERSION = 1      # of the entries' naming: a change makes every entry stale
+VERSION = 2      # of the entries' naming: a change makes every entry stale
 T = TypeVar("T")
 # what reading a damaged or half-written entry raises (np.load: ValueError, EOFError; an npz:
 # BadZipFile, KeyError for a missing member)
@@ -35,10 +37,11 @@ def cached(kind: str, source: str, part: str, write: Callable[[str], None], read
     ends in the file's suffix): a changed source is derived again. An entry that cannot be read
     (damaged, or a process died writing it) is written again. Where the folder cannot be written (a
     read-only home), the file is derived into a temporary folder each time: that costs the process
-    the work, nothing else."""
+    the work, nothing else. Writing an entry removes the entries of the same source and part made
+    from its earlier versions (an upgraded package, an edited list), so the folder does not grow."""
     st = os.stat(source)
-    ident = f"{VERSION}:{os.path.abspath(source)}:{st.st_size}:{st.st_mtime_ns}:{part}"
-    name = hashlib.sha256(ident.encode()).hexdigest()[:24] + "-" + part
+    which = _digest(f"{VERSION}:{os.path.abspath(source)}:{part}")        # this source and part
+    name = f"{which}-{_digest(f'{st.st_size}:{st.st_mtime_ns}')}-{part}"     # ... in this version
     path = os.path.join(folder(kind), name)
     try:
         return read(path)
@@ -55,6 +58,10 @@ def cached(kind: str, source: str, part: str, write: Callable[[str], None], read
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        for stale in glob.glob(os.path.join(folder(kind), f"{which}-*-{glob.escape(part)}")):
+            if stale != path:
+                with contextlib.suppress(OSError):
+                    os.unlink(stale)       # a process still mapping it keeps its pages
     except OSError:                # a read-only home, a full disk: derived for this process alone
         scratch = tempfile.mkdtemp(prefix="shardsmith-cache-")
         try:
@@ -63,6 +70,10 @@ def cached(kind: str, source: str, part: str, write: Callable[[str], None], read
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return read(path)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def cached_array(kind: str, source: str, part: str, build: Callable[[], np.ndarray],

@@ -26,7 +26,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def _entries(folder) -> dict:
-    return {p.name.split("-", 1)[1]: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
+    return {p.name.rsplit("-", 1)[1]: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
 
 
 def test_prepared_tokenizer_is_the_packages(cache):
@@ -99,5 +99,6 @@ def test_cached_array_checks_what_it_maps(tmp_path, monkeypatch):
     assert np.load(next((tmp_path / "cache").rglob("*.npy"))).dtype == np.int64
     source.write_text("a\nb\nc\n")                                     # a changed source: built again
     assert keys(np.int64) == [0, 1, 2, 3] and len(builds) == 3
+    assert len(list((tmp_path / "cache").rglob("*.npy"))) == 1         # ... and its old entry removed
     with pytest.raises(ValueError, match="not the array expected"):    # a build that gives the wrong kind
         keys(np.int64, check=lambda a: a.dtype == np.float32)

