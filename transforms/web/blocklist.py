@@ -16,10 +16,9 @@ Domains are held as a sorted array of 64-bit keys (the first 8 bytes of each lin
 36 MB for UT1), not as millions of Python strings. The array is built once per machine (about 2.5
 CPU-s for UT1) and kept in this machine's cache folder (core/local_cache.py), which every later
 worker process maps read-only: it was built in each worker process before, 1.4-2.7 CPU-s and 36 MB
-of each. The
-worker image builds it when it is made (`python -m transforms.web.blocklist`). A host matches when
-it or any parent domain is listed (so `www.x.com` matches a listed `x.com`), which covers datatrove's
-registered-domain and full-name checks.
+of each. The worker image builds it when it is made (`python -m transforms.web.blocklist`). A host
+matches when it or any parent domain is listed (so `www.x.com` matches a listed `x.com`), which
+covers datatrove's registered-domain and full-name checks.
 """
 from __future__ import annotations
 

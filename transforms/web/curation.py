@@ -891,9 +891,8 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
     the head is sure of its opening text (up to KIND_PAGE_CHARS), its title and headings, its
     title or its first heading; parked, where it names its own host at its top (names_its_host: the
     head reads a registrar's or a host's product pages as parked), and a short page not where it lists
-    prices (a host's plans). A longer page whose title or a
-    heading names its own host, with a
-    word for "domain" (names_its_own_domain), is judged parked as a short page is: a registrar's,
+    prices (a host's plans). A longer page whose title or a heading names its own host, with a word
+    for "domain" (names_its_own_domain), is judged parked as a short page is: a registrar's,
     broker's or host's page for that domain wrapped in their offers (a shop's or a registrar's own
     pages rarely name themselves so and are judged as any page). A page whose title and headings
     name two HTTP errors or more is about them, not one (discusses_errors)."""
@@ -955,14 +954,15 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
         return "parked"
     chars = effective_chars(page, text)
     reason = _short_page_reason(url, title, heads, flat) if chars < SOFT_404_CHARS else None
-    a_form = chars < SOFT_404_CHARS and (form_fields(page) >= FORM_FIELDS or has_password_field(page))
+    password = chars < max(SOFT_404_CHARS, rules.min_text_chars + SIGN_IN_FORM_CHARS) and has_password_field(page)
+    a_form = chars < SOFT_404_CHARS and (password or form_fields(page) >= FORM_FIELDS)
     if not reason and rules.by_model and not a_form:
         reason = _kind_reason(url, title, heads, flat, chars)
     if reason:
         return reason
     if chars < rules.min_text_chars:
         return "too_little_text"
-    if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and has_password_field(page):
+    if chars < rules.min_text_chars + SIGN_IN_FORM_CHARS and password:
         return "too_little_text"
     body_topics, other_topics = topic_hits(_SPACE.sub(" ", body)), topic_hits(title, url_text(url))
     counts = {topic: tuple(a + b for a, b in zip(body_topics.get(topic, (0, 0)), other_topics.get(topic, (0, 0))))
