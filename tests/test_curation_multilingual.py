@@ -1,10 +1,10 @@
 """Curation in the languages a crawl keeps, measured on sets written blind to the rules.
 
-Twenty-five sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
+Twenty-seven sets, each written by helpers who had read neither the rules nor the sets before it, in zh,
 ja, ru, de, es, fr, pt, it, pl, nl, tr, vi, id, ko, ar and en (the seventh: cs for en) (good pages
 with hard negatives, adult, gambling and lottery, error and parked pages):
 tests/data/curation_multilingual/ (112 pages), curation_multilingual2/ (96),
-curation_multilingual3/ to 25/ (128 each, with two hard negatives and two gambling pages a
+curation_multilingual3/ to 27/ (128 each, with two hard negatives and two gambling pages a
 language; the seventh's to fifteenth's error and parked pages as long as real sites make them, half
 over 800 characters). Measured with languages=any, so no page is dropped for its
 language: a harm or error judgement must come from the rules themselves. Each page is an HTML-only
@@ -17,7 +17,7 @@ The first five (and the English sets) are what curation's topic head (transforms
 is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
 longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
 content that is gone; the twelfth to twenty-second were tuned on (their misses named; the
-nineteenth's figures only), the twenty-fourth and twenty-fifth are held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
+nineteenth's figures only), the twenty-sixth and twenty-seventh are held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
 (error and parked beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
@@ -44,8 +44,10 @@ nineteenth's figures only), the twenty-fourth and twenty-fifth are held out from
     curation_multilingual21                                                      0.86 / 0.97  (held out, then tuned on)
     curation_multilingual22                                                      0.98 / 0.95  (tuned on; new measure)
     curation_multilingual23                                                      0.91 / 0.95  (held out, then tuned on)
-    curation_multilingual24                                                      0.93 / 1.00  (held out; final code)
-    curation_multilingual25                                                      0.97 / 0.98  (held out; final code)
+    curation_multilingual24                                                      0.93 / 1.00  (held out, then tuned on)
+    curation_multilingual25                                                      0.97 / 0.98  (held out, then tuned on)
+    curation_multilingual26                                                      0.98 / 0.97  (held out)
+    curation_multilingual27                                                      0.97 / 1.00  (held out)
 
 The sixth scored 0.96 / 0.84 before the kinds judged longer pages; the seventh, scored blind once
 before that change and once after, 0.92 / 0.84 then 0.92 / 0.89; the eighth, scored blind on that
@@ -113,6 +115,17 @@ together (384 pages): 0.96 / 0.98, every group at the target but English precisi
 drop of thirteen). Then the twenty-third's misses were read and two Vietnamese and Indonesian word
 sets chosen on the first twenty-three (an adult site's age gate; lottery results' abbreviations):
 4 pages more right, none more wrong; the twenty-fourth and twenty-fifth, scored again: the same.
+Then, with the twenty-fourth's and twenty-fifth's misses read (2026-12-07, afternoon), six rules
+chosen on the first twenty-five: a short page that shows two prices or more is an error page for
+the model only where it is sure (KIND_SURE), as a longer one is; an appliance's fault codes, making
+a 404 page and a problem after deploying are about errors, also on a short page; a placeholder's
+words in quotation marks are reported; a Korean "post not found"; a head's offer term that the body
+also says (within "pornographic") names the page's subject: 10 pages more right (two of them on the
+nineteenth), none more wrong, the same verdicts on 2,411 documentation pages. The twenty-sixth and
+twenty-seventh, written blind beside each other while those rules were chosen, scored once on the
+code before them (0.98 / 0.97 and 0.97 / 1.00) and once after: the same verdicts, every page.
+Pooled, the target test's measure: 0.98 / 0.98, every group at the target (CJK 0.96 / 1.00, Latin
+European 0.97 / 0.97, the others 1.00 / 1.00).
 """
 from __future__ import annotations
 
@@ -133,36 +146,39 @@ FLOORS = {"curation_multilingual": (64 / 64, 64 / 64), "curation_multilingual2":
           "curation_multilingual13": (62 / 62, 62 / 64), "curation_multilingual14": (63 / 65, 63 / 64),
           "curation_multilingual15": (64 / 64, 64 / 64), "curation_multilingual16": (64 / 65, 64 / 64),
           "curation_multilingual17": (61 / 63, 61 / 64), "curation_multilingual18": (62 / 64, 62 / 64),
-          "curation_multilingual19": (63 / 66, 63 / 64), "curation_multilingual20": (63 / 64, 63 / 64),
+          "curation_multilingual19": (63 / 64, 63 / 64), "curation_multilingual20": (63 / 64, 63 / 64),
           "curation_multilingual21": (64 / 64, 64 / 64), "curation_multilingual22": (63 / 63, 63 / 64),
-          "curation_multilingual23": (64 / 65, 64 / 64), "curation_multilingual24": (64 / 69, 64 / 64),
-          "curation_multilingual25": (63 / 65, 63 / 64)}
-HELD_OUT = "curation_multilingual24"
-ALSO_HELD_OUT = ("curation_multilingual25",)   # figures only
+          "curation_multilingual23": (64 / 65, 64 / 64), "curation_multilingual24": (64 / 64, 64 / 64),
+          "curation_multilingual25": (64 / 64, 64 / 64), "curation_multilingual26": (62 / 63, 62 / 64),
+          "curation_multilingual27": (64 / 66, 64 / 64)}
+HELD_OUT = ("curation_multilingual26", "curation_multilingual27")     # the target is met on them together
 # not in the fit, and tuned on
 TUNED_ON = ("curation_multilingual6", "curation_multilingual7", "curation_multilingual8",
             "curation_multilingual9", "curation_multilingual10", "curation_multilingual11",
             "curation_multilingual12", "curation_multilingual13", "curation_multilingual14",
             "curation_multilingual15", "curation_multilingual16", "curation_multilingual17",
             "curation_multilingual18", "curation_multilingual19", "curation_multilingual20",
-            "curation_multilingual21", "curation_multilingual22", "curation_multilingual23")
+            "curation_multilingual21", "curation_multilingual22", "curation_multilingual23",
+            "curation_multilingual24", "curation_multilingual25")
 GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
           "latin_europe": ("de", "es", "fr", "pt", "it", "pl", "nl", "tr", "cs"),
           "southeast_asia": ("vi", "id"), "arabic": ("ar",), "english": ("en",)}
 
 
-# the fast tier measures the held-out set; the full run all five
-TIERS = {name: pytest.mark.slow for name in FLOORS if name != HELD_OUT}
+# the fast tier measures the held-out sets together (the target); the full run every set's floor
+TIERS = {name: pytest.mark.slow for name in FLOORS}
 
 
 @pytest.fixture(scope="module", params=[pytest.param(n, marks=TIERS.get(n, [])) for n in sorted(FLOORS)])
 def measured(request):
-    """{group: (precision, recall)} of 'drop' and the pages judged wrong, printed as a table; the set."""
+    """{group: (precision, recall)} of 'drop' and the pages judged wrong, printed as a table; the set
+    (or the sets, a tuple of names, pooled)."""
     rules = S.rules(None)
     counts = collections.defaultdict(lambda: [0, 0, 0])     # tp, fp, fn
     wrong = []
     group_of = {lang: group for group, langs in GROUPS.items() for lang in langs}
-    for lab in S.labels(request.param):
+    names = request.param if isinstance(request.param, tuple) else (request.param,)
+    for lab in (lab for name in names for lab in S.labels(name)):
         row = S.html_row(lab) if lab["status"] < 400 else f"HTTP {lab['status']}"
         dropped, want = S.reason(row, rules) not in (None, "too_little_text"), lab["label"] == "drop"
         for key in (group_of[lab["language"]], "all"):
@@ -191,7 +207,8 @@ def measured(request):
                                                 ("curation_multilingual19", 8), ("curation_multilingual20", 8),
                                                 ("curation_multilingual21", 8), ("curation_multilingual22", 8),
                                                 ("curation_multilingual23", 8), ("curation_multilingual24", 8),
-                                                ("curation_multilingual25", 8)])
+                                                ("curation_multilingual25", 8), ("curation_multilingual26", 8),
+                                                ("curation_multilingual27", 8)])
 def test_every_language_is_measured(name, per_language):
     labs = S.labels(name)
     absent = "en" if name == "curation_multilingual7" else "cs"      # the seventh has Czech for English
@@ -208,9 +225,6 @@ def test_multilingual_floor(measured):
     assert precision >= floor_precision and recall >= floor_recall, wrong
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the held-out set (the twenty-fourth), CJK 0.92 / 1.00, English "
-                                       "0.80 / 1.00, Latin European 0.91 / 1.00; Arabic, Cyrillic, Southeast Asian 1.00 / "
-                                       "1.00 (docs/papers/multiui.md)")
 @pytest.mark.parametrize("measured", [HELD_OUT], indirect=True)
 def test_every_language_group_meets_the_target(measured):
     scores, wrong, _ = measured
@@ -219,7 +233,7 @@ def test_every_language_group_meets_the_target(measured):
 
 
 def test_the_held_out_set_is_not_in_the_heads_fit():
-    held_out = {HELD_OUT, *ALSO_HELD_OUT}
+    held_out = set(HELD_OUT)
     assert not held_out & set(topic_model.TRAINING_SETS) and not set(TUNED_ON) & set(topic_model.TRAINING_SETS)
     assert not held_out & set(TUNED_ON)
     assert set(FLOORS) - held_out - set(TUNED_ON) <= set(topic_model.TRAINING_SETS)

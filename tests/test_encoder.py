@@ -51,6 +51,7 @@ def test_embeddings_are_the_packages(cache):
     assert set(_entries(cache)) == {"tokenizer.npz", "weights.npz"}
 
 
+@pytest.mark.slow          # builds the files twice (the full run; the fast tier checks what they hold)
 def test_files_are_made_once_and_again_when_damaged(cache):
     reference = encoder.load().encode(TEXTS)
     made = _entries(cache)
@@ -63,6 +64,7 @@ def test_files_are_made_once_and_again_when_damaged(cache):
     assert all(np.load(p, allow_pickle=False).files for p in cache.iterdir())
 
 
+@pytest.mark.slow
 def test_unwritable_cache_costs_time_only(tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")

@@ -51,8 +51,11 @@ def test_an_article_about_error_pages_is_not_one():
                 "html": "<h1>Page not found</h1><p>The article you were looking for has been removed.</p>" + chrome}
     assert not curation.is_article(soft_404)
     assert curation.rule_reason(soft_404) == "error_page"
-    two = dict(tutorial, html="<h1>Error 404</h1>" + "".join(f"<p>{para}</p>" for _ in range(2)))
+    two = dict(tutorial, title="Error 404", html="<h1>Error 404</h1>" + "".join(f"<p>{para}</p>" for _ in range(2)))
     assert curation.rule_reason(two) == "error_page"      # two long paragraphs are not an article
+    # ... though a short page headed how to fix an error or make an error page is about them
+    assert curation.rule_reason(dict(two, title="Error 404: what it means and how to fix it")) is None
+    assert curation.rule_reason(dict(two, title="How to design a custom 404 page")) is None
 
 
 @pytest.mark.parametrize("title, heading", [
@@ -552,6 +555,9 @@ def test_placeholders_only_as_headings_or_about_the_site():
     assert curation.rule_reason(bare) == "parked"                  # said, not too little text
     product = _page(title="Bakery", text="Our spring menu is coming soon. " + ARTICLE)
     assert curation.rule_reason(product) is None
+    host = _page(title="Lumen Hosting – plans", text='No more "Site under construction" page: launch in a click. '
+                 "Perso 2.99 € / month, Pro 6.99 € / month, Business 14.99 € / month.")
+    assert curation.rule_reason(host, min_text_chars=50) is None    # quoted, as in its own product pitch
 
 
 def test_sign_in_walls_are_thin():
@@ -606,6 +612,35 @@ def test_an_error_code_list_anywhere_in_the_title_is_a_manual():
         assert curation.discusses_errors(title, []), title
     for title in ("エラーコード：500", "Error 404 - Acme"):
         assert not curation.discusses_errors(title, []), title
+
+
+@pytest.mark.parametrize("title", [
+    "Storingscodes cv-ketel: wat betekent de code op je display? | Installatiebedrijf",  # a boiler's fault codes
+    "Störungscodes der Gastherme", "Codici di guasto della caldaia", "Arıza kodları – kombi",
+    "Come progettare una pagina 404 efficace (con esempi) | Pixel & Bottega",         # making an error page
+    "How to design a custom 404 page", "Créer une page 404 personnalisée", "404ページの作り方",
+    "Rails アプリを本番にデプロイすると CSS が 404 Not Found になる - テックQA",          # a problem after deploying
+    "서버 이전 후 404 오류"])
+def test_fault_codes_error_page_guides_and_problems_after_a_change_are_about_errors(title):
+    assert curation.discusses_errors(title, [])
+    assert curation.rule_reason(_page(title=title, text=ARTICLE)) != "error_page"
+
+
+def test_a_korean_post_not_found_is_an_error_page():
+    page = _page(title="게시글을 찾을 수 없습니다 - 숨놀이 커뮤니티", text=ARTICLE * 3)
+    assert curation.rule_reason(page) == "error_page"
+
+
+def test_a_head_topic_the_body_speaks_of_is_no_hijack():
+    """A title's offer term that the body also says, if only inside a longer word, names the page's
+    subject (an explainer on age checks for porn sites); a hijacked head's never appears below it."""
+    body = ("Under the Online Safety Act, services that publish pornographic content must check that their "
+            "users are adults. Ofcom lists photo-ID matching, facial age estimation and credit-card checks "
+            "among the methods it accepts, and it can fine a service that does not comply. ")
+    explainer = {"title": "Online Safety Act: what the new age checks for porn sites mean for you", "nodes": [],
+                 "html": f"<title>Online Safety Act: what the new age checks for porn sites mean for you</title><p>{body}</p>"}
+    assert curation.rule_reason(explainer) is None
+    assert curation.rule_reason(dict(explainer, html=explainer["html"].replace("pornographic", "adult"))) == "title_adult"
 
 
 @pytest.mark.parametrize("title,heading", [("Thread Tidak Ditemukan | Forum Otomotif",
@@ -697,6 +732,8 @@ def test_fields_to_fill_and_price_lists():
     tree = {"nodes": [{"role": "textbox", "name": "Name"}, {"role": "combobox", "name": "Guests"},
                       {"role": "searchbox", "name": "Search"}]}
     assert curation.form_fields(tree) == 2
-    assert curation.lists_prices("Starter $4.95 Growth $9.95 Agency $24.95")
-    assert curation.lists_prices("Cá nhân 39.000đ/tháng Doanh nghiệp 89.000đ Thương mại 189.000đ")
-    assert not curation.lists_prices("This domain may be for sale: 2,999 USD. Make an offer")
+    assert curation.prices("Starter $4.95 Growth $9.95 Agency $24.95") == 3
+    assert curation.prices("Cá nhân 39.000đ/tháng Doanh nghiệp 89.000đ Thương mại 189.000đ") == 3
+    assert curation.prices("쿠쿠 전기압력밥솥 189,000원 139,000원 (26% 할인)") == 2
+    assert curation.prices("Kask miejski 189,00 zł 229,00 zł · darmowa dostawa od 199 zł") == 3
+    assert curation.prices("This domain may be for sale: 2,999 USD. Make an offer") == 1

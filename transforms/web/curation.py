@@ -109,7 +109,7 @@ ERROR_PHRASES = terms([
     "ページが見つかりません", "ページは見つかりませんでした", "ページが存在しません", "お探しのページ", "アクセスできません",
     "404エラー", "ファイルが見つかりません",
     # ko
-    "페이지를 찾을 수 없습니다", "페이지를 찾을 수 없음", "페이지가 존재하지 않습니다", "존재하지 않는 페이지", "요청하신 페이지",
+    "페이지를 찾을 수 없습니다", "페이지를 찾을 수 없음", "(게시글|게시물|글|상품|제품|문서)(을|를|이|가) 찾을 수 없습니다", "페이지가 존재하지 않습니다", "존재하지 않는 페이지", "요청하신 페이지",
     "접근이 거부", "오류가 발생했습니다",
     # ar
     "الصفحة غير موجودة", "لم يتم العثور على الصفحة", "خطأ 404", "الصفحة المطلوبة غير موجودة",
@@ -293,15 +293,18 @@ def names_its_own_domain(url: str, flat: str, title: str, heads: list[str]) -> b
 
 
 # A price list (three prices or more: a host's plans, a shop's products) is an offer of the site's own,
-# which the head, on a short page, reads as a placeholder when the offer is hosting or domains.
+# which the head, on a short page, reads as a placeholder when the offer is hosting or domains. A
+# product's price beside its old one (two prices) is an offer too, which the head, on a short shop
+# page, reads as an error page at its likely threshold: such a page is one only where it is sure.
 PRICE_LIST = 3
+OFFER_PRICES = 2
 _CURRENCY = (r"(?:€|\$|£|¥|₩|₫|đ|zł|TL|₺|руб\.?|₽|Rp\.?|R\$|kr|CHF|EUR|USD|GBP|PLN|TRY|VND|IDR|원|円|元|"
              r"ريال|درهم|دينار|ج\.م)")
 _PRICE = re.compile(rf"{_CURRENCY}\s?\d[\d.,\s]*\d|\d[\d.,]*\s?{_CURRENCY}(?!\w)", re.I)
 
 
-def lists_prices(flat: str) -> bool:
-    return len(_PRICE.findall(flat)) >= PRICE_LIST
+def prices(flat: str) -> int:
+    return len(_PRICE.findall(flat))
 
 
 OPENING_CHARS = 400
@@ -719,6 +722,9 @@ HTTP_ERRORS = re.compile(r"(?<!\d)(400|401|403|404|405|408|410|429|500|502|503|5
 ERROR_CODE_LISTS = terms([
     r"error codes", r"(list|table) of error codes", r"c[óo]digos de erro(r)?", r"codes d.erreur", r"fehlercodes",
     r"codici (di )?errore", r"foutcodes", r"kody błędów", r"hata kodlar\w*", r"коды ошиб\w*", r"таблица ошибок",
+    # an appliance's fault codes
+    r"fault codes", r"st[öo]rungscodes", r"storingscodes?", r"codes? (de )?panne", r"c[óo]digos de (aver[íi]a|falla|falha)",
+    r"codici (di )?guasto", r"kody (usterek|awarii)", r"arıza kodlar\w*", r"коды неисправност\w*",
     r"(bảng|danh sách) mã lỗi", r"(daftar|tabel) kode (error|kesalahan)", "エラーコード.{0,12}(一覧|表)",
     "(错误|故障)代码.{0,8}(大全|表|一览|列表)", "(錯誤|故障)代碼.{0,8}(大全|表|一覽|列表)", "(오류|에러) ?코드.{0,8}(목록|표|모음)",
     "رموز الأخطاء", "أكواد الأخطاء",
@@ -742,8 +748,23 @@ FIXING_ERRORS = terms([
     r"sau khi (c[ậa]p nh[ậa]t|n[âa]ng c[ấa]p|chuy[ểe]n)", r"как (исправить|решить|устранить)",
     r"после (обновления|установки|переезда|миграции)",
     "怎么解决", "如何解决", "解决方法", "解决办法", "怎麼解決", "如何解決", "解決方法", "解決辦法",
-    "(部署|迁移|遷移|升级|升級|更新).{0,20}[后後]", "対処法", "直し方", "解消方法", "해결 ?방법", "해결법", "해결하는",
+    "(部署|迁移|遷移|升级|升級|更新).{0,20}[后後]",
+    "(デプロイ|更新|アップデート|アップグレード|移行|移転|インストール)(すると|したら|した後|後に)",
+    "(배포|업데이트|업그레이드|설치|이전|이사) ?(후|하면|했더니|하니)", "対処法", "直し方", "解消方法", "해결 ?방법", "해결법", "해결하는",
     "كيفية (إصلاح|حل)", "حل مشكلة",
+])
+
+
+# a title or heading on making an error page (designing, building, customising a 404 page) heads a
+# tutorial about them
+ERROR_PAGE_GUIDES = terms([
+    r"(design|creat|build|mak|customi[sz])\w* .{0,25}404", r"404 pages",
+    r"(progettare|creare|personalizzare) .{0,25}404", r"pagine 404", r"(diseñar|crear|criar|personalizar) .{0,25}404",
+    r"p[áa]ginas 404", r"(créer|concevoir|personnaliser) .{0,25}404", r"pages 404", r"(erstellen|gestalten) .{0,25}404",
+    r"404-seiten? (erstellen|gestalten|anpassen)", r"(maken|ontwerpen) .{0,25}404", r"404-?pagina.s",
+    r"(stworzyć|zaprojektować|zrobić) .{0,25}404", r"404 sayfası (nasıl|oluştur)\w*", r"membuat .{0,25}404",
+    r"tạo .{0,25}404", r"(создать|сделать) .{0,25}404",
+    "404页面(设计|制作)", "(设计|制作).{0,10}404", "404頁面(設計|製作)", "404ページ(の作り方|を作)", "404 ?페이지 (만들기|디자인)",
 ])
 
 
@@ -765,9 +786,11 @@ def apologizes(title: str, heads: list[str]) -> bool:
 
 def discusses_errors(title: str, heads: list[str]) -> bool:
     """Whether the title and headings are about errors, not one: they name two or more HTTP errors
-    (HTTP_ERRORS), a list of error codes (ERROR_CODE_LISTS), or how to fix one (FIXING_ERRORS)."""
+    (HTTP_ERRORS), a list of error codes (ERROR_CODE_LISTS), how to fix one (FIXING_ERRORS) or how to
+    make an error page (ERROR_PAGE_GUIDES)."""
     return (len({m for field in (title, *heads) for m in HTTP_ERRORS.findall(field)}) >= 2
-            or any(ERROR_CODE_LISTS.search(field) or FIXING_ERRORS.search(field) for field in (title, *heads)))
+            or any(p.search(field) for p in (ERROR_CODE_LISTS, FIXING_ERRORS, ERROR_PAGE_GUIDES)
+                   for field in (title, *heads)))
 
 
 def effective_chars(page: dict, text: str) -> int:
@@ -808,12 +831,19 @@ HEAD_OWN_SHARE = 2 / 3
 HEAD_SURE, HEAD_DOUBT = 0.5, 0.1
 
 
-def head_topic_reason(fields: dict[str, str], body_topics: dict[str, tuple[int, int]]) -> Optional[str]:
+def head_topic_reason(fields: dict[str, str], body_topics: dict[str, tuple[int, int]], body: str) -> Optional[str]:
     """'title_adult', 'description_gambling', 'keywords_adult'... when a head field has an intent term
-    of a topic whose intent terms the body lacks."""
+    of a topic whose intent terms the body lacks, and the body does not say that term either, within
+    a longer word ("porn" in an explainer's "pornographic content": the title names what the page
+    is about; a hijacked bakery's body never says it)."""
+    folded = None
     for field, text in fields.items():
         for topic in HEAD_TOPICS:
-            if not body_topics.get(topic, (0, 0))[0] and INTENT[topic].search(text):
+            if body_topics.get(topic, (0, 0))[0]:
+                continue
+            offered = [m.group(0).casefold() for m in INTENT[topic].finditer(text)]
+            folded = body.casefold() if offered and folded is None else folded
+            if any(term not in folded for term in offered):
                 return f"{field}_{topic}"
     return None
 
@@ -874,11 +904,11 @@ CONTENT_ONLY = Rules(languages=None, blocklists=())
 def _short_page_reason(url: str, title: str, heads: list[str], flat: str) -> Optional[str]:
     """What a short page (under SOFT_404_CHARS) may be besides content, by its words: an error page,
     a parked domain, a placeholder or a sign-in wall."""
-    if says(ERROR_PHRASES, flat):
+    if says(ERROR_PHRASES, flat) and not discusses_errors(title, heads):
         return "error_page"
-    if PARKED_SHORT.search(flat) or names_its_own_domain(url, flat, title, heads):
+    if says(PARKED_SHORT, flat) or names_its_own_domain(url, flat, title, heads):
         return "parked"
-    if PLACEHOLDER.search(flat) or any(PLACEHOLDER_HEADINGS.search(h) for h in [title, *heads]):
+    if says(PLACEHOLDER, flat) or any(PLACEHOLDER_HEADINGS.search(h) for h in [title, *heads]):
         return "error_page" if MAINTENANCE.search(flat) else "parked"
     if SIGN_IN_WALL.search(flat):
         return "too_little_text"
@@ -891,11 +921,12 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
     the head is sure of its opening text (up to KIND_PAGE_CHARS), its title and headings, its
     title or its first heading; parked, where it names its own host at its top (names_its_host: the
     head reads a registrar's or a host's product pages as parked), and a short page not where it lists
-    prices (a host's plans). A longer page whose title or a heading names its own host, with a word
-    for "domain" (names_its_own_domain), is judged parked as a short page is: a registrar's,
-    broker's or host's page for that domain wrapped in their offers (a shop's or a registrar's own
-    pages rarely name themselves so and are judged as any page). A page whose title and headings
-    name two HTTP errors or more is about them, not one (discusses_errors)."""
+    prices (a host's plans); an error, on a short page that shows a price and another (a product's
+    and its old one), only where the head is sure, as on a longer page. A longer page whose title or
+    a heading names its own host, with a word for "domain" (names_its_own_domain), is judged parked
+    as a short page is: a registrar's, broker's or host's page for that domain wrapped in their
+    offers (a shop's or a registrar's own pages rarely name themselves so and are judged as any
+    page). A page whose title and headings are about errors is not one (discusses_errors)."""
     title, heads = unquoted(title), [unquoted(h) for h in heads]
     outline = " . ".join([title, *heads]).strip(" .")
     if chars < SOFT_404_CHARS:
@@ -903,7 +934,10 @@ def _kind_reason(url: str, title: str, heads: list[str], flat: str, chars: int) 
         by_head = topic_model.judged(flat, topic_model.KINDS, margins=False)
         if kind != by_head and language.detect(flat) in topic_model.OUTSIDE:   # lingua only where a margin decides
             kind = by_head
-        if kind == "parked" and lists_prices(flat):
+        offers = prices(flat)
+        if kind == "parked" and offers >= PRICE_LIST:
+            kind = None
+        if kind == "error" and offers >= OFFER_PRICES and topic_model.sure_kind(flat) != "error":
             kind = None
     else:
         opening = flat if chars < KIND_PAGE_CHARS else ""
@@ -975,7 +1009,7 @@ def rule_reason(page: dict, min_text_chars: int = 200, min_hits: int = MIN_HITS,
         if reason:
             return reason
     fields = head.fields(page)
-    reason = head_topic_reason(fields, body_topics)
+    reason = head_topic_reason(fields, body_topics, body)
     if reason:
         return reason
     found = language.detect(body, rules.languages) if rules.languages is not None else None
