@@ -109,8 +109,8 @@ ERROR_PHRASES = terms([
     "ページが見つかりません", "ページは見つかりませんでした", "ページが存在しません", "お探しのページ", "アクセスできません",
     "404エラー", "ファイルが見つかりません",
     # ko
-    "페이지를 찾을 수 없습니다", "페이지를 찾을 수 없음", "(게시글|게시물|글|상품|제품|문서)(을|를|이|가) 찾을 수 없습니다", "페이지가 존재하지 않습니다", "존재하지 않는 페이지", "요청하신 페이지",
-    "접근이 거부", "오류가 발생했습니다",
+    "페이지를 찾을 수 없습니다", "페이지를 찾을 수 없음", "페이지가 존재하지 않습니다", "존재하지 않는 페이지", "요청하신 페이지",
+    "(게시글|게시물|글|상품|제품|문서)(을|를|이|가) 찾을 수 없습니다", "접근이 거부", "오류가 발생했습니다",
     # ar
     "الصفحة غير موجودة", "لم يتم العثور على الصفحة", "خطأ 404", "الصفحة المطلوبة غير موجودة",
     # th
@@ -833,19 +833,26 @@ HEAD_SURE, HEAD_DOUBT = 0.5, 0.1
 
 def head_topic_reason(fields: dict[str, str], body_topics: dict[str, tuple[int, int]], body: str) -> Optional[str]:
     """'title_adult', 'description_gambling', 'keywords_adult'... when a head field has an intent term
-    of a topic whose intent terms the body lacks, and the body does not say that term either, within
-    a longer word ("porn" in an explainer's "pornographic content": the title names what the page
-    is about; a hijacked bakery's body never says it)."""
+    of a topic whose intent terms the body lacks, and the body does not say that term either, at
+    the start of a longer word ("porn" in an explainer's "pornographic content": the title names what
+    the page is about; a hijacked bakery's body never says it)."""
     folded = None
     for field, text in fields.items():
         for topic in HEAD_TOPICS:
             if body_topics.get(topic, (0, 0))[0]:
                 continue
-            offered = [m.group(0).casefold() for m in INTENT[topic].finditer(text)]
-            folded = body.casefold() if offered and folded is None else folded
-            if any(term not in folded for term in offered):
-                return f"{field}_{topic}"
+            for term in {m.group(0).casefold() for m in INTENT[topic].finditer(text)}:
+                folded = body.casefold() if folded is None else folded
+                if not _says_word(folded, term):
+                    return f"{field}_{topic}"
     return None
+
+
+def _says_word(text: str, term: str) -> bool:
+    """`term` in `text` where a word starts (anywhere in a dense script, which has no spaces)."""
+    if language.DENSE_CHAR.search(term):
+        return term in text
+    return re.search(r"(?<!\w)" + re.escape(term), text) is not None
 
 
 def head_language_reason(fields: dict[str, str], body: str, page_language: Optional[str],
