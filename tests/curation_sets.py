@@ -13,12 +13,17 @@ the keep/drop verdict its HTML-only row gets, with either language setting; only
 some drops differed (an error status is a RenderError, not "error_page"; one parked page has too
 little rendered text). So the rendered tests check that agreement page by page on a sample that
 holds each category and every page served with an error status, for a third of the renders.
+Rendering all 512 pages of the four held-out multilingual sets (26 to 29, 2026-12-07, languages=any)
+gave 3 pages another verdict: two good pages judged error pages from their rendered text, and an
+adult page whose age gate leaves too little text (dropped as too_little_text, which the measure
+counts as kept); per language group the rendered figures still meet the target (docs/papers/multiui.md).
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+from urllib.parse import unquote, urlsplit
 
 from tests.conftest import skip_without_chromium
 from transforms.web import blocklist, curation
@@ -60,10 +65,22 @@ class Serve:
         self.lab = lab
 
     def __call__(self, route, request):
-        if request.is_navigation_request() and request.url.split("#")[0] == self.lab["url"]:
+        if request.is_navigation_request() and same_url(request.url, self.lab["url"]):
             return route.fulfill(status=self.lab["status"], content_type="text/html; charset=utf-8",
                                  body=self.lab["html"].encode("utf-8"))
         return route.abort("blockedbyclient")
+
+
+def same_url(requested: str, labelled: str) -> bool:
+    """Whether Chromium's request is for the labelled URL, which a label writes as a person reads it
+    (https://pl.example/wiki/Błąd_404) and Chromium asks for encoded (Bł%C4%85d_404, xn-- hosts)."""
+    def canonical(url):
+        parts = urlsplit(url.split("#")[0])
+        host = parts.hostname or ""
+        if host.isascii() and "xn--" in host:
+            host = host.encode("ascii").decode("idna")
+        return parts.scheme, host.lower(), parts.port, unquote(parts.path or "/"), unquote(parts.query)
+    return canonical(requested) == canonical(labelled)
 
 
 def sample(labs, per_category: int = 2):
