@@ -16,9 +16,10 @@ before that date counted it as a drop).
 The first five (and the English sets) are what curation's topic head (transforms/web/topic_head.py)
 is fitted on; the sixth to eleventh are not in the fit, but chose how the head's kinds also judge
 longer pages (KIND_PAGE_CHARS, topic_model.KIND_SURE, the title and headings) and the phrases of
-content that is gone; the twelfth to twenty-second were tuned on (their misses named; the
-nineteenth's figures only), the twenty-sixth to twenty-ninth are held out from everything. Precision / recall of "drop", 2026-12-06, with the head's five classes
-(error and parked beside the topics):
+content that is gone; the twelfth to twenty-fifth were tuned on (their misses named; the
+nineteenth's figures only); the twenty-sixth to twenty-ninth are held out from everything.
+Precision / recall of "drop", 2026-12-06 and after, with the head's five classes (error and parked
+beside the topics):
 
     set                       words alone   head, its set left out of the fit   head
     curation_multilingual     0.96 / 0.86   0.98 / 1.00                          1.00 / 1.00
