@@ -137,6 +137,7 @@ Asian 1.00 / 1.00.
 from __future__ import annotations
 
 import collections
+import functools
 
 import pytest
 
@@ -178,18 +179,28 @@ GROUPS = {"cjk": ("zh", "ja", "ko"), "cyrillic": ("ru",),
 TIERS = {name: pytest.mark.slow for name in FLOORS}
 
 
+@functools.lru_cache(maxsize=None)
+def judged(name: str) -> tuple:
+    """(label, dropped) of each page of a set, judged once per process: the full run's floors and the
+    pooled target share them."""
+    rules = S.rules(None)
+    out = []
+    for lab in S.labels(name):
+        row = S.html_row(lab) if lab["status"] < 400 else f"HTTP {lab['status']}"
+        out.append((lab, S.reason(row, rules) not in (None, "too_little_text")))
+    return tuple(out)
+
+
 @pytest.fixture(scope="module", params=[pytest.param(n, marks=TIERS.get(n, [])) for n in sorted(FLOORS)])
 def measured(request):
     """{group: (precision, recall)} of 'drop' and the pages judged wrong, printed as a table; the set
     (or the sets, a tuple of names, pooled)."""
-    rules = S.rules(None)
     counts = collections.defaultdict(lambda: [0, 0, 0])     # tp, fp, fn
     wrong = []
     group_of = {lang: group for group, langs in GROUPS.items() for lang in langs}
     names = request.param if isinstance(request.param, tuple) else (request.param,)
-    for lab in (lab for name in names for lab in S.labels(name)):
-        row = S.html_row(lab) if lab["status"] < 400 else f"HTTP {lab['status']}"
-        dropped, want = S.reason(row, rules) not in (None, "too_little_text"), lab["label"] == "drop"
+    for lab, dropped in (page for name in names for page in judged(name)):
+        want = lab["label"] == "drop"
         for key in (group_of[lab["language"]], "all"):
             c = counts[key]
             c[0] += want and dropped
