@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from tests.conftest import skip_without_chromium
 from transforms.web import blocklist, curation
 from transforms.web import render as R
+from transforms.web.warc_archive import normalize_url
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -72,15 +73,14 @@ class Serve:
 
 
 def same_url(requested: str, labelled: str) -> bool:
-    """Whether Chromium's request is for the labelled URL, which a label writes as a person reads it
-    (https://pl.example/wiki/Błąd_404) and Chromium asks for encoded (Bł%C4%85d_404, xn-- hosts)."""
-    def canonical(url):
-        parts = urlsplit(url.split("#")[0])
-        host = parts.hostname or ""
-        if host.isascii() and "xn--" in host:
-            host = host.encode("ascii").decode("idna")
-        return parts.scheme, host.lower(), parts.port, unquote(parts.path or "/"), unquote(parts.query)
-    return canonical(requested) == canonical(labelled)
+    """Whether Chromium's request is for the labelled URL: the same under the replay's own key
+    (warc_archive.normalize_url), once decoded. A label writes a URL as a person reads it
+    (https://pl.example/wiki/Błąd_404); Chromium asks for it encoded (Bł%C4%85d_404, xn-- hosts)."""
+    def decoded(url):
+        parts = urlsplit(normalize_url(url))
+        netloc = parts.netloc.encode("ascii").decode("idna") if "xn--" in parts.netloc else parts.netloc
+        return unquote(urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")))
+    return decoded(requested) == decoded(labelled)
 
 
 def sample(labs, per_category: int = 2):
